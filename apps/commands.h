@@ -1,0 +1,10 @@
+#pragma once
+// Each `kvserve` subcommand lives in its own cmd_*.cpp and registers itself here.
+#include <CLI/CLI.hpp>
+
+namespace kvserve::cli {
+
+void register_info(CLI::App& app);
+void register_run(CLI::App& app);
+
+}  // namespace kvserve::cli

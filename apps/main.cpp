@@ -1,0 +1,21 @@
+// kvserve: the command-line front end. Subcommands are registered from cmd_*.cpp.
+#include <cstdio>
+#include <exception>
+
+#include "apps/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvserve: an LLM inference engine and server"};
+  app.require_subcommand(1);
+  kvserve::cli::register_info(app);
+  kvserve::cli::register_run(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvserve: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

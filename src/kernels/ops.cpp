@@ -1,0 +1,55 @@
+#include "kernels/ops.h"
+
+#include <cmath>
+#include <limits>
+
+namespace kvserve {
+
+void rmsnorm(const float* x, const float* weight, int64_t n, float eps, float* out) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(n)) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dims, int64_t pos, float theta, bool neox) {
+  for (int64_t i = 0; i < rot_dims / 2; ++i) {
+    const double freq = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(rot_dims));
+    const double angle = static_cast<double>(pos) * freq;
+    const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + h * head_dim;
+      const int64_t a = neox ? i : 2 * i;
+      const int64_t b = neox ? i + rot_dims / 2 : 2 * i + 1;
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * c - x1 * s;
+      v[b] = x0 * s + x1 * c;
+    }
+  }
+}
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void softmax(float* x, int64_t n) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) max = std::fmax(max, x[i]);
+  if (max == -std::numeric_limits<float>::infinity()) {
+    for (int64_t i = 0; i < n; ++i) x[i] = 0;
+    return;
+  }
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void add_inplace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace kvserve

@@ -1,0 +1,25 @@
+#pragma once
+// Element-wise and row-wise transformer ops (scalar; memory-light next to matmul).
+#include <cstdint>
+
+namespace kvserve {
+
+// out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i]; out may alias x.
+void rmsnorm(const float* x, const float* weight, int64_t n, float eps, float* out);
+
+// Rotates `n_heads` heads of size head_dim in place for position pos.
+// neox = false: pairs (x[2i], x[2i+1]) (llama / GPT-J layout);
+// neox = true:  pairs (x[i], x[i + head_dim/2]) (qwen2 / GPT-NeoX layout).
+// Only the first rot_dims dimensions of each head are rotated.
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dims, int64_t pos, float theta, bool neox);
+
+// gate[i] = silu(gate[i]) * up[i]
+void silu_mul(float* gate, const float* up, int64_t n);
+
+// x[i] = exp(x[i] - max) / sum, in place; -inf entries become 0.
+void softmax(float* x, int64_t n);
+
+// x[i] += y[i]
+void add_inplace(float* x, const float* y, int64_t n);
+
+}  // namespace kvserve

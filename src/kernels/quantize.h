@@ -1,0 +1,16 @@
+#pragma once
+// Scalar reference (de)quantization of one row, bit-exact with ggml's block
+// layouts (see core/dtype.h). These are the ground truth the SIMD kernels
+// are tested against.
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace kvserve {
+
+// dst[0..n) = the n values encoded in src. n is a multiple of the block size.
+void dequantize_row(DType type, const void* src, float* dst, int64_t n);
+// Encodes n floats as `type` (f32, f16, bf16, q8_0, q4_0, q4_1) with ggml's rounding.
+void quantize_row(DType type, const float* src, void* dst, int64_t n);
+
+}  // namespace kvserve
