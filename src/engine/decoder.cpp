@@ -1,0 +1,63 @@
+#include "engine/decoder.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace kvserve {
+namespace {
+
+void check_fits(int64_t current, size_t added, int64_t max_context) {
+  if (current + static_cast<int64_t>(added) > max_context)
+    throw Error("sequence of " + std::to_string(current + static_cast<int64_t>(added)) +
+                " tokens exceeds the context size of " + std::to_string(max_context) + " tokens");
+}
+
+}  // namespace
+
+NaiveDecoder::NaiveDecoder(const Model& model, int64_t max_context)
+    : model_(model), max_context_(max_context), transformer_(model),
+      logits_(static_cast<size_t>(model.config().vocab_size)) {}
+
+std::span<const float> NaiveDecoder::append(std::span<const int32_t> tokens) {
+  check_fits(length(), tokens.size(), max_context_);
+  sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
+  // A fresh cache every step: nothing computed before is reused.
+  const ModelConfig& c = model_.config();
+  ContiguousKVCache scratch(c.n_layers, length(), c.kv_dim());
+  transformer_.forward(sequence_, scratch, logits_.data());
+  return logits_;
+}
+
+CachedDecoder::CachedDecoder(const Model& model, int64_t max_context, int64_t prefill_chunk)
+    : transformer_(model),
+      cache_(model.config().n_layers, max_context, model.config().kv_dim()),
+      prefill_chunk_(prefill_chunk),
+      logits_(static_cast<size_t>(model.config().vocab_size)) {}
+
+std::span<const float> CachedDecoder::append(std::span<const int32_t> tokens) {
+  check_fits(length(), tokens.size(), cache_.capacity());
+  if (tokens.empty()) throw Error("append: no tokens");
+  for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(prefill_chunk_)) {
+    const size_t n = std::min(tokens.size() - i, static_cast<size_t>(prefill_chunk_));
+    transformer_.forward(tokens.subspan(i, n), cache_, logits_.data());
+  }
+  sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
+  return logits_;
+}
+
+void CachedDecoder::reset() {
+  sequence_.clear();
+  cache_.clear();
+}
+
+std::unique_ptr<Decoder> make_decoder(const std::string& kind, const Model& model, int64_t max_context) {
+  if (max_context <= 0 || max_context > model.config().context_length)
+    throw Error("context size " + std::to_string(max_context) + " must be in [1, " +
+                std::to_string(model.config().context_length) + "] for this model");
+  if (kind == "naive") return std::make_unique<NaiveDecoder>(model, max_context);
+  if (kind == "cached") return std::make_unique<CachedDecoder>(model, max_context);
+  throw Error("unknown decoder '" + kind + "' (expected naive or cached)");
+}
+
+}  // namespace kvserve

@@ -1,0 +1,75 @@
+#pragma once
+// Two decoders behind one interface, the bottom rungs of the benchmark ladder:
+//  - NaiveDecoder recomputes the whole sequence at every step (all positions'
+//    Q, K, V and full attention) and keeps only the last row: the reference.
+//  - CachedDecoder prefills the prompt once into a KV cache, then runs one
+//    token per step against it.
+// Both give the same logits up to float rounding. Not thread-safe.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kv/contiguous_kv_cache.h"
+#include "model/model.h"
+#include "model/transformer.h"
+
+namespace kvserve {
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  // Appends `tokens` to the sequence; returns the logits [vocab] after the last one.
+  // Throws kvserve::Error when the sequence would exceed max_context().
+  virtual std::span<const float> append(std::span<const int32_t> tokens) = 0;
+  // Forgets the sequence.
+  virtual void reset() = 0;
+  virtual const char* name() const = 0;
+  // Query rows processed by attention (per layer), summed over all steps.
+  virtual int64_t attention_rows() const = 0;
+  virtual int64_t max_context() const = 0;
+  int64_t length() const { return static_cast<int64_t>(sequence_.size()); }
+
+ protected:
+  std::vector<int32_t> sequence_;
+};
+
+class NaiveDecoder : public Decoder {
+ public:
+  NaiveDecoder(const Model& model, int64_t max_context);
+  std::span<const float> append(std::span<const int32_t> tokens) override;
+  void reset() override { sequence_.clear(); }
+  const char* name() const override { return "naive"; }
+  int64_t attention_rows() const override { return transformer_.attention_rows(); }
+  int64_t max_context() const override { return max_context_; }
+
+ private:
+  const Model& model_;
+  int64_t max_context_;
+  Transformer transformer_;
+  std::vector<float> logits_;
+};
+
+class CachedDecoder : public Decoder {
+ public:
+  // Prompts longer than prefill_chunk are prefilled in chunks of that size
+  // to bound the activation memory.
+  CachedDecoder(const Model& model, int64_t max_context, int64_t prefill_chunk = 512);
+  std::span<const float> append(std::span<const int32_t> tokens) override;
+  void reset() override;
+  const char* name() const override { return "cached"; }
+  int64_t attention_rows() const override { return transformer_.attention_rows(); }
+  int64_t max_context() const override { return cache_.capacity(); }
+
+ private:
+  Transformer transformer_;
+  ContiguousKVCache cache_;
+  int64_t prefill_chunk_;
+  std::vector<float> logits_;
+};
+
+// kind: "naive" or "cached". max_context <= the model's context length.
+std::unique_ptr<Decoder> make_decoder(const std::string& kind, const Model& model, int64_t max_context);
+
+}  // namespace kvserve

@@ -1,0 +1,22 @@
+#pragma once
+// Causal multi-head attention with grouped K/V heads (GQA).
+#include <cstdint>
+
+namespace kvserve {
+
+struct AttentionShape {
+  int64_t n_heads;     // query heads
+  int64_t n_kv_heads;  // K/V heads; query head h reads K/V head h / (n_heads / n_kv_heads)
+  int64_t head_dim;
+};
+
+// q:   [n_q][n_heads * head_dim], query i sits at position pos0 + i.
+// k,v: key/value rows for positions 0..n_kv-1, row p at k + p * kv_stride
+//      ([n_kv_heads * head_dim] used). Query i attends to keys 0..pos0+i.
+// out: [n_q][n_heads * head_dim].
+// The plain materializing algorithm: each head's [n_q x n_kv] score matrix
+// is written to a buffer, soft-maxed row by row, then multiplied by V.
+void attention_reference(const float* q, int64_t n_q, int64_t pos0, const float* k, const float* v, int64_t n_kv,
+                         int64_t kv_stride, const AttentionShape& shape, float* out);
+
+}  // namespace kvserve

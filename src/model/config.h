@@ -1,0 +1,38 @@
+#pragma once
+// Hyper-parameters of a Llama-family model, read from GGUF metadata.
+#include <cstdint>
+#include <string>
+
+namespace kvserve {
+
+class GGUFFile;
+
+struct ModelConfig {
+  std::string arch;        // "llama", "qwen2", "mistral"
+  std::string name;        // general.name, for display
+  int64_t n_layers = 0;
+  int64_t dim = 0;         // embedding / residual width
+  int64_t n_heads = 0;     // query heads
+  int64_t n_kv_heads = 0;  // K/V heads (GQA when < n_heads)
+  int64_t head_dim = 0;
+  int64_t ffn_dim = 0;
+  int64_t vocab_size = 0;
+  int64_t context_length = 0;
+  int64_t rope_dims = 0;   // leading dims of each head that RoPE rotates
+  float rope_theta = 10000.0f;
+  bool rope_neox = false;  // pairs (i, i + d/2) instead of (2i, 2i + 1)
+  float norm_eps = 1e-5f;
+
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  int64_t group_size() const { return n_heads / n_kv_heads; }
+  // K and V bytes per token across all layers for a cache element of `elem_bytes`.
+  int64_t kv_bytes_per_token(double elem_bytes = 4.0) const {
+    return static_cast<int64_t>(2.0 * static_cast<double>(n_layers * kv_dim()) * elem_bytes);
+  }
+
+  // Throws kvserve::Error for an unsupported architecture or inconsistent values.
+  static ModelConfig from_gguf(const GGUFFile& file);
+};
+
+}  // namespace kvserve

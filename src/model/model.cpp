@@ -1,0 +1,87 @@
+#include "model/model.h"
+
+#include "core/error.h"
+#include "kernels/quantize.h"
+
+namespace kvserve {
+namespace {
+
+class WeightLoader {
+ public:
+  WeightLoader(const GGUFFile& file) : file_(file) {}
+
+  // A matrix with `rows` output rows of `cols` inputs (GGUF ne = {cols, rows}).
+  TensorView matrix(const std::string& name, int64_t rows, int64_t cols) const {
+    const TensorView& t = file_.tensor(name);
+    if (t.n_dims != 2 || t.ne[0] != cols || t.ne[1] != rows)
+      throw Error(file_.path() + ": tensor " + name + " has shape " + t.shape_string() + ", expected [" +
+                  std::to_string(cols) + ", " + std::to_string(rows) + "]");
+    if (!dtype_info(t.type).supported)
+      throw Error(file_.path() + ": tensor " + name + " has type " + dtype_name(t.type) +
+                  ", which kvserve cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0, q4_1)");
+    return t;
+  }
+
+  std::vector<float> vector(const std::string& name, int64_t n) const {
+    const TensorView& t = file_.tensor(name);
+    if (t.numel() != n)
+      throw Error(file_.path() + ": tensor " + name + " has shape " + t.shape_string() + ", expected [" +
+                  std::to_string(n) + "]");
+    if (!dtype_info(t.type).supported)
+      throw Error(file_.path() + ": tensor " + name + " has unsupported type " + dtype_name(t.type));
+    std::vector<float> v(static_cast<size_t>(n));
+    dequantize_row(t.type, t.data, v.data(), n);
+    return v;
+  }
+
+  std::vector<float> optional_vector(const std::string& name, int64_t n) const {
+    return file_.find_tensor(name) ? vector(name, n) : std::vector<float>{};
+  }
+
+ private:
+  const GGUFFile& file_;
+};
+
+LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) {
+  const std::string p = "blk." + std::to_string(i) + ".";
+  LayerWeights l;
+  l.attn_norm = w.vector(p + "attn_norm.weight", c.dim);
+  l.wq = w.matrix(p + "attn_q.weight", c.q_dim(), c.dim);
+  l.wk = w.matrix(p + "attn_k.weight", c.kv_dim(), c.dim);
+  l.wv = w.matrix(p + "attn_v.weight", c.kv_dim(), c.dim);
+  l.wo = w.matrix(p + "attn_output.weight", c.dim, c.q_dim());
+  l.bq = w.optional_vector(p + "attn_q.bias", c.q_dim());
+  l.bk = w.optional_vector(p + "attn_k.bias", c.kv_dim());
+  l.bv = w.optional_vector(p + "attn_v.bias", c.kv_dim());
+  l.ffn_norm = w.vector(p + "ffn_norm.weight", c.dim);
+  l.w_gate = w.matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim);
+  l.w_up = w.matrix(p + "ffn_up.weight", c.ffn_dim, c.dim);
+  l.w_down = w.matrix(p + "ffn_down.weight", c.dim, c.ffn_dim);
+  return l;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  auto m = std::unique_ptr<Model>(new Model());
+  m->file_ = std::make_unique<GGUFFile>(path);
+  m->config_ = ModelConfig::from_gguf(*m->file_);
+  const ModelConfig& c = m->config_;
+  WeightLoader w(*m->file_);
+  ModelWeights& mw = m->weights_;
+  mw.token_embd = w.matrix("token_embd.weight", c.vocab_size, c.dim);
+  mw.output_norm = w.vector("output_norm.weight", c.dim);
+  mw.tied_output = m->file_->find_tensor("output.weight") == nullptr;
+  mw.output = mw.tied_output ? mw.token_embd : w.matrix("output.weight", c.vocab_size, c.dim);
+  for (int64_t i = 0; i < c.n_layers; ++i) mw.layers.push_back(load_layer(w, c, i));
+  return m;
+}
+
+size_t Model::weight_bytes_per_token() const {
+  size_t bytes = weights_.output.nbytes + weights_.token_embd.row_bytes();
+  for (const LayerWeights& l : weights_.layers)
+    bytes += l.wq.nbytes + l.wk.nbytes + l.wv.nbytes + l.wo.nbytes + l.w_gate.nbytes + l.w_up.nbytes + l.w_down.nbytes;
+  return bytes;
+}
+
+}  // namespace kvserve

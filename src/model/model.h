@@ -1,0 +1,53 @@
+#pragma once
+// A loaded model: its config and weights. Weight matrices are views into the
+// memory-mapped GGUF file (no copies); the small 1-D tensors (norms, biases)
+// are converted to f32 once. Const after load and thread-compatible.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/gguf.h"
+
+namespace kvserve {
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [dim]
+  TensorView wq;                 // [q_dim rows, dim cols]
+  TensorView wk;                 // [kv_dim, dim]
+  TensorView wv;                 // [kv_dim, dim]
+  TensorView wo;                 // [dim, q_dim]
+  std::vector<float> bq, bk, bv; // [q_dim], [kv_dim], [kv_dim]; empty when absent
+  std::vector<float> ffn_norm;   // [dim]
+  TensorView w_gate;             // [ffn_dim, dim]
+  TensorView w_up;               // [ffn_dim, dim]
+  TensorView w_down;             // [dim, ffn_dim]
+};
+
+struct ModelWeights {
+  TensorView token_embd;         // [vocab rows, dim cols]
+  std::vector<float> output_norm;  // [dim]
+  TensorView output;             // [vocab, dim]; the token embedding when tied
+  bool tied_output = false;
+  std::vector<LayerWeights> layers;
+};
+
+class Model {
+ public:
+  // Throws kvserve::Error naming the file and the offending tensor or key.
+  static std::unique_ptr<Model> load(const std::string& path);
+
+  const GGUFFile& file() const { return *file_; }
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  // Bytes of weights read to decode one token (every matrix once).
+  size_t weight_bytes_per_token() const;
+
+ private:
+  std::unique_ptr<GGUFFile> file_;
+  ModelConfig config_;
+  ModelWeights weights_;
+};
+
+}  // namespace kvserve

@@ -1,0 +1,103 @@
+#include "model/transformer.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/quantize.h"
+
+namespace kvserve {
+namespace {
+
+void add_bias(float* rows, int64_t n, const std::vector<float>& bias) {
+  if (bias.empty()) return;
+  const auto width = static_cast<int64_t>(bias.size());
+  for (int64_t t = 0; t < n; ++t) add_inplace(rows + t * width, bias.data(), width);
+}
+
+}  // namespace
+
+Transformer::Transformer(const Model& model) : model_(model), cfg_(model.config()) {}
+
+void Transformer::resize_scratch(int64_t n) {
+  if (n <= capacity_) return;
+  capacity_ = n;
+  const auto N = static_cast<size_t>(n);
+  x_.resize(N * cfg_.dim);
+  xn_.resize(N * cfg_.dim);
+  q_.resize(N * cfg_.q_dim());
+  k_.resize(N * cfg_.kv_dim());
+  v_.resize(N * cfg_.kv_dim());
+  attn_.resize(N * cfg_.q_dim());
+  gate_.resize(N * cfg_.ffn_dim);
+  up_.resize(N * cfg_.ffn_dim);
+  proj_.resize(N * cfg_.dim);
+}
+
+void Transformer::embed(std::span<const int32_t> tokens) {
+  const TensorView& emb = model_.weights().token_embd;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const int32_t id = tokens[t];
+    if (id < 0 || id >= cfg_.vocab_size)
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                  std::to_string(cfg_.vocab_size) + ")");
+    dequantize_row(emb.type, emb.row(id), x_.data() + t * cfg_.dim, cfg_.dim);
+  }
+}
+
+void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache) {
+  const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
+  const int64_t dim = cfg_.dim, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
+  const int64_t pos0 = cache.size();
+  for (int64_t t = 0; t < n; ++t) rmsnorm(x_.data() + t * dim, w.attn_norm.data(), dim, cfg_.norm_eps, xn_.data() + t * dim);
+  matmul(w.wq, xn_.data(), n, q_.data());
+  matmul(w.wk, xn_.data(), n, k_.data());
+  matmul(w.wv, xn_.data(), n, v_.data());
+  add_bias(q_.data(), n, w.bq);
+  add_bias(k_.data(), n, w.bk);
+  add_bias(v_.data(), n, w.bv);
+  for (int64_t t = 0; t < n; ++t) {
+    rope(q_.data() + t * qd, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dims, pos0 + t, cfg_.rope_theta, cfg_.rope_neox);
+    rope(k_.data() + t * kvd, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_dims, pos0 + t, cfg_.rope_theta, cfg_.rope_neox);
+    std::memcpy(cache.k(layer, pos0 + t), k_.data() + t * kvd, static_cast<size_t>(kvd) * sizeof(float));
+    std::memcpy(cache.v(layer, pos0 + t), v_.data() + t * kvd, static_cast<size_t>(kvd) * sizeof(float));
+  }
+  const AttentionShape shape{cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim};
+  attention_reference(q_.data(), n, pos0, cache.k(layer, 0), cache.v(layer, 0), pos0 + n, kvd, shape, attn_.data());
+  matmul(w.wo, attn_.data(), n, proj_.data());
+  add_inplace(x_.data(), proj_.data(), n * dim);
+}
+
+void Transformer::ffn_block(int64_t layer, int64_t n) {
+  const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
+  const int64_t dim = cfg_.dim;
+  for (int64_t t = 0; t < n; ++t) rmsnorm(x_.data() + t * dim, w.ffn_norm.data(), dim, cfg_.norm_eps, xn_.data() + t * dim);
+  matmul(w.w_gate, xn_.data(), n, gate_.data());
+  matmul(w.w_up, xn_.data(), n, up_.data());
+  silu_mul(gate_.data(), up_.data(), n * cfg_.ffn_dim);
+  matmul(w.w_down, gate_.data(), n, proj_.data());
+  add_inplace(x_.data(), proj_.data(), n * dim);
+}
+
+void Transformer::forward(std::span<const int32_t> tokens, ContiguousKVCache& cache, float* logits) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw Error("forward: empty batch");
+  if (cache.size() + n > cache.capacity())
+    throw Error("sequence of " + std::to_string(cache.size() + n) + " tokens exceeds the KV cache capacity of " +
+                std::to_string(cache.capacity()) + " tokens");
+  resize_scratch(n);
+  embed(tokens);
+  for (int64_t l = 0; l < cfg_.n_layers; ++l) {
+    attention_block(l, n, cache);
+    ffn_block(l, n);
+  }
+  cache.set_size(cache.size() + n);
+  attention_rows_ += n;
+  const float* last = x_.data() + (n - 1) * cfg_.dim;
+  rmsnorm(last, model_.weights().output_norm.data(), cfg_.dim, cfg_.norm_eps, xn_.data());
+  matmul(model_.weights().output, xn_.data(), 1, logits);
+}
+
+}  // namespace kvserve

@@ -1,0 +1,52 @@
+#pragma once
+// The transformer forward pass over a batch of consecutive tokens of one
+// sequence: embeddings -> n_layers x (attention, SwiGLU FFN) -> norm -> logits.
+// Holds the per-step activations (scratch), not the weights (Model) nor the
+// KV memory (the cache passed in). Not thread-safe: one Transformer per
+// concurrent caller; the kernels inside use all OpenMP threads.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "kv/contiguous_kv_cache.h"
+#include "model/model.h"
+
+namespace kvserve {
+
+class Transformer {
+ public:
+  explicit Transformer(const Model& model);
+
+  // Runs `tokens` at positions [cache.size(), cache.size() + n): appends their
+  // K/V rows to `cache` and writes the last token's logits to `logits` [vocab].
+  // Throws kvserve::Error for a token id outside the vocabulary or a batch
+  // that does not fit in the cache.
+  void forward(std::span<const int32_t> tokens, ContiguousKVCache& cache, float* logits);
+
+  // Query rows that went through attention since construction (all layers
+  // count once per token): the naive decoder's N(N+1)/2 vs the cached N.
+  int64_t attention_rows() const { return attention_rows_; }
+
+ private:
+  void resize_scratch(int64_t n);
+  void embed(std::span<const int32_t> tokens);
+  void attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache);
+  void ffn_block(int64_t layer, int64_t n);
+
+  const Model& model_;
+  const ModelConfig& cfg_;
+  int64_t capacity_ = 0;
+  int64_t attention_rows_ = 0;
+  AlignedBuffer<float> x_;     // [n][dim] residual stream
+  AlignedBuffer<float> xn_;    // [n][dim] normalized input of a block
+  AlignedBuffer<float> q_;     // [n][q_dim]
+  AlignedBuffer<float> k_;     // [n][kv_dim]
+  AlignedBuffer<float> v_;     // [n][kv_dim]
+  AlignedBuffer<float> attn_;  // [n][q_dim] attention output before wo
+  AlignedBuffer<float> gate_;  // [n][ffn_dim]
+  AlignedBuffer<float> up_;    // [n][ffn_dim]
+  AlignedBuffer<float> proj_;  // [n][dim] output of wo / w_down
+};
+
+}  // namespace kvserve
