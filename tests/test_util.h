@@ -1,0 +1,51 @@
+#pragma once
+// Helpers shared by the tests: temporary files and model locations.
+#include <cstdint>
+#include <cstdio>
+#include <unistd.h>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace kvserve::testing {
+
+// A file path under the system temp dir, removed when the object dies.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& suffix) {
+    static int counter = 0;
+    path_ = (std::filesystem::temp_directory_path() /
+             ("kvserve_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + suffix))
+                .string();
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+
+  void write(const std::vector<uint8_t>& bytes) const {
+    std::ofstream f(path_, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+
+ private:
+  std::string path_;
+};
+
+inline std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+// The project's models/ folder (filled by scripts/setup.sh); KVSERVE_MODEL_DIR overrides.
+inline std::string model_dir() { return env_or("KVSERVE_MODEL_DIR", std::string(KVSERVE_SOURCE_DIR) + "/models"); }
+
+// The real default model, or "" when it has not been fetched.
+inline std::string default_model_path() {
+  const std::string p = model_dir() + "/smollm2-135m-instruct-q4_1.gguf";
+  return std::filesystem::exists(p) ? p : "";
+}
+
+}  // namespace kvserve::testing
