@@ -4,10 +4,36 @@
 #include <string>
 
 #include "apps/commands.h"
+#include "core/error.h"
+#include "model/config.h"
 #include "model/gguf.h"
 
 namespace kvserve::cli {
 namespace {
+
+void print_config(const GGUFFile& file) {
+  ModelConfig c;
+  try {
+    c = ModelConfig::from_gguf(file);
+  } catch (const Error& e) {
+    std::printf("model:         not loadable by kvserve: %s\n", e.what());
+    return;
+  }
+  std::printf("model:         %s (%s)\n", c.name.c_str(), c.arch.c_str());
+  std::printf("  layers %lld, dim %lld, heads %lld, kv heads %lld (GQA %lld:1), head dim %lld, ffn %lld, vocab %lld\n",
+              static_cast<long long>(c.n_layers), static_cast<long long>(c.dim), static_cast<long long>(c.n_heads),
+              static_cast<long long>(c.n_kv_heads), static_cast<long long>(c.group_size()),
+              static_cast<long long>(c.head_dim), static_cast<long long>(c.ffn_dim),
+              static_cast<long long>(c.vocab_size));
+  std::printf("  context %lld, rope theta %g (%s), rms eps %g\n", static_cast<long long>(c.context_length),
+              static_cast<double>(c.rope_theta), c.rope_neox ? "neox" : "interleaved", static_cast<double>(c.norm_eps));
+  std::printf("kv cache:      %lld bytes/token in f32, %lld in f16 (%.1f MiB f16 for the full %lld-token context)\n",
+              static_cast<long long>(c.kv_bytes_per_token(4)), static_cast<long long>(c.kv_bytes_per_token(2)),
+              static_cast<double>(c.kv_bytes_per_token(2) * c.context_length) / 1048576.0,
+              static_cast<long long>(c.context_length));
+  if (file.get_bool("kvserve.placeholder_vocab", false))
+    std::printf("warning:       this file has a placeholder byte-fallback vocabulary, not the model's real one\n");
+}
 
 void print_info(const std::string& path) {
   GGUFFile file(path);
@@ -35,8 +61,12 @@ void print_info(const std::string& path) {
     e.second += t.nbytes;
   }
   std::printf("tensors:       %zu\n", file.tensors().size());
+  int64_t params = 0;
+  for (const auto& t : file.tensors()) params += t.numel();
+  std::printf("parameters:    %.1f M\n", static_cast<double>(params) / 1e6);
   for (const auto& [name, e] : by_type)
     std::printf("  %-6s %4d tensors, %.2f MiB\n", name.c_str(), e.first, e.second / 1048576.0);
+  print_config(file);
 }
 
 }  // namespace
@@ -46,10 +76,6 @@ void register_info(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   cmd->add_option("model", *path, "GGUF model file")->required();
   cmd->callback([path] { print_info(*path); });
-}
-
-void register_run(CLI::App& app) {
-  (void)app;
 }
 
 }  // namespace kvserve::cli

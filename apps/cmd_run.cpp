@@ -1,0 +1,116 @@
+// `kvserve run`: generate text from a prompt with one sequence, streaming to
+// stdout; load time and prompt / generation speed go to stderr.
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "apps/commands.h"
+#include "core/error.h"
+#include "engine/decoder.h"
+#include "engine/generate.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvserve::cli {
+namespace {
+
+struct RunOptions {
+  std::string model = "models/smollm2-135m-instruct-q4_1.gguf";
+  std::string prompt = "Once upon a time";
+  int64_t n_predict = 128;
+  int64_t context = 4096;
+  int threads = 0;
+  std::string decoder = "cached";
+  bool ignore_eos = false;
+  bool no_echo = false;
+  int64_t seed = -1;
+  SamplingParams sampling;
+};
+
+void set_threads(int threads) {
+  if (threads < 0) throw Error("--threads must be positive, got " + std::to_string(threads));
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+void run(RunOptions opt) {
+  set_threads(opt.threads);
+  if (opt.n_predict < 0) throw Error("--n-predict must be >= 0, got " + std::to_string(opt.n_predict));
+  opt.sampling.seed = opt.seed >= 0 ? static_cast<uint64_t>(opt.seed) : std::random_device{}();
+  const Sampler probe(opt.sampling);  // validates the sampling flags before the model loads
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto model = Model::load(opt.model);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  const std::vector<int32_t> prompt = tokenizer.encode(opt.prompt, tokenizer.add_bos());
+  const int64_t context = std::min(opt.context, model->config().context_length);
+  if (static_cast<int64_t>(prompt.size()) >= context)
+    throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context size of " +
+                std::to_string(context) + " allows (raise --ctx-size)");
+  auto decoder = make_decoder(opt.decoder, *model, context);
+  Sampler sampler(opt.sampling);
+
+  if (!opt.no_echo) {
+    std::fputs(opt.prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  TokenTextStream stream(tokenizer);
+  GenerateOptions gen;
+  gen.max_new_tokens = opt.n_predict;
+  gen.stop_at_end_of_generation = !opt.ignore_eos;
+  const GenerateResult r = generate(*decoder, sampler, tokenizer, prompt, gen, [&](int32_t id) {
+    const std::string text = stream.push(id);
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  std::fputs(stream.flush().c_str(), stdout);
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+
+  const auto n_gen = static_cast<double>(r.tokens.size());
+  std::fprintf(stderr, "\nmodel: %s (%s, %lld layers) | decoder: %s | threads: %d | seed: %llu\n",
+               model->config().name.c_str(), model->config().arch.c_str(),
+               static_cast<long long>(model->config().n_layers), decoder->name(), omp_get_max_threads(),
+               static_cast<unsigned long long>(opt.sampling.seed));
+  std::fprintf(stderr, "load: %.0f ms | prompt: %lld tokens, %.1f tokens/s | generation: %lld tokens, %.2f tokens/s\n",
+               load_s * 1e3, static_cast<long long>(r.prompt_tokens),
+               static_cast<double>(r.prompt_tokens) / std::max(r.prompt_seconds, 1e-9),
+               static_cast<long long>(r.tokens.size()),
+               n_gen > 1 ? (n_gen - 1) / std::max(r.generate_seconds, 1e-9) : 0.0);
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  auto opt = std::make_shared<RunOptions>();
+  auto* cmd = app.add_subcommand("run", "Generate text from a prompt");
+  cmd->add_option("-m,--model", opt->model, "GGUF model file")->capture_default_str();
+  cmd->add_option("-p,--prompt", opt->prompt, "Prompt text")->capture_default_str();
+  cmd->add_option("-n,--n-predict", opt->n_predict, "Tokens to generate")->capture_default_str();
+  cmd->add_option("-c,--ctx-size", opt->context, "Context size in tokens (capped at the model's)")->capture_default_str();
+  cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--decoder", opt->decoder, "naive (recompute everything each step) or cached (KV cache)")
+      ->check(CLI::IsMember({"naive", "cached"}))
+      ->capture_default_str();
+  cmd->add_option("--temp", opt->sampling.temperature, "Temperature (0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", opt->sampling.top_k, "Top-k (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", opt->sampling.top_p, "Top-p (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", opt->sampling.min_p, "Min-p (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", opt->sampling.repetition_penalty, "Repetition penalty (1: off)")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", opt->sampling.repeat_last_n, "Tokens the repetition penalty looks back")
+      ->capture_default_str();
+  cmd->add_option("--seed", opt->seed, "Random seed (-1: random)")->capture_default_str();
+  cmd->add_flag("--ignore-eos", opt->ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_flag("--no-echo", opt->no_echo, "Do not print the prompt before the continuation");
+  cmd->callback([opt] { run(*opt); });
+}
+
+}  // namespace kvserve::cli
