@@ -96,8 +96,10 @@ void register_run(CLI::App& app) {
   cmd->add_option("-n,--n-predict", opt->n_predict, "Tokens to generate")->capture_default_str();
   cmd->add_option("-c,--ctx-size", opt->context, "Context size in tokens (capped at the model's)")->capture_default_str();
   cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
-  cmd->add_option("--decoder", opt->decoder, "naive (recompute everything each step) or cached (KV cache)")
-      ->check(CLI::IsMember({"naive", "cached"}))
+  cmd->add_option("--decoder", opt->decoder,
+                  "naive (recompute everything each step), cached (KV cache + flash attention) or "
+                  "cached-reference (KV cache, materializing attention)")
+      ->check(CLI::IsMember({"naive", "cached", "cached-reference"}))
       ->capture_default_str();
   cmd->add_option("--temp", opt->sampling.temperature, "Temperature (0: greedy)")->capture_default_str();
   cmd->add_option("--top-k", opt->sampling.top_k, "Top-k (0: off)")->capture_default_str();

@@ -16,7 +16,7 @@ void check_fits(int64_t current, size_t added, int64_t max_context) {
 }  // namespace
 
 NaiveDecoder::NaiveDecoder(const Model& model, int64_t max_context)
-    : model_(model), max_context_(max_context), transformer_(model),
+    : model_(model), max_context_(max_context), transformer_(model, AttentionKernel::kReference),
       logits_(static_cast<size_t>(model.config().vocab_size)) {}
 
 std::span<const float> NaiveDecoder::append(std::span<const int32_t> tokens) {
@@ -29,8 +29,9 @@ std::span<const float> NaiveDecoder::append(std::span<const int32_t> tokens) {
   return logits_;
 }
 
-CachedDecoder::CachedDecoder(const Model& model, int64_t max_context, int64_t prefill_chunk)
-    : transformer_(model),
+CachedDecoder::CachedDecoder(const Model& model, int64_t max_context, int64_t prefill_chunk,
+                             AttentionKernel attention)
+    : transformer_(model, attention),
       cache_(model.config().n_layers, max_context, model.config().kv_dim()),
       prefill_chunk_(prefill_chunk),
       logits_(static_cast<size_t>(model.config().vocab_size)) {}
@@ -57,7 +58,9 @@ std::unique_ptr<Decoder> make_decoder(const std::string& kind, const Model& mode
                 std::to_string(model.config().context_length) + "] for this model");
   if (kind == "naive") return std::make_unique<NaiveDecoder>(model, max_context);
   if (kind == "cached") return std::make_unique<CachedDecoder>(model, max_context);
-  throw Error("unknown decoder '" + kind + "' (expected naive or cached)");
+  if (kind == "cached-reference")
+    return std::make_unique<CachedDecoder>(model, max_context, 512, AttentionKernel::kReference);
+  throw Error("unknown decoder '" + kind + "' (expected naive, cached or cached-reference)");
 }
 
 }  // namespace kvserve

@@ -3,7 +3,7 @@
 //  - NaiveDecoder recomputes the whole sequence at every step (all positions'
 //    Q, K, V and full attention) and keeps only the last row: the reference.
 //  - CachedDecoder prefills the prompt once into a KV cache, then runs one
-//    token per step against it.
+//    token per step against it, with flash attention by default.
 // Both give the same logits up to float rounding. Not thread-safe.
 #include <cstdint>
 #include <memory>
@@ -55,7 +55,8 @@ class CachedDecoder : public Decoder {
  public:
   // Prompts longer than prefill_chunk are prefilled in chunks of that size
   // to bound the activation memory.
-  CachedDecoder(const Model& model, int64_t max_context, int64_t prefill_chunk = 512);
+  CachedDecoder(const Model& model, int64_t max_context, int64_t prefill_chunk = 512,
+                AttentionKernel attention = AttentionKernel::kFlash);
   std::span<const float> append(std::span<const int32_t> tokens) override;
   void reset() override;
   const char* name() const override { return "cached"; }
@@ -69,7 +70,9 @@ class CachedDecoder : public Decoder {
   std::vector<float> logits_;
 };
 
-// kind: "naive" or "cached". max_context <= the model's context length.
+// kind: "naive" (reference attention, full recompute), "cached" (KV cache,
+// flash attention) or "cached-reference" (KV cache, reference attention: the
+// ladder's rung before flash attention). max_context <= the model's context length.
 std::unique_ptr<Decoder> make_decoder(const std::string& kind, const Model& model, int64_t max_context);
 
 }  // namespace kvserve

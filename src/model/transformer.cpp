@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "kernels/attention.h"
+#include "kernels/flash_attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/quantize.h"
@@ -19,7 +20,8 @@ void add_bias(float* rows, int64_t n, const std::vector<float>& bias) {
 
 }  // namespace
 
-Transformer::Transformer(const Model& model) : model_(model), cfg_(model.config()) {}
+Transformer::Transformer(const Model& model, AttentionKernel attention)
+    : model_(model), cfg_(model.config()), attention_(attention) {}
 
 void Transformer::resize_scratch(int64_t n) {
   if (n <= capacity_) return;
@@ -65,7 +67,8 @@ void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& c
     std::memcpy(cache.v(layer, pos0 + t), v_.data() + t * kvd, static_cast<size_t>(kvd) * sizeof(float));
   }
   const AttentionShape shape{cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim};
-  attention_reference(q_.data(), n, pos0, cache.k(layer, 0), cache.v(layer, 0), pos0 + n, kvd, shape, attn_.data());
+  const auto attend = attention_ == AttentionKernel::kFlash ? flash_attention : attention_reference;
+  attend(q_.data(), n, pos0, cache.k(layer, 0), cache.v(layer, 0), pos0 + n, kvd, shape, attn_.data());
   matmul(w.wo, attn_.data(), n, proj_.data());
   add_inplace(x_.data(), proj_.data(), n * dim);
 }

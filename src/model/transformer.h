@@ -14,9 +14,15 @@
 
 namespace kvserve {
 
+// Which attention kernel the forward pass runs.
+enum class AttentionKernel {
+  kReference,  // materializes every head's score matrix (kernels/attention.h)
+  kFlash,      // tiled, online softmax (kernels/flash_attention.h)
+};
+
 class Transformer {
  public:
-  explicit Transformer(const Model& model);
+  Transformer(const Model& model, AttentionKernel attention);
 
   // Runs `tokens` at positions [cache.size(), cache.size() + n): appends their
   // K/V rows to `cache` and writes the last token's logits to `logits` [vocab].
@@ -36,6 +42,7 @@ class Transformer {
 
   const Model& model_;
   const ModelConfig& cfg_;
+  AttentionKernel attention_;
   int64_t capacity_ = 0;
   int64_t attention_rows_ = 0;
   AlignedBuffer<float> x_;     // [n][dim] residual stream
