@@ -124,8 +124,7 @@ void Sampler::run_chain(std::span<float> logits, std::span<const int32_t> histor
     candidates_.assign(1, Candidate{argmax(logits), 1.0f});
     return;
   }
-  gather_unmasked(logits);
-  keep_top_k();
+  gather_candidates(logits);  // with top-k
   softmax_with_temperature();
   keep_min_p();
   keep_top_p();
@@ -160,26 +159,41 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
   }
 }
 
-void Sampler::gather_unmasked(std::span<const float> logits) {
-  candidates_.clear();
-  candidates_.reserve(logits.size());  // allocates on the first call only
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (logits[i] != kMinusInf) candidates_.push_back(Candidate{static_cast<int32_t>(i), logits[i]});
-  check(!candidates_.empty(), "check_logits guarantees an unmasked token and penalties keep it finite");
-}
-
 bool Sampler::more_likely(const Candidate& a, const Candidate& b) {
   return a.value > b.value || (a.value == b.value && a.id < b.id);
 }
 
-void Sampler::keep_top_k() {
-  if (params_.top_k <= 0) return;
-  const size_t k = static_cast<size_t>(params_.top_k);
-  if (k >= candidates_.size()) return;
-  // Runs on logits, before temperature: dividing by T > 0 keeps their order.
-  std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(k), candidates_.end(),
-                   more_likely);
-  candidates_.resize(k);
+void Sampler::gather_candidates(std::span<const float> logits) {
+  candidates_.clear();
+  const size_t k = params_.top_k > 0 ? static_cast<size_t>(params_.top_k) : 0;
+  if (k > 0 && k < logits.size()) {
+    gather_top_k(logits, k);
+  } else {
+    candidates_.reserve(logits.size());  // allocates on the first call only
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (logits[i] != kMinusInf) candidates_.push_back(Candidate{static_cast<int32_t>(i), logits[i]});
+  }
+  check(!candidates_.empty(), "check_logits guarantees an unmasked token and penalties keep it finite");
+}
+
+// Top-k runs on logits, before temperature: dividing by T > 0 keeps their
+// order. The k best so far sit in a heap with the least likely on top; most
+// tokens lose one comparison against it, so this is about one pass over the
+// vocabulary rather than gathering all of it and partitioning.
+void Sampler::gather_top_k(std::span<const float> logits, size_t k) {
+  candidates_.reserve(k);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] == kMinusInf) continue;
+    const Candidate token{static_cast<int32_t>(i), logits[i]};
+    if (candidates_.size() < k) {
+      candidates_.push_back(token);
+      std::push_heap(candidates_.begin(), candidates_.end(), more_likely);
+    } else if (more_likely(token, candidates_.front())) {
+      std::pop_heap(candidates_.begin(), candidates_.end(), more_likely);
+      candidates_.back() = token;
+      std::push_heap(candidates_.begin(), candidates_.end(), more_likely);
+    }
+  }
 }
 
 void Sampler::softmax_with_temperature() {
@@ -211,32 +225,43 @@ void Sampler::keep_min_p() {
 }
 
 // The probabilities are still those of the post-top-k softmax (min-p does not
-// renormalize), so the cumulative mass here is top-p's own. Sorting proceeds in
-// growing chunks: the cut usually falls within the first few dozen tokens, and
-// then only those are ever sorted.
+// renormalize), so the cumulative mass here is top-p's own. The cut is found
+// by bisection with nth_element rather than by sorting: a flat distribution
+// over a 150k vocabulary can keep tens of thousands of tokens, and only the
+// small range around the cut ever gets sorted. Expected cost: about two passes.
 void Sampler::keep_top_p() {
   if (params_.top_p >= 1.0f) return;
-  const auto begin = candidates_.begin();
-  double mass = 0.0;
-  size_t sorted = 0;
-  size_t chunk = 64;
-  while (sorted < candidates_.size()) {
-    const size_t end = std::min(candidates_.size(), sorted + chunk);
-    const auto chunk_end = begin + static_cast<ptrdiff_t>(end);
-    if (end < candidates_.size())
-      std::nth_element(begin + static_cast<ptrdiff_t>(sorted), chunk_end, candidates_.end(),
-                       more_likely);
-    std::sort(begin + static_cast<ptrdiff_t>(sorted), chunk_end, more_likely);
-    for (size_t i = sorted; i < end; ++i) {
-      mass += candidates_[i].value;
-      if (mass >= params_.top_p) {
-        candidates_.resize(i + 1);
-        return;
-      }
+  constexpr size_t kSortBelow = 64;
+  const auto at = [this](size_t i) { return candidates_.begin() + static_cast<ptrdiff_t>(i); };
+  // Invariant: [0, lo) are the lo most likely candidates, holding mass_before
+  // < top_p; the last kept candidate lies in [lo, hi).
+  size_t lo = 0;
+  size_t hi = candidates_.size();
+  double mass_before = 0.0;
+  while (hi - lo > kSortBelow) {
+    const size_t mid = lo + (hi - lo) / 2;
+    std::nth_element(at(lo), at(mid), at(hi), more_likely);
+    double upper_mass = 0.0;
+    for (size_t i = lo; i < mid; ++i) upper_mass += candidates_[i].value;
+    if (mass_before + upper_mass >= params_.top_p) {
+      hi = mid;
+    } else {
+      mass_before += upper_mass;
+      lo = mid;
     }
-    sorted = end;
-    chunk *= 8;
   }
+  std::sort(at(lo), at(hi), more_likely);
+  double mass = mass_before;
+  for (size_t i = lo; i < hi; ++i) {
+    mass += candidates_[i].value;
+    if (mass >= params_.top_p) {
+      hi = i + 1;
+      break;
+    }
+  }
+  // Falling through keeps [0, hi): all of it, or a range whose mass reached
+  // top_p in a different summation order.
+  candidates_.resize(hi);
 }
 
 void Sampler::renormalize() {

@@ -33,6 +33,8 @@ struct SamplingParams {
   int32_t repeat_last_n = 64;
   // OpenAI semantics over the window:
   //   logit -= count * frequency_penalty + (count > 0) * presence_penalty.
+  // As in llama.cpp the window may include prompt tokens (OpenAI and vLLM
+  // count generated tokens only): history does not mark where the prompt ends.
   // Any finite value is accepted (OpenAI documents [-2, 2] but does not need it).
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
@@ -88,8 +90,9 @@ class Sampler {
   // normalized probabilities.
   void run_chain(std::span<float> logits, std::span<const int32_t> history);
   void apply_penalties(std::span<float> logits, std::span<const int32_t> history);
-  void gather_unmasked(std::span<const float> logits);
-  void keep_top_k();
+  // Fills candidates_ with the unmasked tokens, or only the top_k best of them.
+  void gather_candidates(std::span<const float> logits);
+  void gather_top_k(std::span<const float> logits, size_t k);
   void softmax_with_temperature();
   void keep_min_p();
   void keep_top_p();
