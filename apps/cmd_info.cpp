@@ -34,7 +34,7 @@ void print_info(const std::string& path) {
     e.first++;
     e.second += t.nbytes;
   }
-  if (file.get_bool("kvserve.placeholder_vocab", false)) std::printf("warning:       placeholder vocabulary (converted without --vocab): text will not decode\n");
+  if (file.get_bool("kvserve.placeholder_vocab", false)) std::printf("warning:       placeholder vocabulary: text will not decode\n");
   std::printf("tensors:       %zu\n", file.tensors().size());
   for (const auto& [name, e] : by_type)
     std::printf("  %-6s %4d tensors, %.2f MiB\n", name.c_str(), e.first, e.second / 1048576.0);
