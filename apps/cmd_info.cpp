@@ -60,6 +60,7 @@ void print_info(const std::string& path) {
     e.first++;
     e.second += t.nbytes;
   }
+  if (file.get_bool("kvserve.placeholder_vocab", false)) std::printf("warning:       placeholder vocabulary: text will not decode\n");
   std::printf("tensors:       %zu\n", file.tensors().size());
   int64_t params = 0;
   for (const auto& t : file.tensors()) params += t.numel();

@@ -6,5 +6,7 @@ namespace kvserve::cli {
 
 void register_info(CLI::App& app);
 void register_run(CLI::App& app);
+void register_convert(CLI::App& app);
+void register_synth(CLI::App& app);
 
 }  // namespace kvserve::cli

@@ -9,6 +9,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   kvserve::cli::register_info(app);
   kvserve::cli::register_run(app);
+  kvserve::cli::register_convert(app);
+  kvserve::cli::register_synth(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

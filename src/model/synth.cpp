@@ -1,0 +1,401 @@
+#include "model/synth.h"
+
+#include <cctype>
+#include <cmath>
+#include <iterator>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "kernels/quantize.h"
+#include "model/gguf_writer.h"
+
+namespace kvserve {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Byte-level BPE vocabulary
+
+// Most frequent first: the rank sets each word's weight in the corpus.
+constexpr const char* kCorpusWords[] = {
+    "the", "of", "and", "to", "a", "in", "is", "it", "you", "that", "he", "was", "for", "on", "are", "with",
+    "as", "I", "his", "they", "be", "at", "one", "have", "this", "from", "or", "had", "by", "not", "word",
+    "but", "what", "some", "we", "can", "out", "other", "were", "all", "there", "when", "up", "use", "your",
+    "how", "said", "an", "each", "she", "which", "do", "their", "time", "if", "will", "way", "about", "many",
+    "then", "them", "write", "would", "like", "so", "these", "her", "long", "make", "thing", "see", "him",
+    "two", "has", "look", "more", "day", "could", "go", "come", "did", "number", "sound", "no", "most",
+    "people", "my", "over", "know", "water", "than", "call", "first", "who", "may", "down", "side", "been",
+    "now", "find", "any", "new", "work", "part", "take", "get", "place", "made", "live", "where", "after",
+    "back", "little", "only", "round", "man", "year", "came", "show", "every", "good", "me", "give", "our",
+    "under", "name", "very", "through", "just", "form", "sentence", "great", "think", "say", "help", "low",
+    "line", "differ", "turn", "cause", "much", "mean", "before", "move", "right", "boy", "old", "too",
+    "same", "tell", "does", "set", "three", "want", "air", "well", "also", "play", "small", "end", "put",
+    "home", "read", "hand", "port", "large", "spell", "add", "even", "land", "here", "must", "big", "high",
+    "such", "follow", "act", "why", "ask", "men", "change", "went", "light", "kind", "off", "need", "house",
+    "picture", "try", "us", "again", "animal", "point", "mother", "world", "near", "build", "self", "earth",
+    "father", "head", "stand", "own", "page", "should", "country", "found", "answer", "school", "grow",
+    "study", "still", "learn", "plant", "cover", "food", "sun", "four", "between", "state", "keep", "eye",
+    "never", "last", "let", "thought", "city", "tree", "cross", "farm", "hard", "start", "might", "story",
+    "saw", "far", "sea", "draw", "left", "late", "run", "while", "press", "close", "night", "real", "life",
+    "few", "north", "open", "seem", "together", "next", "white", "children", "begin", "got", "walk",
+    "example", "ease", "paper", "group", "always", "music", "those", "both", "mark", "often", "letter",
+    "until", "mile", "river", "car", "feet", "care", "second", "book", "carry", "took", "science", "eat",
+    "room", "friend", "began", "idea", "fish", "mountain", "stop", "once", "base", "hear", "horse", "cut",
+    "sure", "watch", "color", "face", "wood", "main", "enough", "plain", "girl", "usual", "young", "ready",
+    "above", "ever", "red", "list", "though", "feel", "talk", "bird", "soon", "body", "dog", "family",
+    "direct", "pose", "leave", "song", "measure", "door", "product", "black", "short", "numeral", "class",
+    "wind", "question", "happen", "complete", "ship", "area", "half", "rock", "order", "fire", "south",
+    "problem", "piece", "told", "knew", "pass", "since", "top", "whole", "king", "space", "heard", "best",
+    "hour", "better", "during", "hundred", "five", "remember", "step", "early", "hold", "west", "ground",
+    "interest", "reach", "fast", "verb", "sing", "listen", "six", "table", "travel", "less", "morning",
+    "ten", "simple", "several", "vowel", "toward", "war", "lay", "against", "pattern", "slow", "center",
+    "love", "person", "money", "serve", "appear", "road", "map", "rain", "rule", "govern", "pull", "cold",
+    "notice", "voice", "unit", "power", "town", "fine", "certain", "fly", "fall", "lead", "cry", "dark",
+    "machine", "note", "wait", "plan", "figure", "star", "box", "noun", "field", "rest", "correct", "able",
+    "pound", "done", "beauty", "drive", "stood", "contain", "front", "teach", "week", "final", "gave",
+    "green", "oh", "quick", "develop", "ocean", "warm", "free", "minute", "strong", "special", "mind",
+    "behind", "clear", "tail", "produce", "fact", "street", "inch", "multiply", "nothing", "course", "stay",
+    "wheel", "full", "force", "blue", "object", "decide", "surface", "deep", "moon", "island", "foot",
+    "system", "busy", "test", "record", "boat", "common", "gold", "possible", "plane", "instead", "dry",
+    "wonder", "laugh", "thousand", "ago", "ran", "check", "game", "shape", "equate", "hot", "miss",
+    "brought", "heat", "snow", "tire", "bring", "yes", "distant", "fill", "east", "paint", "language",
+    "among", "function", "value", "return", "string", "model", "token", "server", "request", "memory",
+};
+// Pieces that GPT-2's pre-tokenizer keeps apart from words.
+constexpr const char* kCorpusPunctuation[] = {",", ".", "'s", "!", "?", ":", ";", "\n", "\n\n", " (", ")", " \"",
+                                              "\"", "'t", " -", "0", "1", "2", "19", "20", " {", "}", "();"};
+constexpr const char* kSpecialTokens[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+constexpr int32_t kTokenNormal = 1;
+constexpr int32_t kTokenControl = 3;
+
+struct CorpusWord {
+  std::vector<int32_t> symbols;
+  int64_t weight = 0;
+};
+
+std::vector<CorpusWord> make_corpus() {
+  std::vector<CorpusWord> corpus;
+  auto add = [&corpus](const std::string& text, int64_t weight) {
+    CorpusWord w;
+    for (unsigned char ch : text) w.symbols.push_back(ch);  // byte b is token b
+    w.weight = weight;
+    corpus.push_back(std::move(w));
+  };
+  int64_t rank = 0;
+  for (const char* word : kCorpusWords) {
+    // Zipf-like weights; mid-sentence words carry their leading space, as
+    // GPT-2's pre-tokenizer leaves it.
+    const int64_t weight = 1 + 20000 / (rank + 10);
+    std::string capitalized = word;
+    capitalized[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(capitalized[0])));
+    add(std::string(" ") + word, weight);
+    add(word, 1 + weight / 4);
+    add(" " + capitalized, 1 + weight / 8);
+    ++rank;
+  }
+  for (const char* piece : kCorpusPunctuation) add(piece, 400);
+  return corpus;
+}
+
+uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
+
+class BpeBuilder {
+ public:
+  explicit BpeBuilder(size_t target) : target_(target) {
+    for (int b = 0; b < 256; ++b) add_token(gpt2_byte_symbol(static_cast<uint8_t>(b)));
+  }
+
+  // Repeatedly merges the corpus' most frequent adjacent pair (ties: the
+  // smallest ids) until the vocabulary is full or every word is one token.
+  void learn(std::vector<CorpusWord>& corpus) {
+    while (tokens_.size() < target_) {
+      std::unordered_map<uint64_t, int64_t> counts;
+      for (const CorpusWord& w : corpus)
+        for (size_t i = 0; i + 1 < w.symbols.size(); ++i) counts[pair_key(w.symbols[i], w.symbols[i + 1])] += w.weight;
+      if (counts.empty()) return;
+      auto best = counts.begin();
+      for (auto it = counts.begin(); it != counts.end(); ++it)
+        if (it->second > best->second || (it->second == best->second && it->first < best->first)) best = it;
+      const auto left = static_cast<int32_t>(best->first >> 32);
+      const auto right = static_cast<int32_t>(best->first & 0xffffffffu);
+      const int32_t merged = merge(left, right);
+      for (CorpusWord& w : corpus) replace_pair(w.symbols, left, right, merged);
+    }
+  }
+
+  // Fills the rest with merges of existing tokens and single bytes, learnt
+  // tokens first, so that every merge result is a new token.
+  void pad() {
+    for (size_t left = tokens_.size() > 256 ? 256 : 0; tokens_.size() < target_; ++left)
+      for (int right = 0; right < 256 && tokens_.size() < target_; ++right)
+        if (!ids_.count(tokens_[left] + tokens_[right]))
+          merge(static_cast<int32_t>(left), static_cast<int32_t>(right));
+  }
+
+  std::vector<std::string>& tokens() { return tokens_; }
+  std::vector<std::string>& merges() { return merges_; }
+
+ private:
+  int32_t add_token(const std::string& text) {
+    const auto id = static_cast<int32_t>(tokens_.size());
+    tokens_.push_back(text);
+    ids_.emplace(text, id);
+    return id;
+  }
+  int32_t merge(int32_t left, int32_t right) {
+    merges_.push_back(tokens_[left] + " " + tokens_[right]);
+    const std::string text = tokens_[left] + tokens_[right];
+    auto it = ids_.find(text);  // two merge paths can reach the same string
+    return it != ids_.end() ? it->second : add_token(text);
+  }
+  static void replace_pair(std::vector<int32_t>& symbols, int32_t left, int32_t right, int32_t merged) {
+    size_t out = 0;
+    for (size_t i = 0; i < symbols.size(); ++i) {
+      if (i + 1 < symbols.size() && symbols[i] == left && symbols[i + 1] == right) {
+        symbols[out++] = merged;
+        ++i;
+      } else {
+        symbols[out++] = symbols[i];
+      }
+    }
+    symbols.resize(out);
+  }
+
+  size_t target_;
+  std::vector<std::string> tokens_;
+  std::unordered_map<std::string, int32_t> ids_;
+  std::vector<std::string> merges_;
+};
+
+// ---------------------------------------------------------------------------
+// Deterministic normal random numbers
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// xoshiro256** seeded through splitmix64, with Box-Muller normals.
+class NormalRng {
+ public:
+  explicit NormalRng(uint64_t seed) {
+    for (uint64_t& s : state_) s = splitmix64(seed);
+  }
+  uint64_t next() {
+    const uint64_t result = rotl(state_[1] * 5, 7) * 9;
+    const uint64_t t = state_[1] << 17;
+    state_[2] ^= state_[0];
+    state_[3] ^= state_[1];
+    state_[1] ^= state_[2];
+    state_[0] ^= state_[3];
+    state_[2] ^= t;
+    state_[3] = rotl(state_[3], 45);
+    return result;
+  }
+  // Fills out[0..n) with independent standard normals times `scale`.
+  void fill_normal(float* out, int64_t n, float scale) {
+    constexpr double kTwoPi = 6.283185307179586;
+    for (int64_t i = 0; i < n; i += 2) {
+      const double u1 = (static_cast<double>(next() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+      const double u2 = static_cast<double>(next() >> 11) * 0x1.0p-53;
+      const double radius = std::sqrt(-2.0 * std::log(u1));
+      out[i] = static_cast<float>(radius * std::cos(kTwoPi * u2)) * scale;
+      if (i + 1 < n) out[i + 1] = static_cast<float>(radius * std::sin(kTwoPi * u2)) * scale;
+    }
+  }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t state_[4];
+};
+
+uint64_t tensor_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the name, mixed with the seed
+  for (unsigned char ch : name) h = (h ^ ch) * 0x100000001b3ull;
+  uint64_t state = seed ^ h;
+  return splitmix64(state);
+}
+
+// ---------------------------------------------------------------------------
+// Tensors and metadata
+
+class ModelSynthesizer {
+ public:
+  ModelSynthesizer(GGUFWriter& writer, DType type, uint64_t seed) : w_(writer), type_(type), seed_(seed) {}
+
+  // A [rows, cols] matrix (ne = {cols, rows}) of normals scaled 1/sqrt(cols),
+  // so that a unit-RMS input gives unit-RMS outputs.
+  void matrix(const std::string& name, int64_t cols, int64_t rows) {
+    const size_t row_bytes = dtype_row_bytes(type_, cols);
+    std::vector<uint8_t> bytes(row_bytes * static_cast<size_t>(rows));
+    const uint64_t base = tensor_seed(seed_, name);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
+#pragma omp parallel
+    {
+      std::vector<float> row(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        NormalRng rng(base + static_cast<uint64_t>(r) * 0x9e3779b97f4a7c15ull);
+        rng.fill_normal(row.data(), cols, scale);
+        quantize_row(type_, row.data(), bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
+      }
+    }
+    w_.add_tensor(name, type_, {cols, rows}, bytes.data(), bytes.size());
+  }
+  void ones(const std::string& name, int64_t n) { w_.add_f32_tensor(name, {n}, std::vector<float>(n, 1.0f)); }
+  void bias(const std::string& name, int64_t n) {
+    std::vector<float> values(static_cast<size_t>(n));
+    NormalRng(tensor_seed(seed_, name)).fill_normal(values.data(), n, 0.02f);
+    w_.add_f32_tensor(name, {n}, values);
+  }
+
+ private:
+  GGUFWriter& w_;
+  DType type_;
+  uint64_t seed_;
+};
+
+void add_block(ModelSynthesizer& synth, const SynthPreset& p, int layer) {
+  const std::string prefix = "blk." + std::to_string(layer) + ".";
+  const int64_t q_dim = static_cast<int64_t>(p.n_heads) * p.head_dim();
+  const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * p.head_dim();
+  synth.ones(prefix + "attn_norm.weight", p.dim);
+  synth.matrix(prefix + "attn_q.weight", p.dim, q_dim);
+  synth.matrix(prefix + "attn_k.weight", p.dim, kv_dim);
+  synth.matrix(prefix + "attn_v.weight", p.dim, kv_dim);
+  if (p.qkv_bias) {
+    synth.bias(prefix + "attn_q.bias", q_dim);
+    synth.bias(prefix + "attn_k.bias", kv_dim);
+    synth.bias(prefix + "attn_v.bias", kv_dim);
+  }
+  synth.matrix(prefix + "attn_output.weight", q_dim, p.dim);
+  synth.ones(prefix + "ffn_norm.weight", p.dim);
+  synth.matrix(prefix + "ffn_gate.weight", p.dim, p.ffn_dim);
+  synth.matrix(prefix + "ffn_up.weight", p.dim, p.ffn_dim);
+  synth.matrix(prefix + "ffn_down.weight", p.ffn_dim, p.dim);
+}
+
+void write_model_metadata(GGUFWriter& w, const SynthPreset& p, int layers, uint64_t seed) {
+  const std::string& a = p.arch;
+  w.set_string("general.architecture", a);
+  w.set_string("general.name", p.name + "-random");
+  w.set_u32(a + ".context_length", static_cast<uint32_t>(p.context_length));
+  w.set_u32(a + ".embedding_length", static_cast<uint32_t>(p.dim));
+  w.set_u32(a + ".block_count", static_cast<uint32_t>(layers));
+  w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(p.ffn_dim));
+  w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(p.n_heads));
+  w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(p.n_kv_heads));
+  w.set_f32(a + ".rope.freq_base", p.rope_theta);
+  w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(p.head_dim()));
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", p.rms_eps);
+  w.set_u32(a + ".vocab_size", static_cast<uint32_t>(p.vocab_size));
+  w.set_bool("kvserve.synthetic", true);
+  w.set_u64("kvserve.synth_seed", seed);
+}
+
+void write_vocab_metadata(GGUFWriter& w, const ByteBpeVocab& vocab) {
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", "gpt2");
+  w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
+  w.set_i32_array("tokenizer.ggml.token_type", vocab.token_types);
+  w.set_string_array("tokenizer.ggml.merges", vocab.merges);
+  w.set_u32("tokenizer.ggml.bos_token_id", vocab.eos_id);
+  w.set_u32("tokenizer.ggml.eos_token_id", vocab.eos_id);
+  w.set_bool("tokenizer.ggml.add_bos_token", false);
+  w.set_bool("tokenizer.ggml.add_space_prefix", false);
+}
+
+bool is_synth_type(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_0 ||
+         t == DType::Q4_1;
+}
+
+}  // namespace
+
+const std::vector<SynthPreset>& synth_presets() {
+  // name, arch, dim, layers, heads, kv heads, ffn, vocab, context, theta, eps, tied, qkv bias
+  static const std::vector<SynthPreset> presets = {
+      {"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false},
+      {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true},
+      {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false},
+      {"llama3-8b-2layer", "llama", 4096, 2, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, false, false},
+      {"tiny-llama", "llama", 64, 2, 4, 2, 96, 320, 256, 10000.0f, 1e-5f, false, false},
+      {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, true},
+  };
+  return presets;
+}
+
+const SynthPreset& find_synth_preset(const std::string& name) {
+  std::string known;
+  for (const SynthPreset& p : synth_presets()) {
+    if (p.name == name) return p;
+    known += (known.empty() ? "" : ", ") + p.name;
+  }
+  throw Error("synth: unknown preset '" + name + "' (known: " + known + ")");
+}
+
+std::string gpt2_byte_symbol(uint8_t byte) {
+  // Printable Latin-1 bytes stand for themselves; the others (controls,
+  // space, DEL, NBSP, soft hyphen) take code points 256, 257, ... in order.
+  auto printable = [](int b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255); };
+  int code_point = byte;
+  if (!printable(byte)) {
+    code_point = 256;
+    for (int b = 0; b < byte; ++b)
+      if (!printable(b)) ++code_point;
+  }
+  std::string utf8;
+  if (code_point < 0x80) {
+    utf8 += static_cast<char>(code_point);
+  } else {
+    utf8 += static_cast<char>(0xc0 | (code_point >> 6));
+    utf8 += static_cast<char>(0x80 | (code_point & 0x3f));
+  }
+  return utf8;
+}
+
+ByteBpeVocab build_synth_vocab(int vocab_size) {
+  constexpr size_t kSpecialCount = std::size(kSpecialTokens);
+  if (vocab_size < static_cast<int>(256 + kSpecialCount))
+    throw Error("synth: vocabulary size " + std::to_string(vocab_size) + " is below the 256 bytes + " +
+                std::to_string(kSpecialCount) + " special tokens");
+  BpeBuilder builder(static_cast<size_t>(vocab_size) - kSpecialCount);
+  std::vector<CorpusWord> corpus = make_corpus();
+  builder.learn(corpus);
+  builder.pad();
+  ByteBpeVocab vocab;
+  vocab.tokens = std::move(builder.tokens());
+  vocab.merges = std::move(builder.merges());
+  vocab.token_types.assign(vocab.tokens.size(), kTokenNormal);
+  vocab.eos_id = static_cast<uint32_t>(vocab.tokens.size());
+  for (const char* special : kSpecialTokens) {
+    vocab.tokens.push_back(special);
+    vocab.token_types.push_back(kTokenControl);
+  }
+  return vocab;
+}
+
+void synthesize_model(const SynthOptions& options) {
+  SynthPreset preset = find_synth_preset(options.preset);
+  if (!is_synth_type(options.type))
+    throw Error(std::string("synth: type ") + dtype_name(options.type) +
+                " is not supported (f32, f16, bf16, q8_0, q4_0, q4_1 are)");
+  if (options.layers < 0 || options.layers > 1024)
+    throw Error("synth: --layers " + std::to_string(options.layers) + " is out of range 1..1024");
+  if (options.layers > 0) preset.n_layers = options.layers;
+
+  GGUFWriter writer;
+  write_model_metadata(writer, preset, preset.n_layers, options.seed);
+  write_vocab_metadata(writer, build_synth_vocab(preset.vocab_size));
+
+  ModelSynthesizer synth(writer, options.type, options.seed);
+  synth.matrix("token_embd.weight", preset.dim, preset.vocab_size);
+  for (int layer = 0; layer < preset.n_layers; ++layer) add_block(synth, preset, layer);
+  synth.ones("output_norm.weight", preset.dim);
+  if (!preset.tied_embeddings) synth.matrix("output.weight", preset.dim, preset.vocab_size);
+  writer.write(options.output_path);
+}
+
+}  // namespace kvserve

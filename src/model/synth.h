@@ -1,0 +1,65 @@
+#pragma once
+// Random-weight GGUF models with the exact shapes of well-known models, for
+// benchmarks and tests where the weights' values do not matter but their
+// shapes, types and a working tokenizer do.
+//
+// Weights are deterministic in (seed, tensor name, row): every row has its
+// own generator, so files are byte-identical for a seed whatever the thread
+// count, and --layers N gives the same first N blocks as the full model.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace kvserve {
+
+struct SynthPreset {
+  std::string name;
+  std::string arch;  // "llama" or "qwen2" (also the metadata key prefix)
+  int dim = 0;
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int ffn_dim = 0;
+  int vocab_size = 0;
+  int context_length = 0;
+  float rope_theta = 10000.0f;
+  float rms_eps = 1e-5f;
+  bool tied_embeddings = false;  // no output.weight: the head reuses token_embd
+  bool qkv_bias = false;         // attn_q/k/v.bias (qwen2)
+
+  int head_dim() const { return dim / n_heads; }
+};
+
+const std::vector<SynthPreset>& synth_presets();
+// Throws kvserve::Error listing the known presets.
+const SynthPreset& find_synth_preset(const std::string& name);
+
+// A GPT-2 style byte-level BPE vocabulary of exactly vocab_size tokens: the
+// 256 byte symbols (ids 0..255, in byte order), merged tokens learnt from a
+// built-in English word list (then synthetic merges once it is exhausted),
+// and control tokens at the end.
+struct ByteBpeVocab {
+  std::vector<std::string> tokens;
+  std::vector<int32_t> token_types;  // 1 normal, 3 control
+  std::vector<std::string> merges;   // "left right", highest priority first
+  uint32_t eos_id = 0;               // <|endoftext|>, also used as BOS
+};
+ByteBpeVocab build_synth_vocab(int vocab_size);
+// The printable stand-in GPT-2 uses for a byte (UTF-8), e.g. ' ' -> "Ġ".
+std::string gpt2_byte_symbol(uint8_t byte);
+
+struct SynthOptions {
+  std::string preset;
+  DType type = DType::Q8_0;  // matrices and embeddings; norms and biases stay f32
+  std::string output_path;
+  uint64_t seed = 1;
+  int layers = 0;  // 0: the preset's layer count
+};
+
+// Writes the model to options.output_path. Throws kvserve::Error on an
+// unknown preset, an unsupported type or an I/O failure.
+void synthesize_model(const SynthOptions& options);
+
+}  // namespace kvserve
