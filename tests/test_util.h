@@ -48,4 +48,18 @@ inline std::string default_model_path() {
   return std::filesystem::exists(p) ? p : "";
 }
 
+// ../shared/models (real llama2.c checkpoints): KVSERVE_SHARED_MODELS, else
+// shared/ beside the clone (CI), else beside the folder holding the clone (a
+// git worktree).
+inline std::string shared_models_dir() {
+  if (const char* env = std::getenv("KVSERVE_SHARED_MODELS")) return env;
+  const std::string beside = std::string(KVSERVE_SOURCE_DIR) + "/../shared/models";
+  const std::string above = std::string(KVSERVE_SOURCE_DIR) + "/../../shared/models";
+  return std::filesystem::exists(beside) || !std::filesystem::exists(above) ? beside : above;
+}
+
+// Tests that take more than a few seconds unoptimized skip themselves under
+// the sanitizer run (they ran in the Release suite).
+inline bool skip_slow() { return std::getenv("KVSERVE_SKIP_SLOW") != nullptr; }
+
 }  // namespace kvserve::testing

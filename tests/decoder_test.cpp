@@ -1,0 +1,133 @@
+// The naive and cached decoders on tiny random-weight models: same greedy
+// tokens, same logits, and the attention work each one does.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "engine/decoder.h"
+#include "model/synth.h"
+#include "sampling/sampler.h"
+#include "test_util.h"
+
+using namespace kvserve;
+using kvserve::testing::TempFile;
+
+namespace {
+
+std::unique_ptr<Model> tiny_model(const TempFile& file, const std::string& preset, DType type) {
+  SynthOptions o;
+  o.preset = preset;
+  o.type = type;
+  o.output_path = file.path();
+  o.seed = 7;
+  synthesize_model(o);
+  return Model::load(file.path());
+}
+
+double max_relative_diff(std::span<const float> a, std::span<const float> b) {
+  double diff = 0, mag = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    mag = std::max(mag, static_cast<double>(std::fabs(b[i])));
+  }
+  return diff / mag;
+}
+
+std::vector<int32_t> prompt_of(int64_t n, int64_t vocab) {
+  std::vector<int32_t> p;
+  for (int64_t i = 0; i < n; ++i) p.push_back(static_cast<int32_t>((i * 37 + 11) % vocab));
+  return p;
+}
+
+// Greedy-decodes `steps` tokens with every decoder kind in lockstep and
+// checks tokens and logits agree at every step.
+void expect_decoders_agree(const Model& m, int64_t prompt_len, int steps) {
+  auto naive = make_decoder("naive", m, 256);
+  auto cached = make_decoder("cached", m, 256);
+  auto cached_ref = make_decoder("cached-reference", m, 256);
+  std::vector<int32_t> tokens = prompt_of(prompt_len, m.config().vocab_size);
+  std::span<const float> a = naive->append(tokens), b = cached->append(tokens), c = cached_ref->append(tokens);
+  for (int s = 0; s < steps; ++s) {
+    std::vector<float> la(a.begin(), a.end()), lb(b.begin(), b.end()), lc(c.begin(), c.end());
+    EXPECT_LT(max_relative_diff(lb, la), 1e-4) << "prompt " << prompt_len << " step " << s;
+    EXPECT_LT(max_relative_diff(lc, la), 1e-4) << "prompt " << prompt_len << " step " << s;
+    const int32_t ta = argmax(la), tb = argmax(lb);
+    ASSERT_EQ(ta, tb) << "prompt " << prompt_len << " step " << s;
+    a = naive->append(std::span<const int32_t>(&ta, 1));
+    b = cached->append(std::span<const int32_t>(&tb, 1));
+    c = cached_ref->append(std::span<const int32_t>(&tb, 1));
+  }
+}
+
+}  // namespace
+
+TEST(Decoder, NaiveAndCachedAgreeOnTinyLlama) {
+  TempFile f(".gguf");
+  auto m = tiny_model(f, "tiny-llama", DType::F32);
+  for (int64_t n : {1, 5, 17, 40}) expect_decoders_agree(*m, n, 6);
+}
+
+TEST(Decoder, NaiveAndCachedAgreeOnTinyQwen2WithBiasesAndNeoxRope) {
+  TempFile f(".gguf");
+  auto m = tiny_model(f, "tiny-qwen2", DType::F32);
+  EXPECT_TRUE(m->config().rope_neox);
+  EXPECT_FALSE(m->weights().layers[0].bq.empty());
+  for (int64_t n : {1, 9, 33}) expect_decoders_agree(*m, n, 5);
+}
+
+TEST(Decoder, NaiveAndCachedAgreeOnQuantizedWeights) {
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::BF16, DType::F16}) {
+    TempFile f(".gguf");
+    auto m = tiny_model(f, "tiny-llama", t);
+    expect_decoders_agree(*m, 12, 4);
+  }
+}
+
+TEST(Decoder, CountsAttentionRows) {
+  TempFile f(".gguf");
+  auto m = tiny_model(f, "tiny-llama", DType::F32);
+  const int64_t prompt = 10, steps = 20;
+  for (const char* kind : {"naive", "cached"}) {
+    auto d = make_decoder(kind, *m, 64);
+    d->append(prompt_of(prompt, m->config().vocab_size));
+    for (int64_t s = 0; s < steps; ++s) {
+      const int32_t t = 3;
+      d->append(std::span<const int32_t>(&t, 1));
+    }
+    // Naive recomputes every position at every step: sum of lengths 10..30.
+    const int64_t n = prompt + steps;
+    const int64_t expected = std::string(kind) == "naive" ? n * (n + 1) / 2 - (prompt - 1) * prompt / 2 : n;
+    EXPECT_EQ(d->attention_rows(), expected) << kind;
+  }
+}
+
+TEST(Decoder, RejectsOverflowAndBadTokens) {
+  TempFile f(".gguf");
+  auto m = tiny_model(f, "tiny-llama", DType::F32);
+  for (const char* kind : {"naive", "cached"}) {
+    auto d = make_decoder(kind, *m, 8);
+    EXPECT_THROW(d->append(prompt_of(9, m->config().vocab_size)), Error) << kind;
+    const int32_t bad = static_cast<int32_t>(m->config().vocab_size);
+    EXPECT_THROW(d->append(std::span<const int32_t>(&bad, 1)), Error) << kind;
+  }
+  EXPECT_THROW(make_decoder("fast", *m, 8), Error);
+  EXPECT_THROW(make_decoder("cached", *m, m->config().context_length + 1), Error);
+}
+
+TEST(Decoder, ResetStartsOver) {
+  TempFile f(".gguf");
+  auto m = tiny_model(f, "tiny-llama", DType::F32);
+  auto d = make_decoder("cached", *m, 64);
+  const auto p = prompt_of(7, m->config().vocab_size);
+  std::vector<float> first(d->append(p).begin(), d->append(p).end());
+  (void)first;
+  d->reset();
+  auto once = d->append(p);
+  std::vector<float> a(once.begin(), once.end());
+  d->reset();
+  auto twice = d->append(p);
+  EXPECT_EQ(a, std::vector<float>(twice.begin(), twice.end()));
+  EXPECT_EQ(d->length(), 7);
+}
