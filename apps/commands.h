@@ -6,5 +6,6 @@ namespace kvserve::cli {
 
 void register_info(CLI::App& app);
 void register_run(CLI::App& app);
+void register_kv_size(CLI::App& app);
 
 }  // namespace kvserve::cli

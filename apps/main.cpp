@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   kvserve::cli::register_info(app);
   kvserve::cli::register_run(app);
+  kvserve::cli::register_kv_size(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
