@@ -1,0 +1,105 @@
+#pragma once
+// KV-cache size planning: how many bytes the cache of a model takes for a
+// given context, batch and element type, computed the way the engine
+// allocates it (whole quantization blocks per cached vector, whole pages of
+// `block_size` tokens per sequence), and how many sequences fit in a memory
+// budget. Works from a GGUF file's ModelConfig or from built-in presets of
+// well-known models. See docs/kv_planner.md for the formulas.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvserve {
+
+struct ModelConfig;
+
+// Element types a KV cache can be stored in. Block types keep one fp16 scale
+// per `block_elems` elements, exactly as the quantized weight formats do.
+enum class KVType { F32, F16, BF16, Q8_0, FP8, Q4_0 };
+
+struct KVTypeInfo {
+  KVType type;
+  const char* name;
+  int64_t block_elems;  // elements per block (1 for plain types)
+  int64_t block_bytes;  // bytes per block
+};
+
+const std::vector<KVTypeInfo>& kv_type_infos();
+const KVTypeInfo& kv_type_info(KVType type);
+// Case-insensitive; an unknown name throws kvserve::Error naming `flag` and the known types.
+KVType parse_kv_type(const std::string& name, const std::string& flag);
+// Bytes to store one vector of `elems` elements: quantized types round up to whole blocks.
+int64_t kv_vector_bytes(KVType type, int64_t elems);
+
+enum class AttentionKind {
+  GroupedQuery,     // K and V per KV head (MHA when n_kv_heads == n_heads)
+  MultiHeadLatent,  // MLA: one compressed latent plus the decoupled RoPE key
+};
+
+// What the cache has to hold for one model, independent of its weights.
+struct KVModelShape {
+  std::string name;
+  AttentionKind kind = AttentionKind::GroupedQuery;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;       // query heads, for display
+  int64_t n_kv_heads = 0;    // grouped-query only
+  int64_t head_dim = 0;      // grouped-query only
+  int64_t kv_lora_rank = 0;  // latent only
+  int64_t qk_rope_dim = 0;   // latent only
+  int64_t context_length = 0;
+
+  // Vectors cached per layer per token (K and V per KV head, or one latent),
+  // and the elements in each; a cached vector is the unit of quantization.
+  int64_t vectors_per_layer() const;
+  int64_t vector_elems() const;
+};
+
+KVModelShape kv_shape_from_config(const ModelConfig& config);
+
+struct KVPreset {
+  std::string id;  // what --preset takes
+  KVModelShape shape;
+};
+const std::vector<KVPreset>& kv_presets();
+// Throws kvserve::Error naming --preset and listing the known ids.
+const KVPreset& find_kv_preset(const std::string& id);
+
+struct KVPlanRequest {
+  int64_t ctx = 0;         // tokens per sequence
+  int64_t batch = 1;       // sequences
+  int64_t block_size = 16; // tokens per page
+  KVType type = KVType::F16;
+};
+
+struct KVPlan {
+  int64_t bytes_per_token = 0;            // all layers, K+V or latent
+  int64_t bytes_per_block = 0;            // one page of block_size tokens
+  int64_t allocated_tokens_per_seq = 0;   // ctx rounded up to whole pages
+  int64_t exact_bytes_per_seq = 0;        // ctx * bytes_per_token
+  int64_t allocated_bytes_per_seq = 0;    // whole pages
+  int64_t exact_bytes = 0;                // whole batch
+  int64_t allocated_bytes = 0;            // whole batch
+};
+
+// Throws kvserve::Error (naming --ctx, --batch or --block-size) for a
+// non-positive value or a size that overflows 64 bits.
+KVPlan plan_kv_cache(const KVModelShape& shape, const KVPlanRequest& request);
+
+// "Does not fit" is a value: sequences is 0 when the weights leave no room.
+struct KVMemoryFit {
+  int64_t free_bytes = 0;  // memory left for the cache after the weights
+  int64_t sequences = 0;   // whole sequences of ctx tokens, page-rounded
+  int64_t max_tokens = 0;  // tokens in whole pages across all sequences
+};
+KVMemoryFit fit_kv_in_memory(const KVPlan& plan, const KVPlanRequest& request, int64_t mem_bytes,
+                             int64_t weights_bytes);
+
+// Parses "80GiB", "500MB", "1.5 GiB", "123456" (bytes). Units: B, KB/MB/GB/TB
+// (powers of 1000) and KiB/MiB/GiB/TiB (powers of 1024), case-insensitive.
+// Fractions round down to whole bytes. Bad text throws naming `flag`.
+int64_t parse_byte_size(const std::string& text, const std::string& flag);
+
+// "3.91 GiB": the figure the command prints, GiB = 2^30 bytes.
+std::string format_gib(int64_t bytes);
+
+}  // namespace kvserve
