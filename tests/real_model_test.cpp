@@ -1,0 +1,144 @@
+// End-to-end checks on real pretrained models against an independent
+// implementation: tools/reference/llama_reference.py, a float64 numpy forward
+// pass written separately from this engine (see tools/reference/README.md),
+// whose outputs are recorded in tests/data/*_reference.json.
+//  - SmolLM2-135M-Instruct Q4_1 (the default model, fetched by scripts/setup.sh)
+//  - stories260K (llama2.c checkpoint in ../shared/models), converted here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/decoder.h"
+#include "model/llama2c.h"
+#include "sampling/sampler.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace kvserve;
+using nlohmann::json;
+
+namespace {
+
+json load_reference(const std::string& name) {
+  std::ifstream f(std::string(KVSERVE_SOURCE_DIR) + "/tests/data/" + name);
+  return json::parse(f);
+}
+
+// Greedy-decodes the case's generated ids with `decoder`. The reference is
+// float64 with exactly dequantized weights; this engine computes in f32 (and
+// may quantize activations to 8 bits in its integer kernels), so a step
+// whose top-2 margin in the reference is tiny may legitimately flip. Until
+// such a step the ids must match exactly; the first mismatch is only
+// accepted at a near-tie (margin < 0.25) after at least half the tokens.
+void expect_greedy_matches(Decoder& decoder, const json& c) {
+  const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+  const auto want = c["generated_ids"].get<std::vector<int32_t>>();
+  std::span<const float> logits = decoder.append(prompt);
+  for (size_t s = 0; s < want.size(); ++s) {
+    const int32_t got = argmax(logits);
+    if (got != want[s]) {
+      const double margin = c["steps"][s]["margin"].get<double>();
+      EXPECT_LT(margin, 0.25) << c["name"] << ": step " << s << " got " << got << ", want " << want[s];
+      EXPECT_GE(s, want.size() / 2) << c["name"] << ": diverged early at a near-tie, step " << s;
+      return;
+    }
+    if (s + 1 < want.size()) logits = decoder.append(std::span<const int32_t>(&want[s], 1));
+  }
+}
+
+class SmolLM2 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = kvserve::testing::default_model_path();
+    if (path_.empty()) GTEST_SKIP() << "default model not fetched (run scripts/fetch_models.sh)";
+    model_ = Model::load(path_);
+    reference_ = load_reference("smollm2_reference.json");
+  }
+  std::string path_;
+  std::unique_ptr<Model> model_;
+  json reference_;
+};
+
+}  // namespace
+
+TEST_F(SmolLM2, RealModelTokenizerMatchesReferenceIds) {
+  const Tokenizer tok = Tokenizer::from_gguf(model_->file());
+  for (const json& c : reference_["cases"]) {
+    const auto want = c["prompt_ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok.encode(c["prompt"].get<std::string>(), tok.add_bos()), want) << c["name"];
+    // Control tokens (<|im_start|>...) decode to nothing, as in generated text.
+    if (c["prompt"].get<std::string>().find("<|") == std::string::npos)
+      EXPECT_EQ(tok.decode(want), c["prompt"].get<std::string>()) << c["name"];
+  }
+}
+
+TEST_F(SmolLM2, RealModelGreedyMatchesReference) {
+  for (const json& c : reference_["cases"]) {
+    auto d = make_decoder("cached", *model_, 128);
+    expect_greedy_matches(*d, c);
+  }
+}
+
+TEST_F(SmolLM2, RealModelFirstLogitsMatchReference) {
+  for (const json& c : reference_["cases"]) {
+    auto d = make_decoder("cached", *model_, 128);
+    std::span<const float> logits = d->append(c["prompt_ids"].get<std::vector<int32_t>>());
+    for (const auto& [id, value] : c["first_step_fixed_logits"].items()) {
+      // 8-bit activations in the integer kernels move logits by ~1e-2.
+      EXPECT_NEAR(logits[static_cast<size_t>(std::stoi(id))], value.get<double>(), 0.1) << c["name"] << " id " << id;
+    }
+  }
+}
+
+TEST_F(SmolLM2, RealModelNaiveAndCachedAgree) {
+  const auto& c = reference_["cases"][0];
+  auto naive = make_decoder("naive", *model_, 64);
+  auto cached = make_decoder("cached", *model_, 64);
+  const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+  std::span<const float> a = naive->append(prompt), b = cached->append(prompt);
+  for (int s = 0; s < 6; ++s) {
+    double diff = 0, mag = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+      mag = std::max(mag, static_cast<double>(std::fabs(a[i])));
+    }
+    EXPECT_LT(diff / mag, 1e-4) << "step " << s;
+    const int32_t t = argmax(a);
+    ASSERT_EQ(t, argmax(b)) << "step " << s;
+    a = naive->append(std::span<const int32_t>(&t, 1));
+    b = cached->append(std::span<const int32_t>(&t, 1));
+  }
+}
+
+TEST(Stories260K, RealModelConvertedMatchesLlama2cReference) {
+  const std::string dir = kvserve::testing::shared_models_dir();
+  if (!std::filesystem::exists(dir + "/stories260K.bin")) GTEST_SKIP() << "no " << dir << "/stories260K.bin";
+  kvserve::testing::TempFile out(".gguf");
+  Llama2cOptions o;
+  o.checkpoint_path = dir + "/stories260K.bin";
+  o.tokenizer_path = dir + "/tok512.bin";
+  o.output_path = out.path();
+  convert_llama2c(o);
+  auto model = Model::load(out.path());
+  const json ref = load_reference("stories260k_reference.json");
+
+  const Tokenizer tok = Tokenizer::from_gguf(model->file());
+  EXPECT_EQ(tok.encode(ref["prompt"].get<std::string>(), true), ref["prompt_ids"].get<std::vector<int32_t>>());
+
+  // f32 weights: the first logits agree with the float64 reference closely.
+  auto d = make_decoder("cached", *model, 256);
+  std::span<const float> logits = d->append(ref["prompt_ids"].get<std::vector<int32_t>>());
+  const auto want = ref["first_step_logits"].get<std::vector<double>>();
+  ASSERT_EQ(logits.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(logits[i], want[i], 1e-4 * 20) << "id " << i;
+
+  for (const char* kind : {"naive", "cached"}) {
+    auto dec = make_decoder(kind, *model, 256);
+    json c = ref;
+    c["name"] = std::string("stories260K/") + kind;
+    expect_greedy_matches(*dec, c);
+  }
+}
