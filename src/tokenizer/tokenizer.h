@@ -11,7 +11,7 @@
 // as "<|im_start|>", become their id when parse_special is set.
 // A built Tokenizer is immutable; all methods are const and thread-safe.
 #include <cstdint>
-#include <memory>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
