@@ -1,5 +1,6 @@
 // Byte-level BPE (tokenizer.ggml.model = "gpt2"): merges loading and the
 // per-word merge loop.
+#include <algorithm>
 #include <queue>
 
 #include "core/error.h"
@@ -69,6 +70,13 @@ void Tokenizer::encode_gpt2_word(std::string_view word, std::vector<int32_t>& ou
     }
   }
 
+  std::vector<int32_t> ids(word.size());
+  std::transform(word.begin(), word.end(), ids.begin(), byte_id);
+  apply_merges(ids, out);
+}
+
+void Tokenizer::apply_merges(const std::vector<int32_t>& ids, std::vector<int32_t>& out) const {
+  if (ids.empty()) return;
   // A doubly linked list of symbols, one per byte to begin with. Merged-away
   // symbols keep their slot with id kDead.
   constexpr int32_t kDead = -2;
@@ -77,9 +85,9 @@ void Tokenizer::encode_gpt2_word(std::string_view word, std::vector<int32_t>& ou
     int32_t prev;
     int32_t next;
   };
-  const auto n = static_cast<int32_t>(word.size());
-  std::vector<Symbol> symbols(word.size());
-  for (int32_t i = 0; i < n; ++i) symbols[i] = {byte_id(word[i]), i - 1, i + 1 < n ? i + 1 : -1};
+  const auto n = static_cast<int32_t>(ids.size());
+  std::vector<Symbol> symbols(ids.size());
+  for (int32_t i = 0; i < n; ++i) symbols[i] = {ids[i], i - 1, i + 1 < n ? i + 1 : -1};
 
   // The lowest rank merges first; among equal ranks, the leftmost.
   struct Candidate {

@@ -11,7 +11,7 @@
 // as "<|im_start|>", become their id when parse_special is set.
 // A built Tokenizer is immutable; all methods are const and thread-safe.
 #include <cstdint>
-#include <memory>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -99,6 +99,8 @@ class Tokenizer {
   // SentencePiece adds its prefix space).
   void encode_fragment(std::string_view text, bool at_text_start, std::vector<int32_t>& out) const;
   void encode_gpt2_word(std::string_view word, std::vector<int32_t>& out) const;
+  // Byte-level BPE proper: merges adjacent ids by rank until none applies.
+  void apply_merges(const std::vector<int32_t>& ids, std::vector<int32_t>& out) const;
   void encode_spm(std::string_view text, bool add_prefix, std::vector<int32_t>& out) const;
   // The longest special piece starting at text[pos], nullptr if none.
   const SpecialPiece* special_at(std::string_view text, size_t pos) const;

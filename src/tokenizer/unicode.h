@@ -2,7 +2,10 @@
 // The small slice of Unicode the tokenizer needs: lenient UTF-8 decoding
 // (invalid bytes survive as themselves so that byte-level encoding stays
 // lossless), and the letter / number / whitespace classes of the
-// pre-tokenizer's patterns.
+// pre-tokenizer's patterns. The letter and number classes are the full
+// general-category tables of Unicode 14 (generated, see unicode_tables.cpp);
+// a regex engine on a newer Unicode version may classify a few recently
+// added characters differently.
 #include <cstddef>
 #include <cstdint>
 #include <span>
