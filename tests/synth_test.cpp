@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <filesystem>
@@ -262,4 +263,18 @@ TEST_F(SynthTest, FullPresetsHaveTheRealShapes) {
   EXPECT_EQ(find_synth_preset("tinyllama-1.1b").head_dim(), 64);
   EXPECT_EQ(find_synth_preset("llama3-8b-2layer").head_dim(), 128);
   EXPECT_FALSE(find_synth_preset("llama3-8b-2layer").tied_embeddings);
+}
+
+TEST_F(SynthTest, CommandLineWritesAModel) {
+  const std::string out = path("cli.gguf");
+  const std::string cmd = std::string(KVSERVE_BINARY) + " synth --preset tiny-qwen2 --type q8_0 --seed 5 --layers 1 -o " +
+                          out + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  GGUFFile f(out);
+  EXPECT_EQ(f.get_uint("qwen2.block_count"), 1u);
+  EXPECT_EQ(f.get_uint("kvserve.synth_seed"), 5u);
+  EXPECT_EQ(f.tensor("blk.0.attn_k.bias").type, DType::F32);
+  EXPECT_EQ(f.tensor("blk.0.attn_k.weight").type, DType::Q8_0);
+  const std::string bad = std::string(KVSERVE_BINARY) + " synth --preset nope -o " + out + " 2> /dev/null";
+  EXPECT_NE(std::system(bad.c_str()), 0);
 }
