@@ -416,7 +416,7 @@ TEST_F(Llama2cTest, Version2TruncatedScalesNamed) {
   b.bytes.resize(b.bytes.size() - 8);  // inside the last tensor's scales
   write_bytes(path("v2.bin"), b.bytes);
   const std::string msg = convert_error(path("v2.bin"), path("v2.gguf"));
-  EXPECT_NE(msg.find("tensor w3 (layer 1 of 2) scales"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated: tensor w3 (layer 1 of 2)"), std::string::npos) << msg;
 }
 
 TEST_F(Llama2cTest, LegacySeparateClassifierFollowsRopeTables) {
@@ -470,4 +470,19 @@ TEST_F(Llama2cTest, ReadsSelfWrittenTokenizer) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("token 6 of 10"), std::string::npos) << e.what();
   }
+}
+
+TEST_F(Llama2cTest, CommandLineConverts) {
+  write_bytes(path("v1.bin"), build_checkpoint(kSmall, 1, true).bytes);
+  const std::string cmd = std::string(KVSERVE_BINARY) + " convert llama2c " + path("v1.bin") + " " + path("v1.gguf") +
+                          " --type q8_0 > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  GGUFFile gguf(path("v1.gguf"));
+  EXPECT_EQ(gguf.tensor("blk.0.attn_q.weight").type, DType::Q8_0);
+  EXPECT_TRUE(gguf.get_bool("kvserve.placeholder_vocab", false));
+  const std::string info = std::string(KVSERVE_BINARY) + " info " + path("v1.gguf") + " | grep -q 'placeholder'";
+  EXPECT_EQ(std::system(info.c_str()), 0);
+  const std::string bad = std::string(KVSERVE_BINARY) + " convert llama2c " + path("none.bin") + " " +
+                          path("x.gguf") + " 2> /dev/null";
+  EXPECT_NE(std::system(bad.c_str()), 0);
 }

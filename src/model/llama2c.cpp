@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -35,7 +34,6 @@ class BoundedReader {
   const std::string& path() const { return path_; }
   size_t size() const { return size_; }
   size_t offset() const { return offset_; }
-  size_t remaining() const { return size_ - offset_; }
 
   // `what` names the field or tensor for the truncation message.
   void read(void* dst, size_t nbytes, const std::string& what) {
@@ -56,14 +54,15 @@ class BoundedReader {
     read(&v, sizeof(T), what);
     return v;
   }
-
- private:
+  // Throws the truncation error unless nbytes remain: lets callers check a
+  // tensor before allocating room for it.
   void require(size_t nbytes, const std::string& what) const {
     if (nbytes > size_ - offset_)
       throw Error(path_ + ": truncated: " + what + " needs " + std::to_string(nbytes) + " bytes at offset " +
                   std::to_string(offset_) + " but the file is " + std::to_string(size_) + " bytes");
   }
 
+ private:
   std::string path_;
   std::unique_ptr<FILE, int (*)(FILE*)> file_;
   size_t size_ = 0;
@@ -118,8 +117,10 @@ Llama2cConfig parse_header(BoundedReader& in) {
   c.vocab_size = fields[5];
   c.seq_len = fields[6];
   if (c.version == 0) {
+    // Negative means a separate classifier; a value too large either way
+    // stays out of range for validate_config to report.
     c.shared_classifier = c.vocab_size > 0;
-    c.vocab_size = std::abs(c.vocab_size);
+    if (c.vocab_size < 0 && c.vocab_size >= -(1 << 22)) c.vocab_size = -c.vocab_size;
   }
   c.header_bytes = in.offset();
   validate_config(c, in.path());
@@ -213,8 +214,9 @@ std::vector<PlannedTensor> plan_tensors(const Llama2cConfig& c) {
 
 std::vector<float> read_planned(BoundedReader& in, const PlannedTensor& t, const Llama2cConfig& c) {
   const size_t numel = static_cast<size_t>(t.rows * t.cols);
-  std::vector<float> values(numel);
   const std::string what = t.describe(c.n_layers);
+  in.require(t.grouped_q8 ? numel + numel / c.group_size * sizeof(float) : numel * sizeof(float), what);
+  std::vector<float> values(numel);
   if (!t.grouped_q8) {
     in.read(values.data(), numel * sizeof(float), what);
     return values;

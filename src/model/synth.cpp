@@ -232,7 +232,8 @@ class ModelSynthesizer {
     std::vector<uint8_t> bytes(row_bytes * static_cast<size_t>(rows));
     const uint64_t base = tensor_seed(seed_, name);
     const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
-#pragma omp parallel
+    // Threads only pay off for big tensors; tiny ones stay on one thread.
+#pragma omp parallel if (rows * cols >= (1 << 18))
     {
       std::vector<float> row(static_cast<size_t>(cols));
 #pragma omp for schedule(static)
