@@ -48,19 +48,21 @@ constexpr int64_t kMinWorkPerThread = 1 << 16;
 
 }  // namespace
 
-void quantize_q8_activations(const float* x, int64_t cols, uint8_t* dst) {
+void quantize_q8_activations(const float* x, int64_t cols, Q8Order order, uint8_t* dst) {
   auto* qs = reinterpret_cast<int8_t*>(dst);
-  auto* scales = reinterpret_cast<Q8ActScale*>(dst + (static_cast<size_t>(cols) + 63) / 64 * 64);
-  for (int64_t b = 0; b < cols / 32; ++b) {
+  auto* scales = reinterpret_cast<Q8ActScale*>(dst + q8_act_qs_bytes(cols));
+  const int64_t n_blocks = cols / 32;
+  for (int64_t b = 0; b < n_blocks; ++b) {
     const float* xb = x + b * 32;
     float amax = 0;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float d = amax / 127.0f;
     const float inv_d = d != 0 ? 1.0f / d : 0.0f;
+    const Q8HalfOffsets at = q8_half_offsets(order, b, n_blocks);
     int32_t sum = 0;
     for (int j = 0; j < 32; ++j) {
       const int q = static_cast<int>(std::nearbyint(xb[j] * inv_d));
-      qs[b * 32 + j] = static_cast<int8_t>(q);
+      qs[(j < 16 ? at.first : at.second) + j % 16] = static_cast<int8_t>(q);
       sum += q;
     }
     scales[b] = {d, d * static_cast<float>(sum)};
@@ -75,6 +77,7 @@ void matmul_reference(const TensorView& w, const float* x, int64_t n_tokens, flo
 void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
   const MatmulRowsFn kernel = rows_kernel(active_kernel_table(), w.type);
   const bool quantized = uses_q8_activations(w.type);
+  const Q8Order order = q8_order_for(w.type);
   if (quantized && w.cols() % 32 != 0)
     throw Error("matmul: " + w.name + " has " + std::to_string(w.cols()) + " columns, not a multiple of 32");
 
@@ -96,7 +99,7 @@ void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
     if (quantized) {
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < n_tokens; ++t)
-        quantize_q8_activations(x + t * job.cols, job.cols, xq.data() + t * q8_act_row_bytes(job.cols));
+        quantize_q8_activations(x + t * job.cols, job.cols, order, xq.data() + t * q8_act_row_bytes(job.cols));
     }
     // One contiguous slice of rows per thread, so each streams its own part of W.
     const int64_t n_threads = omp_get_num_threads(), thread = omp_get_thread_num();

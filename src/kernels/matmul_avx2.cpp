@@ -35,42 +35,55 @@ struct BF16Load {
   }
 };
 
-// Two accumulators per token hide the FMA latency when N is small.
+// Two accumulators per (row, token) hide the FMA latency when R * N is small.
 template <typename Load>
 struct FloatRowDot {
   using Storage = typename Load::Storage;
-  template <int N>
-  static void dot(const MatmulJob& job, int64_t row, int64_t first_token, float* out) {
-    const auto* w = reinterpret_cast<const Storage*>(job.w + row * job.row_bytes);
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+    const Storage* w[R];
     const float* x[N];
+    __m256 acc0[R][N], acc1[R][N];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      w[r] = reinterpret_cast<const Storage*>(job.w + (first_row + r) * job.row_bytes);
+#pragma GCC unroll 4
+      for (int i = 0; i < N; ++i) acc0[r][i] = acc1[r][i] = _mm256_setzero_ps();
+    }
+#pragma GCC unroll 4
     for (int i = 0; i < N; ++i) x[i] = job.x + (first_token + i) * job.cols;
-    __m256 acc0[N], acc1[N];
-    for (int i = 0; i < N; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
     int64_t c = 0;
     for (; c + 16 <= job.cols; c += 16) {
-      const __m256 w0 = Load::load8(w + c), w1 = Load::load8(w + c + 8);
-      for (int i = 0; i < N; ++i) {
-        acc0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[i] + c), acc0[i]);
-        acc1[i] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[i] + c + 8), acc1[i]);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256 w0 = Load::load8(w[r] + c), w1 = Load::load8(w[r] + c + 8);
+#pragma GCC unroll 4
+        for (int i = 0; i < N; ++i) {
+          acc0[r][i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[i] + c), acc0[r][i]);
+          acc1[r][i] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[i] + c + 8), acc1[r][i]);
+        }
       }
     }
     for (; c < job.cols; c += 8) {
-      // Last partial group: zero-padded copies so the vector load stays in bounds.
+      // Last partial group: zero-padded copies so the vector loads stay in bounds.
       const int64_t n = job.cols - c < 8 ? job.cols - c : 8;
-      Storage wpad[8] = {};
-      std::memcpy(wpad, w + c, static_cast<size_t>(n) * sizeof(Storage));
-      const __m256 wv = Load::load8(wpad);
-      for (int i = 0; i < N; ++i) {
-        float xpad[8] = {};
-        std::memcpy(xpad, x[i] + c, static_cast<size_t>(n) * sizeof(float));
-        acc0[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xpad), acc0[i]);
+      for (int r = 0; r < R; ++r) {
+        Storage wpad[8] = {};
+        std::memcpy(wpad, w[r] + c, static_cast<size_t>(n) * sizeof(Storage));
+        const __m256 wv = Load::load8(wpad);
+        for (int i = 0; i < N; ++i) {
+          float xpad[8] = {};
+          std::memcpy(xpad, x[i] + c, static_cast<size_t>(n) * sizeof(float));
+          acc0[r][i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xpad), acc0[r][i]);
+        }
       }
     }
-    for (int i = 0; i < N; ++i) out[i] = horizontal_sum(_mm256_add_ps(acc0[i], acc1[i]));
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < N; ++i) out[r * N + i] = horizontal_sum(_mm256_add_ps(acc0[r][i], acc1[r][i]));
   }
 };
 
-// 32 nibbles of a Q4 block as bytes 0..15, in element order (low nibbles are
+// 32 nibbles of one Q4 block as bytes 0..15, in element order (low nibbles are
 // elements 0..15, high nibbles 16..31).
 __m256i unpack_nibbles(const uint8_t* qs) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
@@ -88,57 +101,137 @@ __m256i load_act(const Q8ActRow& a, int64_t block) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(a.qs + block * 32));
 }
 
-// Q4_0 and Q4_1 share a loop: nibble q in 0..15, weight = d*q + offset, where
-// offset is -8d (Q4_0) or m (Q4_1); per block sum = d*dx*dot(q, qx) + offset*s.
-template <typename Block, bool kHasMin>
+// Weight scales of blocks b, b+1 as [d0, o0, d1, o1]: the dot scale and the
+// offset (w = d * q + offset) of each, with offset = kOffsetFactor * o.
+// Multiplied by the activation's [dx0, s0, dx1, s1] this gives both blocks'
+// dot scales (elements 0, 2) and offset terms (elements 1, 3) at once.
+__m128 fp16x4_to_f32(uint64_t packed) { return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(packed))); }
+
+struct Q4_0Format {
+  using Block = BlockQ4_0;
+  static constexpr float kOffsetFactor = -8.0f;  // offset = -8 * d
+  static __m128 pair_scales(const Block& b0, const Block& b1) {
+    const uint64_t d0 = b0.d, d1 = b1.d;
+    return fp16x4_to_f32(d0 | d0 << 16 | d1 << 32 | d1 << 48);
+  }
+};
+struct Q4_1Format {
+  using Block = BlockQ4_1;
+  static constexpr float kOffsetFactor = 1.0f;  // offset = m
+  static __m128 pair_scales(const Block& b0, const Block& b1) {
+    const uint64_t d0 = b0.d, m0 = b0.m, d1 = b1.d, m1 = b1.m;
+    return fp16x4_to_f32(d0 | m0 << 16 | d1 << 32 | m1 << 48);
+  }
+};
+
+// Q4_0 and Q4_1, two blocks per step. [q0, q1] & 15 holds both blocks'
+// elements 0..15 and [q0, q1] >> 4 their elements 16..31, matching the
+// activations' Q8Order::NibblePairs; int32 lanes 0..3 then belong to block b
+// and 4..7 to block b+1.
+template <typename Format>
 struct Q4RowDot {
-  template <int N>
-  static void dot(const MatmulJob& job, int64_t row, int64_t first_token, float* out) {
-    const auto* blocks = reinterpret_cast<const Block*>(job.w + row * job.row_bytes);
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+    using Block = typename Format::Block;
+    const int64_t n_blocks = job.cols / 32;
+    const __m256i scale_lanes = _mm256_set_epi32(2, 2, 2, 2, 0, 0, 0, 0);
+    const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
+    const Block* blocks[R];
     Q8ActRow a[N];
-    __m256 acc[N];
-    float offset_sum[N] = {};
-    for (int i = 0; i < N; ++i) {
-      a[i] = job.act(first_token + i);
-      acc[i] = _mm256_setzero_ps();
-    }
-    for (int64_t b = 0; b < job.cols / 32; ++b) {
-      const __m256i w = unpack_nibbles(blocks[b].qs);
-      const float dw = _cvtsh_ss(blocks[b].d);
-      float offset = -8.0f * dw;
-      if constexpr (kHasMin) offset = _cvtsh_ss(blocks[b].m);
+    __m256 acc[R][N];
+    __m128 offsets[R][N];  // elements 1 and 3 collect offset * s
+#pragma GCC unroll 4
+    for (int i = 0; i < N; ++i) a[i] = q8_act_row(job, first_token + i);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      blocks[r] = reinterpret_cast<const Block*>(job.w + (first_row + r) * job.row_bytes);
+#pragma GCC unroll 4
       for (int i = 0; i < N; ++i) {
-        const Q8ActScale s = a[i].scales[b];
-        acc[i] = _mm256_fmadd_ps(dot_u8_s8(w, load_act(a[i], b)), _mm256_set1_ps(dw * s.d), acc[i]);
-        offset_sum[i] += offset * s.s;
+        acc[r][i] = _mm256_setzero_ps();
+        offsets[r][i] = _mm_setzero_ps();
       }
     }
-    for (int i = 0; i < N; ++i) out[i] = horizontal_sum(acc[i]) + offset_sum[i];
+    int64_t b = 0;
+    for (; b + 2 <= n_blocks; b += 2) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256i both = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[r][b].qs))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[r][b + 1].qs)), 1);
+        const __m256i lo = _mm256_and_si256(both, low_nibbles);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(both, 4), low_nibbles);
+        const __m128 wscales = Format::pair_scales(blocks[r][b], blocks[r][b + 1]);
+#pragma GCC unroll 4
+        for (int i = 0; i < N; ++i) {
+          const int8_t* qx = a[i].qs + b * 32;
+          const __m256i pairs = _mm256_add_epi16(  // <= 4 * 15 * 127: no overflow
+              _mm256_maddubs_epi16(lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(qx))),
+              _mm256_maddubs_epi16(hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(qx + 32))));
+          const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+          const __m128 prod = _mm_mul_ps(wscales, _mm_load_ps(&a[i].scales[b].d));
+          offsets[r][i] = _mm_add_ps(offsets[r][i], prod);
+          const __m256 scale = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(prod), scale_lanes);
+          acc[r][i] = _mm256_fmadd_ps(dot, scale, acc[r][i]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      float tail[N] = {};
+      if (b < n_blocks) add_single_block<N>(blocks[r][b], a, b, tail);
+      for (int i = 0; i < N; ++i) {
+        const __m128 o = offsets[r][i];
+        const float offset_sum = _mm_cvtss_f32(_mm_shuffle_ps(o, o, 1)) + _mm_cvtss_f32(_mm_shuffle_ps(o, o, 3));
+        out[r * N + i] = horizontal_sum(acc[r][i]) + Format::kOffsetFactor * offset_sum + tail[i];
+      }
+    }
+  }
+
+  // The last block of a row with an odd block count (stored plainly in the activations).
+  template <int N>
+  static void add_single_block(const typename Format::Block& blk, const Q8ActRow* a, int64_t b, float* tail) {
+    const __m256i w = unpack_nibbles(blk.qs);
+    alignas(16) float wscales[4];
+    _mm_store_ps(wscales, Format::pair_scales(blk, blk));
+    for (int i = 0; i < N; ++i) {
+      const Q8ActScale s = a[i].scales[b];
+      tail[i] = wscales[0] * s.d * horizontal_sum(dot_u8_s8(w, load_act(a[i], b))) +
+                Format::kOffsetFactor * wscales[1] * s.s;
+    }
   }
 };
 
 // Signed x signed: maddubs wants one unsigned side, so multiply |w| by x
 // carrying w's sign.
 struct Q8_0RowDot {
-  template <int N>
-  static void dot(const MatmulJob& job, int64_t row, int64_t first_token, float* out) {
-    const auto* blocks = reinterpret_cast<const BlockQ8_0*>(job.w + row * job.row_bytes);
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+    const BlockQ8_0* blocks[R];
     Q8ActRow a[N];
-    __m256 acc[N];
-    for (int i = 0; i < N; ++i) {
-      a[i] = job.act(first_token + i);
-      acc[i] = _mm256_setzero_ps();
+    __m256 acc[R][N];
+#pragma GCC unroll 4
+    for (int i = 0; i < N; ++i) a[i] = q8_act_row(job, first_token + i);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      blocks[r] = reinterpret_cast<const BlockQ8_0*>(job.w + (first_row + r) * job.row_bytes);
+#pragma GCC unroll 4
+      for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < job.cols / 32; ++b) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].qs));
-      const __m256i w_abs = _mm256_sign_epi8(w, w);
-      const float dw = _cvtsh_ss(blocks[b].d);
-      for (int i = 0; i < N; ++i) {
-        const __m256i x_signed = _mm256_sign_epi8(load_act(a[i], b), w);
-        acc[i] = _mm256_fmadd_ps(dot_u8_s8(w_abs, x_signed), _mm256_set1_ps(dw * a[i].scales[b].d), acc[i]);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[r][b].qs));
+        const __m256i w_abs = _mm256_sign_epi8(w, w);
+        const float dw = _cvtsh_ss(blocks[r][b].d);
+#pragma GCC unroll 4
+        for (int i = 0; i < N; ++i) {
+          const __m256i x_signed = _mm256_sign_epi8(load_act(a[i], b), w);
+          const __m256 scale = _mm256_set1_ps(dw * a[i].scales[b].d);
+          acc[r][i] = _mm256_fmadd_ps(dot_u8_s8(w_abs, x_signed), scale, acc[r][i]);
+        }
       }
     }
-    for (int i = 0; i < N; ++i) out[i] = horizontal_sum(acc[i]);
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < N; ++i) out[r * N + i] = horizontal_sum(acc[r][i]);
   }
 };
 
@@ -147,8 +240,8 @@ constexpr KernelTable kAvx2Table = {
     run_row_tiles<FloatRowDot<F32Load>>,
     run_row_tiles<FloatRowDot<F16Load>>,
     run_row_tiles<FloatRowDot<BF16Load>>,
-    run_row_tiles<Q4RowDot<BlockQ4_0, false>>,
-    run_row_tiles<Q4RowDot<BlockQ4_1, true>>,
+    run_row_tiles<Q4RowDot<Q4_0Format>>,
+    run_row_tiles<Q4RowDot<Q4_1Format>>,
     run_row_tiles<Q8_0RowDot>,
 };
 

@@ -10,15 +10,17 @@ namespace {
 
 template <typename ToFloat>
 struct FloatRowDot {
-  template <int N>
-  static void dot(const MatmulJob& job, int64_t row, int64_t first_token, float* out) {
-    const auto* w = reinterpret_cast<const typename ToFloat::Storage*>(job.w + row * job.row_bytes);
-    float acc[N] = {};
-    for (int64_t c = 0; c < job.cols; ++c) {
-      const float wc = ToFloat::convert(w[c]);
-      for (int i = 0; i < N; ++i) acc[i] += wc * job.x[(first_token + i) * job.cols + c];
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+    for (int r = 0; r < R; ++r) {
+      const auto* w = reinterpret_cast<const typename ToFloat::Storage*>(job.w + (first_row + r) * job.row_bytes);
+      float acc[N] = {};
+      for (int64_t c = 0; c < job.cols; ++c) {
+        const float wc = ToFloat::convert(w[c]);
+        for (int i = 0; i < N; ++i) acc[i] += wc * job.x[(first_token + i) * job.cols + c];
+      }
+      for (int i = 0; i < N; ++i) out[r * N + i] = acc[i];
     }
-    for (int i = 0; i < N; ++i) out[i] = acc[i];
   }
 };
 
@@ -35,67 +37,60 @@ struct BF16ToFloat {
   static float convert(uint16_t v) { return bf16_to_f32(v); }
 };
 
-// Per block: d_w * d_x * sum(q_w * q_x), plus m_w * s_x for Q4_1's offset.
-struct Q4_0RowDot {
-  template <int N>
-  static void dot(const MatmulJob& job, int64_t row, int64_t first_token, float* out) {
-    const auto* blocks = reinterpret_cast<const BlockQ4_0*>(job.w + row * job.row_bytes);
-    float acc[N] = {};
-    for (int64_t b = 0; b < job.cols / kQK4_0; ++b) {
-      const float dw = fp16_to_f32(blocks[b].d);
-      for (int i = 0; i < N; ++i) {
-        const Q8ActRow a = job.act(first_token + i);
-        const int8_t* qa = a.qs + b * kQK4_0;
-        int32_t sum = 0;
-        for (int j = 0; j < kQK4_0 / 2; ++j) {
-          sum += ((blocks[b].qs[j] & 0x0f) - 8) * qa[j];
-          sum += ((blocks[b].qs[j] >> 4) - 8) * qa[j + kQK4_0 / 2];
-        }
-        acc[i] += dw * a.scales[b].d * static_cast<float>(sum);
-      }
-    }
-    for (int i = 0; i < N; ++i) out[i] = acc[i];
+// Per block: dw * dx * sum(q_w * q_x), plus m * s for Q4_1's offset m.
+// Q4 activations come in Q8Order::NibblePairs, Q8_0's in Q8Order::Plain.
+int32_t q4_0_block_dot(const BlockQ4_0& w, const int8_t* qx, Q8HalfOffsets at) {
+  int32_t sum = 0;
+  for (int j = 0; j < kQK4_0 / 2; ++j) {
+    sum += ((w.qs[j] & 0x0f) - 8) * qx[at.first + j];
+    sum += ((w.qs[j] >> 4) - 8) * qx[at.second + j];
   }
-};
+  return sum;
+}
 
-struct Q4_1RowDot {
-  template <int N>
-  static void dot(const MatmulJob& job, int64_t row, int64_t first_token, float* out) {
-    const auto* blocks = reinterpret_cast<const BlockQ4_1*>(job.w + row * job.row_bytes);
-    float acc[N] = {};
-    for (int64_t b = 0; b < job.cols / kQK4_1; ++b) {
-      const float dw = fp16_to_f32(blocks[b].d), mw = fp16_to_f32(blocks[b].m);
-      for (int i = 0; i < N; ++i) {
-        const Q8ActRow a = job.act(first_token + i);
-        const int8_t* qa = a.qs + b * kQK4_1;
-        int32_t sum = 0;
-        for (int j = 0; j < kQK4_1 / 2; ++j) {
-          sum += (blocks[b].qs[j] & 0x0f) * qa[j];
-          sum += (blocks[b].qs[j] >> 4) * qa[j + kQK4_1 / 2];
-        }
-        acc[i] += dw * a.scales[b].d * static_cast<float>(sum) + mw * a.scales[b].s;
-      }
-    }
-    for (int i = 0; i < N; ++i) out[i] = acc[i];
+int32_t q4_1_block_dot(const BlockQ4_1& w, const int8_t* qx, Q8HalfOffsets at) {
+  int32_t sum = 0;
+  for (int j = 0; j < kQK4_1 / 2; ++j) {
+    sum += (w.qs[j] & 0x0f) * qx[at.first + j];
+    sum += (w.qs[j] >> 4) * qx[at.second + j];
   }
-};
+  return sum;
+}
 
-struct Q8_0RowDot {
-  template <int N>
-  static void dot(const MatmulJob& job, int64_t row, int64_t first_token, float* out) {
-    const auto* blocks = reinterpret_cast<const BlockQ8_0*>(job.w + row * job.row_bytes);
-    float acc[N] = {};
-    for (int64_t b = 0; b < job.cols / kQK8_0; ++b) {
-      const float dw = fp16_to_f32(blocks[b].d);
+int32_t q8_0_block_dot(const BlockQ8_0& w, const int8_t* qx, Q8HalfOffsets at) {
+  int32_t sum = 0;
+  for (int j = 0; j < kQK8_0 / 2; ++j) {
+    sum += w.qs[j] * qx[at.first + j];
+    sum += w.qs[j + kQK8_0 / 2] * qx[at.second + j];
+  }
+  return sum;
+}
+
+float block_offset(const BlockQ4_0&) { return 0.0f; }
+float block_offset(const BlockQ4_1& w) { return fp16_to_f32(w.m); }
+float block_offset(const BlockQ8_0&) { return 0.0f; }
+
+int32_t block_dot(const BlockQ4_0& w, const int8_t* qx, Q8HalfOffsets at) { return q4_0_block_dot(w, qx, at); }
+int32_t block_dot(const BlockQ4_1& w, const int8_t* qx, Q8HalfOffsets at) { return q4_1_block_dot(w, qx, at); }
+int32_t block_dot(const BlockQ8_0& w, const int8_t* qx, Q8HalfOffsets at) { return q8_0_block_dot(w, qx, at); }
+
+template <typename Block, Q8Order kOrder>
+struct QuantRowDot {
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+    const int64_t n_blocks = job.cols / 32;
+    for (int r = 0; r < R; ++r) {
+      const auto* blocks = reinterpret_cast<const Block*>(job.w + (first_row + r) * job.row_bytes);
       for (int i = 0; i < N; ++i) {
-        const Q8ActRow a = job.act(first_token + i);
-        const int8_t* qa = a.qs + b * kQK8_0;
-        int32_t sum = 0;
-        for (int j = 0; j < kQK8_0; ++j) sum += blocks[b].qs[j] * qa[j];
-        acc[i] += dw * a.scales[b].d * static_cast<float>(sum);
+        const Q8ActRow a = q8_act_row(job, first_token + i);
+        float acc = 0;
+        for (int64_t b = 0; b < n_blocks; ++b) {
+          const int32_t sum = block_dot(blocks[b], a.qs, q8_half_offsets(kOrder, b, n_blocks));
+          acc += fp16_to_f32(blocks[b].d) * a.scales[b].d * static_cast<float>(sum) + block_offset(blocks[b]) * a.scales[b].s;
+        }
+        out[r * N + i] = acc;
       }
     }
-    for (int i = 0; i < N; ++i) out[i] = acc[i];
   }
 };
 
@@ -104,9 +99,9 @@ constexpr KernelTable kScalarTable = {
     run_row_tiles<FloatRowDot<F32ToFloat>>,
     run_row_tiles<FloatRowDot<F16ToFloat>>,
     run_row_tiles<FloatRowDot<BF16ToFloat>>,
-    run_row_tiles<Q4_0RowDot>,
-    run_row_tiles<Q4_1RowDot>,
-    run_row_tiles<Q8_0RowDot>,
+    run_row_tiles<QuantRowDot<BlockQ4_0, Q8Order::NibblePairs>>,
+    run_row_tiles<QuantRowDot<BlockQ4_1, Q8Order::NibblePairs>>,
+    run_row_tiles<QuantRowDot<BlockQ8_0, Q8Order::Plain>>,
 };
 
 }  // namespace
