@@ -198,5 +198,187 @@ TEST(KernelDispatch, CpuFeaturesAreConsistent) {
   }
 }
 
+// ---- Quantization --------------------------------------------------------
+
+std::vector<float> zero_to_31() {
+  std::vector<float> v(32);
+  for (int j = 0; j < 32; ++j) v[j] = static_cast<float>(j);
+  return v;
+}
+
+TEST(KernelQuantize, Q8_0BlockOfZeroTo31) {
+  // d = 31 / 127; q[j] = round(j * 127 / 31).
+  const int8_t expected[32] = {0,  4,  8,  12, 16, 20, 25, 29, 33, 37, 41,  45,  49,  53,  57,  61,
+                               66, 70, 74, 78, 82, 86, 90, 94, 98, 102, 107, 111, 115, 119, 123, 127};
+  BlockQ8_0 block{};
+  quantize_row(DType::Q8_0, zero_to_31().data(), &block, 32);
+  EXPECT_EQ(block.d, 0x33d0);  // fp16(0.24409449) = 0.2440185546875
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(block.qs[j], expected[j]) << j;
+}
+
+TEST(KernelQuantize, Q4_0BlockOfZeroTo31) {
+  // max |x| is +31, so d = 31 / -8 = -3.875 and q = min(15, int(x / d + 8.5)).
+  const uint8_t q[32] = {8, 8, 7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4,
+                         4, 4, 3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0};
+  BlockQ4_0 block{};
+  quantize_row(DType::Q4_0, zero_to_31().data(), &block, 32);
+  EXPECT_EQ(block.d, 0xc3c0);  // -3.875 exactly
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(block.qs[j], q[j] | q[j + 16] << 4) << j;
+}
+
+TEST(KernelQuantize, Q4_1BlockOfZeroTo31) {
+  // min 0, d = 31 / 15; q = min(15, int(x / d + 0.5)) = round(j * 15 / 31).
+  BlockQ4_1 block{};
+  quantize_row(DType::Q4_1, zero_to_31().data(), &block, 32);
+  EXPECT_EQ(block.d, 0x4022);  // fp16(2.0666666) = 2.06640625
+  EXPECT_EQ(block.m, 0x0000);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = j / 2, hi = (j + 16) / 2;  // round(j * 15 / 31) for these j
+    EXPECT_EQ(block.qs[j], lo | hi << 4) << j;
+  }
+}
+
+TEST(KernelQuantize, DequantizeHandBuiltBlocksBitExactly) {
+  BlockQ4_0 q4_0{};
+  q4_0.d = 0x3800;  // 0.5
+  BlockQ4_1 q4_1{};
+  q4_1.d = 0x3400;  // 0.25
+  q4_1.m = 0xbc00;  // -1.0
+  BlockQ8_0 q8_0{};
+  q8_0.d = 0x3000;  // 0.125
+  for (int j = 0; j < 16; ++j) {
+    q4_0.qs[j] = q4_1.qs[j] = static_cast<uint8_t>(j | (15 - j) << 4);
+    q8_0.qs[j] = static_cast<int8_t>(j * 8 - 128);
+    q8_0.qs[j + 16] = static_cast<int8_t>(127 - j);
+  }
+  float out[32];
+  dequantize_row(DType::Q4_0, &q4_0, out, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], (j - 8) * 0.5f);
+    EXPECT_EQ(out[j + 16], (7 - j) * 0.5f);
+  }
+  dequantize_row(DType::Q4_1, &q4_1, out, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], j * 0.25f - 1.0f);
+    EXPECT_EQ(out[j + 16], (15 - j) * 0.25f - 1.0f);
+  }
+  dequantize_row(DType::Q8_0, &q8_0, out, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], (j * 8 - 128) * 0.125f);
+    EXPECT_EQ(out[j + 16], (127 - j) * 0.125f);
+  }
+}
+
+TEST(KernelQuantize, HalfTypesRoundTripExactlyRepresentableValues) {
+  // Largest normal, smallest normal and smallest subnormal half among them.
+  const float f16_exact[] = {0.0f, -0.0f, 1.0f, -2.5f, 0.1875f, 65504.0f, 6.103515625e-05f, 5.9604645e-08f};
+  const float bf16_exact[] = {0.0f, -0.0f, 1.0f, -2.5f, 0.1875f, 65536.0f, 1.5f, 3.3895314e38f /* largest finite bf16 */};
+  for (float v : f16_exact) {
+    uint16_t h = 0;
+    float back = 0;
+    quantize_row(DType::F16, &v, &h, 1);
+    dequantize_row(DType::F16, &h, &back, 1);
+    EXPECT_EQ(f32_to_bits(back), f32_to_bits(v)) << v;
+  }
+  for (float v : bf16_exact) {
+    uint16_t h = 0;
+    float back = 0;
+    quantize_row(DType::BF16, &v, &h, 1);
+    dequantize_row(DType::BF16, &h, &back, 1);
+    EXPECT_EQ(f32_to_bits(back), f32_to_bits(v)) << v;
+  }
+}
+
+TEST(KernelQuantize, RandomRoundTripsStayWithinHalfAStep) {
+  const int64_t n = 32 * 64;
+  const std::vector<float> x = random_floats(n, 7, -3.0f, 3.0f);
+  std::vector<float> back(n);
+  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    std::vector<uint8_t> bytes(dtype_row_bytes(type, n));
+    quantize_row(type, x.data(), bytes.data(), n);
+    dequantize_row(type, bytes.data(), back.data(), n);
+    for (int64_t b = 0; b < n / 32; ++b) {
+      float lo = x[b * 32], hi = x[b * 32], amax = 0;
+      for (int j = 0; j < 32; ++j) {
+        lo = std::min(lo, x[b * 32 + j]);
+        hi = std::max(hi, x[b * 32 + j]);
+        amax = std::max(amax, std::fabs(x[b * 32 + j]));
+      }
+      // One quantization step, plus slack for the fp16 scale; Q4_0 can clamp a
+      // full step at the end opposite the max.
+      const float step = type == DType::Q8_0 ? amax / 127 : type == DType::Q4_0 ? amax / 8 : (hi - lo) / 15;
+      const float limit = type == DType::Q4_0 ? 1.01f * step : 0.51f * step + 2e-3f * amax;
+      for (int j = 0; j < 32; ++j)
+        ASSERT_LE(std::fabs(back[b * 32 + j] - x[b * 32 + j]), limit) << dtype_name(type) << " block " << b;
+    }
+  }
+}
+
+// ---- Row ops -------------------------------------------------------------
+
+TEST(KernelOps, RmsnormMatchesDoubleFormula) {
+  for (int64_t n : {1, 7, 576, 1000}) {
+    const std::vector<float> x = random_floats(n, 11, -4.0f, 4.0f), weight = random_floats(n, 12);
+    std::vector<float> out(n);
+    rmsnorm(x.data(), weight.data(), n, 1e-5f, out.data());
+    double ss = 0;
+    for (float v : x) ss += static_cast<double>(v) * v;
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + 1e-5);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(out[i], x[i] * inv * weight[i], 1e-5 * (1 + std::fabs(x[i] * inv))) << i;
+  }
+}
+
+TEST(KernelOps, RopeMatchesDoubleFormulaInBothLayouts) {
+  const int64_t n_heads = 3, head_dim = 64, pos = 37;
+  const float theta = 10000.0f;
+  for (bool neox : {false, true}) {
+    for (int64_t rot_dims : {head_dim, int64_t{32}}) {
+      const std::vector<float> x = random_floats(n_heads * head_dim, 13);
+      std::vector<float> y = x;
+      rope(y.data(), n_heads, head_dim, rot_dims, pos, theta, neox);
+      for (int64_t h = 0; h < n_heads; ++h) {
+        std::vector<double> expected(x.begin() + h * head_dim, x.begin() + (h + 1) * head_dim);
+        for (int64_t i = 0; i < rot_dims / 2; ++i) {
+          const double angle = pos * std::pow(10000.0, -2.0 * i / rot_dims);
+          const int64_t a = neox ? i : 2 * i, b = neox ? i + rot_dims / 2 : 2 * i + 1;
+          const double x0 = x[h * head_dim + a], x1 = x[h * head_dim + b];
+          expected[a] = x0 * std::cos(angle) - x1 * std::sin(angle);
+          expected[b] = x0 * std::sin(angle) + x1 * std::cos(angle);
+        }
+        for (int64_t d = 0; d < head_dim; ++d)
+          EXPECT_NEAR(y[h * head_dim + d], expected[d], 1e-5) << "neox " << neox << " rot " << rot_dims << " head " << h << " dim " << d;
+      }
+    }
+  }
+}
+
+TEST(KernelOps, SoftmaxMatchesDoubleFormulaAndZeroesMinusInfinity) {
+  std::vector<float> x = random_floats(100, 14, -20.0f, 20.0f);
+  x[3] = x[50] = -std::numeric_limits<float>::infinity();
+  std::vector<float> y = x;
+  softmax(y.data(), static_cast<int64_t>(y.size()));
+  double max = -1e300, sum = 0;
+  for (float v : x) max = std::max(max, static_cast<double>(v));
+  for (float v : x) sum += std::exp(static_cast<double>(v) - max);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], std::exp(x[i] - max) / sum, 1e-6) << i;
+  EXPECT_EQ(y[3], 0.0f);
+
+  std::vector<float> all_masked(5, -std::numeric_limits<float>::infinity());
+  softmax(all_masked.data(), 5);
+  for (float v : all_masked) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(KernelOps, SiluMulAndAddMatchDoubleFormulas) {
+  const std::vector<float> gate = random_floats(300, 15, -8.0f, 8.0f), up = random_floats(300, 16);
+  std::vector<float> g = gate, sum = gate;
+  silu_mul(g.data(), up.data(), 300);
+  add_inplace(sum.data(), up.data(), 300);
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double v = gate[i];
+    EXPECT_NEAR(g[i], v / (1.0 + std::exp(-v)) * up[i], 1e-5 * (1 + std::fabs(v))) << i;
+    EXPECT_EQ(sum[i], gate[i] + up[i]);
+  }
+}
+
 }  // namespace
 }  // namespace kvserve
