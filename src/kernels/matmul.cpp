@@ -1,8 +1,14 @@
 #include "kernels/matmul.h"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
+#include "core/aligned_buffer.h"
 #include "core/error.h"
+#include "kernels/kernel_table.h"
 #include "kernels/quantize.h"
 
 namespace kvserve {
@@ -23,7 +29,45 @@ void matmul_rows_scalar(const TensorView& w, const float* x, int64_t n_tokens, f
   }
 }
 
+MatmulRowsFn rows_kernel(const KernelTable& table, DType type) {
+  switch (type) {
+    case DType::F32: return table.f32;
+    case DType::F16: return table.f16;
+    case DType::BF16: return table.bf16;
+    case DType::Q4_0: return table.q4_0;
+    case DType::Q4_1: return table.q4_1;
+    case DType::Q8_0: return table.q8_0;
+    default: throw Error(std::string("matmul: weight type ") + dtype_name(type) + " is not supported");
+  }
+}
+
+bool uses_q8_activations(DType type) { return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0; }
+
+// Below this many multiply-adds a second thread costs more than it saves.
+constexpr int64_t kMinWorkPerThread = 1 << 16;
+
 }  // namespace
+
+void quantize_q8_activations(const float* x, int64_t cols, Q8Order order, uint8_t* dst) {
+  auto* qs = reinterpret_cast<int8_t*>(dst);
+  auto* scales = reinterpret_cast<Q8ActScale*>(dst + q8_act_qs_bytes(cols));
+  const int64_t n_blocks = cols / 32;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float inv_d = d != 0 ? 1.0f / d : 0.0f;
+    const Q8HalfOffsets at = q8_half_offsets(order, b, n_blocks);
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int q = static_cast<int>(std::nearbyint(xb[j] * inv_d));
+      qs[(j < 16 ? at.first : at.second) + j % 16] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    scales[b] = {d, d * static_cast<float>(sum)};
+  }
+}
 
 void matmul_reference(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
   std::vector<float> row;
@@ -31,14 +75,37 @@ void matmul_reference(const TensorView& w, const float* x, int64_t n_tokens, flo
 }
 
 void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
-  const int64_t rows = w.rows();
-#pragma omp parallel
+  const MatmulRowsFn kernel = rows_kernel(active_kernel_table(), w.type);
+  const bool quantized = uses_q8_activations(w.type);
+  const Q8Order order = q8_order_for(w.type);
+  if (quantized && w.cols() % 32 != 0)
+    throw Error("matmul: " + w.name + " has " + std::to_string(w.cols()) + " columns, not a multiple of 32");
+
+  MatmulJob job;
+  job.w = w.data;
+  job.row_bytes = w.row_bytes();
+  job.cols = w.cols();
+  job.rows = w.rows();
+  job.n_tokens = n_tokens;
+  job.x = x;
+  job.y = y;
+  AlignedBuffer<uint8_t> xq(quantized ? static_cast<size_t>(n_tokens) * q8_act_row_bytes(job.cols) : 0);
+  job.xq = xq.data();
+
+  const int64_t work = job.rows * job.cols * n_tokens;
+  const int max_threads = static_cast<int>(std::clamp<int64_t>(work / kMinWorkPerThread, 1, omp_get_max_threads()));
+#pragma omp parallel num_threads(max_threads)
   {
-    std::vector<float> row;
+    if (quantized) {
 #pragma omp for schedule(static)
-    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-      matmul_rows_scalar(w, x, n_tokens, y, r0, std::min(rows, r0 + 16), row);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        quantize_q8_activations(x + t * job.cols, job.cols, order, xq.data() + t * q8_act_row_bytes(job.cols));
     }
+    // One contiguous slice of rows per thread, so each streams its own part of W.
+    const int64_t n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    const int64_t slice = (job.rows + n_threads - 1) / n_threads;
+    const int64_t r0 = std::min(job.rows, thread * slice), r1 = std::min(job.rows, r0 + slice);
+    if (r0 < r1) kernel(job, r0, r1);
   }
 }
 

@@ -1,0 +1,213 @@
+// Kernel benchmark: memory read bandwidth, then matmul throughput per weight
+// type, shape, token count and kernel path, printed as markdown tables.
+//   ./build/bench_kernels [--decode-only] [--no-bandwidth] [TYPE...]
+// OMP_NUM_THREADS sets the matmul threads; TYPE (q4_1, f16, ...) limits the
+// types; --decode-only skips the 64-token runs.
+// Numbers are best-of-N wall times; the machine may be shared, so rerun when
+// a number looks off.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/dtype.h"
+#include "kernels/cpu_features.h"
+#include "kernels/dispatch.h"
+#include "kernels/matmul.h"
+#include "kernels/quantize.h"
+
+namespace kvserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Best time of `fn` over repetitions that fill about `budget_s` (at least one,
+// after one untimed warm-up call when a call is short).
+template <typename Fn>
+double best_time(Fn&& fn, double budget_s = 0.3) {
+  const auto first = Clock::now();
+  fn();
+  double best = seconds_since(first);
+  if (best > budget_s) return best;
+  const auto start = Clock::now();
+  for (int rep = 0; rep < 1000 && seconds_since(start) < budget_s; ++rep) {
+    const auto t0 = Clock::now();
+    fn();
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
+// Sums a buffer with four independent 256-bit accumulators so the loop is
+// limited by loads, not by the add chain.
+__attribute__((target("avx2"))) uint64_t sum_bytes_avx2(const uint8_t* p, size_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 128 <= n; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+uint64_t sum_bytes(const uint8_t* p, size_t n) {
+  if (cpu_features().avx2) return sum_bytes_avx2(p, n);
+  uint64_t s = 0;
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, p + i, 8);
+    s += v;
+  }
+  return s;
+}
+
+// GB/s reading a 1 GiB buffer with `threads` threads, each its own contiguous part.
+double read_bandwidth(const AlignedBuffer<uint8_t>& buf, int threads) {
+  volatile uint64_t sink = 0;
+  const size_t part = buf.size() / static_cast<size_t>(threads);
+  const double t = best_time(
+      [&] {
+        uint64_t total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+        total += sum_bytes(buf.data() + part * static_cast<size_t>(omp_get_thread_num()), part);
+        sink = sink + total;
+      },
+      1.0);
+  return static_cast<double>(buf.size()) / t / 1e9;
+}
+
+struct Shape {
+  const char* label;
+  int64_t rows, cols;
+  bool cold;  // cycle through copies bigger than the last-level cache
+};
+
+// Enough copies of one random quantized matrix that cycling through them
+// streams from DRAM rather than the 32 MiB L3.
+struct BenchMatrix {
+  std::vector<AlignedBuffer<uint8_t>> copies;
+  size_t bytes = 0;
+};
+
+BenchMatrix make_matrix(DType type, const Shape& s) {
+  BenchMatrix m;
+  m.bytes = dtype_row_bytes(type, s.cols) * static_cast<size_t>(s.rows);
+  constexpr size_t kColdBytes = 160u << 20;
+  const size_t n_copies = s.cold ? std::max<size_t>(1, (kColdBytes + m.bytes - 1) / m.bytes) : 1;
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> row(static_cast<size_t>(s.cols));
+  AlignedBuffer<uint8_t> first(m.bytes);
+  const size_t row_bytes = dtype_row_bytes(type, s.cols);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (float& v : row) v = dist(rng);
+    quantize_row(type, row.data(), first.data() + static_cast<size_t>(r) * row_bytes, s.cols);
+  }
+  for (size_t c = 1; c < n_copies; ++c) {
+    AlignedBuffer<uint8_t> copy(m.bytes);
+    std::memcpy(copy.data(), first.data(), m.bytes);
+    m.copies.push_back(std::move(copy));
+  }
+  m.copies.push_back(std::move(first));
+  return m;
+}
+
+TensorView view_of(DType type, const Shape& s, const uint8_t* data, size_t bytes) {
+  TensorView w;
+  w.name = "bench";
+  w.type = type;
+  w.n_dims = 2;
+  w.ne = {s.cols, s.rows, 1, 1};
+  w.data = data;
+  w.nbytes = bytes;
+  return w;
+}
+
+void bench_type(DType type, const Shape& shape, double bandwidth, bool decode_only) {
+  BenchMatrix m = make_matrix(type, shape);
+  for (int64_t n_tokens : {1, 64}) {
+    if (decode_only && n_tokens > 1) continue;
+    std::vector<float> x(static_cast<size_t>(n_tokens * shape.cols), 0.5f);
+    std::vector<float> y(static_cast<size_t>(n_tokens * shape.rows));
+    for (Isa isa : available_isas()) {
+      set_kernel_isa(isa);
+      size_t next = 0;
+      const double t = best_time([&] {
+        const AlignedBuffer<uint8_t>& w = m.copies[next++ % m.copies.size()];
+        matmul(view_of(type, shape, w.data(), m.bytes), x.data(), n_tokens, y.data());
+      });
+      const double gbs = static_cast<double>(m.bytes) / t / 1e9;
+      const double gflops = 2.0 * static_cast<double>(shape.rows * shape.cols * n_tokens) / t / 1e9;
+      std::printf("| %s | %s | %lld | %s | %.3f | %.1f | %.1f | %.0f%% |\n", dtype_name(type), shape.label,
+                  static_cast<long long>(n_tokens), isa_name(isa), t * 1e3, gbs, gflops, 100.0 * gbs / bandwidth);
+      std::fflush(stdout);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvserve
+
+struct Options {
+  bool decode_only = false;
+  bool bandwidth = true;
+  std::vector<kvserve::DType> types;
+};
+
+Options parse_options(int argc, char** argv) {
+  using namespace kvserve;
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--decode-only") {
+      o.decode_only = true;
+    } else if (arg == "--no-bandwidth") {
+      o.bandwidth = false;
+    } else {
+      o.types.push_back(parse_dtype(arg));
+    }
+  }
+  if (o.types.empty()) o.types = {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::F16, DType::BF16, DType::F32};
+  return o;
+}
+
+double print_bandwidth(int threads) {
+  using namespace kvserve;
+  AlignedBuffer<uint8_t> buf(size_t{1} << 30);
+  std::memset(buf.data(), 1, buf.size());
+  std::printf("## Read bandwidth (1 GiB buffer, best of several passes)\n\n| threads | GB/s |\n|---|---|\n");
+  double bandwidth = 0;
+  for (int t : {1, 2}) {
+    const double gbs = read_bandwidth(buf, t);
+    std::printf("| %d | %.1f |\n", t, gbs);
+    if (t == std::min(threads, 2)) bandwidth = gbs;
+  }
+  return bandwidth;
+}
+
+int main(int argc, char** argv) {
+  using namespace kvserve;
+  const Options options = parse_options(argc, argv);
+  const int threads = omp_get_max_threads();
+  const double bandwidth = options.bandwidth ? print_bandwidth(threads) : 0.0;
+  std::printf("\n## matmul, %d thread(s); %% = weight GB/s over the %d-thread read bandwidth\n\n", threads,
+              std::min(threads, 2));
+  std::printf("| type | shape (rows x cols) | tokens | isa | ms | weight GB/s | GFLOP/s | %% of BW |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  const Shape shapes[] = {{"49152x576 (cold)", 49152, 576, true}, {"1536x576 (hot)", 1536, 576, false}};
+  for (DType type : options.types)
+    for (const Shape& s : shapes) bench_type(type, s, bandwidth, options.decode_only);
+  return 0;
+}

@@ -1,0 +1,89 @@
+#include "kernels/dispatch.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/cpu_features.h"
+#include "kernels/kernel_table.h"
+
+namespace kvserve {
+namespace {
+
+const KernelTable& table_for(Isa isa) {
+  switch (isa) {
+#if KVSERVE_HAVE_SIMD
+    case Isa::Avx512: return avx512_kernel_table();
+    case Isa::Avx2: return avx2_kernel_table();
+#endif
+    default: return scalar_kernel_table();
+  }
+}
+
+Isa initial_isa() {
+  const char* forced = std::getenv("KVSERVE_ISA");
+  if (!forced || !*forced) return best_isa();
+  const Isa isa = parse_isa(forced);
+  if (!isa_available(isa))
+    throw Error(std::string("KVSERVE_ISA=") + forced + ": this CPU or build cannot run that kernel path");
+  return isa;
+}
+
+// The one-time dispatch table: chosen on first use, switched only by
+// set_kernel_isa(). Atomic so that a switch is at least well-defined.
+std::atomic<const KernelTable*>& active_table_slot() {
+  static std::atomic<const KernelTable*> slot{&table_for(initial_isa())};
+  return slot;
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+Isa parse_isa(std::string_view name) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (name == isa_name(isa)) return isa;
+  throw Error("unknown kernel ISA '" + std::string(name) + "' (expected scalar, avx2 or avx512)");
+}
+
+bool isa_available(Isa isa) {
+  const CpuFeatures& f = cpu_features();
+  switch (isa) {
+    case Isa::Scalar: return true;
+#if KVSERVE_HAVE_SIMD
+    case Isa::Avx2: return f.avx2 && f.fma && f.f16c;
+    case Isa::Avx512:
+      return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
+#endif
+    default: (void)f; return false;
+  }
+}
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (isa_available(isa)) isas.push_back(isa);
+  return isas;
+}
+
+Isa best_isa() { return available_isas().back(); }
+
+Isa active_isa() { return active_kernel_table().isa; }
+
+void set_kernel_isa(Isa isa) {
+  if (!isa_available(isa))
+    throw Error(std::string("kernel ISA ") + isa_name(isa) + " is not available on this CPU or build");
+  active_table_slot().store(&table_for(isa), std::memory_order_release);
+}
+
+const KernelTable& active_kernel_table() { return *active_table_slot().load(std::memory_order_acquire); }
+
+}  // namespace kvserve

@@ -1,0 +1,151 @@
+#pragma once
+// Internal to src/kernels: the per-ISA kernel table and the data a matmul
+// kernel works on. Included by the *_avx2.cpp / *_avx512.cpp translation
+// units, so everything here is either a plain type or a template (a non-template
+// inline function compiled with -mavx512f in one file could be the copy the
+// linker keeps for every caller, and crash a CPU without AVX-512).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/dispatch.h"
+
+namespace kvserve {
+
+// Functions defined in this header are `static` (one private copy per
+// translation unit) for the reason above.
+
+// Per-block scale of the 8-bit activations: x[j] ~= d * qs[j] and
+// s = d * sum(qs) (the term that a weight offset or zero point multiplies).
+struct Q8ActScale {
+  float d;
+  float s;
+};
+
+// Byte order of the quantized activations. Plain: each block's 32 values in
+// element order. NibblePairs (for Q4 weights): blocks 2k and 2k+1 share 64
+// bytes as [2k: 0..15, 2k+1: 0..15, 2k: 16..31, 2k+1: 16..31], which is the
+// order the low and high nibbles of two Q4 blocks come out of one shift; a
+// trailing odd block stays plain.
+enum class Q8Order { Plain, NibblePairs };
+
+// Offsets of block b's elements 0..15 (first) and 16..31 (second) in qs.
+struct Q8HalfOffsets {
+  int64_t first, second;
+};
+static inline Q8HalfOffsets q8_half_offsets(Q8Order order, int64_t block, int64_t n_blocks) {
+  const int64_t pair_base = block / 2 * 64;
+  if (order == Q8Order::Plain || (block % 2 == 0 && block + 1 == n_blocks)) return {block * 32, block * 32 + 16};
+  const int64_t lane = block % 2 * 16;
+  return {pair_base + lane, pair_base + 32 + lane};
+}
+
+// One token's activations quantized to 8 bits in blocks of 32, the form the
+// integer dot products of the Q4_0 / Q4_1 / Q8_0 kernels consume.
+struct Q8ActRow {
+  const int8_t* qs;         // cols values in the matmul's Q8Order, 64-byte aligned
+  const Q8ActScale* scales; // cols / 32 entries, 16-byte aligned
+};
+
+static inline size_t q8_act_qs_bytes(int64_t cols) { return (static_cast<size_t>(cols) + 63) / 64 * 64; }
+
+// Bytes one token's Q8ActRow takes in a buffer (qs, then scales), a multiple
+// of 64 so consecutive tokens stay aligned.
+static inline size_t q8_act_row_bytes(int64_t cols) {
+  const size_t scale_bytes = static_cast<size_t>(cols / 32) * sizeof(Q8ActScale);
+  return q8_act_qs_bytes(cols) + (scale_bytes + 63) / 64 * 64;
+}
+
+// Quantizes one token's activations x[0..cols) into dst (q8_act_row_bytes(cols)
+// bytes, 64-byte aligned): d = max|x| / 127 per block, qs = round(x / d).
+void quantize_q8_activations(const float* x, int64_t cols, Q8Order order, uint8_t* dst);
+
+// Everything one matmul call needs; kernels compute rows [row_begin, row_end).
+struct MatmulJob {
+  const uint8_t* w = nullptr;  // row-major weights, row_bytes apart
+  size_t row_bytes = 0;
+  int64_t cols = 0;
+  int64_t rows = 0;
+  int64_t n_tokens = 0;
+  const float* x = nullptr;       // n_tokens x cols (float weight types)
+  const uint8_t* xq = nullptr;    // n_tokens Q8ActRows of q8_act_row_bytes(cols) (quantized types)
+  float* y = nullptr;             // n_tokens x rows
+};
+
+static inline Q8ActRow q8_act_row(const MatmulJob& job, int64_t token) {
+  const uint8_t* base = job.xq + static_cast<size_t>(token) * q8_act_row_bytes(job.cols);
+  return {reinterpret_cast<const int8_t*>(base), reinterpret_cast<const Q8ActScale*>(base + q8_act_qs_bytes(job.cols))};
+}
+
+using MatmulRowsFn = void (*)(const MatmulJob& job, int64_t row_begin, int64_t row_end);
+
+struct KernelTable {
+  Isa isa;
+  MatmulRowsFn f32;
+  MatmulRowsFn f16;
+  MatmulRowsFn bf16;
+  MatmulRowsFn q4_0;
+  MatmulRowsFn q4_1;
+  MatmulRowsFn q8_0;
+};
+
+// Which activations a weight type's kernels read (the same for every ISA, so
+// all paths multiply by identical quantized values).
+static inline Q8Order q8_order_for(DType type) { return type == DType::Q8_0 ? Q8Order::Plain : Q8Order::NibblePairs; }
+
+const KernelTable& scalar_kernel_table();
+#if KVSERVE_HAVE_SIMD
+const KernelTable& avx2_kernel_table();
+const KernelTable& avx512_kernel_table();
+#endif
+// The table matmul() uses (see dispatch.h).
+const KernelTable& active_kernel_table();
+
+// Shape of one kernel call, RowDot::dot<R, N>(job, first_row, first_token,
+// out[R * N]) with out[r * N + i] = row first_row + r times token
+// first_token + i. Decode (one token) takes kRowsPerPass rows at once so that
+// independent accumulator chains hide the FMA and reduction latency of short
+// rows; prefill takes one row and kTokensPerPass tokens so that each loaded,
+// unpacked weight is used that many times.
+constexpr int kRowsPerPass = 4;
+constexpr int kTokensPerPass = 4;  // run_row_tiles' switch covers 1..4
+
+template <typename RowDot, int R, int N>
+void dot_and_store(const MatmulJob& job, int64_t first_row, int64_t first_token) {
+  float out[R * N];
+  RowDot::template dot<R, N>(job, first_row, first_token, out);
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < N; ++i) job.y[(first_token + i) * job.rows + first_row + r] = out[r * N + i];
+}
+
+// Runs RowDot over rows [row_begin, row_end) and all tokens. For prefill the
+// rows are taken in tiles small enough to stay in L1/L2 while every group of
+// kTokensPerPass tokens passes over them, so each weight comes from DRAM once.
+template <typename RowDot>
+void run_row_tiles(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
+  if (job.n_tokens == 1) {
+    int64_t r = row_begin;
+    for (; r + kRowsPerPass <= row_end; r += kRowsPerPass) dot_and_store<RowDot, kRowsPerPass, 1>(job, r, 0);
+    for (; r < row_end; ++r) dot_and_store<RowDot, 1, 1>(job, r, 0);
+    return;
+  }
+  constexpr size_t kTileBytes = 32 * 1024;
+  const int64_t tile_rows = std::clamp<int64_t>(static_cast<int64_t>(kTileBytes / job.row_bytes), 1, 64);
+  for (int64_t tile = row_begin; tile < row_end; tile += tile_rows) {
+    const int64_t tile_end = std::min(row_end, tile + tile_rows);
+    for (int64_t t = 0; t < job.n_tokens; t += kTokensPerPass) {
+      const int64_t n = std::min<int64_t>(kTokensPerPass, job.n_tokens - t);
+      for (int64_t r = tile; r < tile_end; ++r) {
+        switch (n) {
+          case 4: dot_and_store<RowDot, 1, 4>(job, r, t); break;
+          case 3: dot_and_store<RowDot, 1, 3>(job, r, t); break;
+          case 2: dot_and_store<RowDot, 1, 2>(job, r, t); break;
+          default: dot_and_store<RowDot, 1, 1>(job, r, t); break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace kvserve
