@@ -131,3 +131,42 @@ TEST(Decoder, ResetStartsOver) {
   EXPECT_EQ(a, std::vector<float>(twice.begin(), twice.end()));
   EXPECT_EQ(d->length(), 7);
 }
+
+TEST(Decoder, AppendAllGivesEveryPositionsLogits) {
+  TempFile f(".gguf");
+  auto m = tiny_model(f, "tiny-llama", DType::F32);
+  const auto p = prompt_of(9, m->config().vocab_size);
+  const auto vocab = static_cast<size_t>(m->config().vocab_size);
+  for (const char* kind : {"naive", "cached"}) {
+    auto batched = make_decoder(kind, *m, 64);
+    batched->append(std::span<const int32_t>(p).first(4));
+    const std::span<const float> rows = batched->append_all(std::span<const int32_t>(p).subspan(4));
+    ASSERT_EQ(rows.size(), 5 * vocab);
+    auto one_by_one = make_decoder(kind, *m, 64);
+    one_by_one->append(std::span<const int32_t>(p).first(4));
+    for (size_t i = 4; i < p.size(); ++i) {
+      auto l = one_by_one->append(std::span<const int32_t>(&p[i], 1));
+      EXPECT_LT(max_relative_diff(rows.subspan((i - 4) * vocab, vocab), l), 1e-5) << kind << " row " << i;
+    }
+  }
+}
+
+TEST(Decoder, TruncateRollsBack) {
+  TempFile f(".gguf");
+  auto m = tiny_model(f, "tiny-llama", DType::F32);
+  const auto p = prompt_of(12, m->config().vocab_size);
+  for (const char* kind : {"naive", "cached"}) {
+    auto d = make_decoder(kind, *m, 64);
+    auto want = d->append(p);
+    std::vector<float> expected(want.begin(), want.end());
+    d->reset();
+    d->append(std::span<const int32_t>(p).first(8));
+    const std::vector<int32_t> wrong = {5, 6, 7};
+    d->append(wrong);
+    d->truncate(8);
+    EXPECT_EQ(d->length(), 8);
+    auto got = d->append(std::span<const int32_t>(p).subspan(8));
+    EXPECT_LT(max_relative_diff(got, expected), 1e-5) << kind;
+    EXPECT_THROW(d->truncate(13), Error);
+  }
+}

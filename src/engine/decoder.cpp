@@ -25,8 +25,25 @@ std::span<const float> NaiveDecoder::append(std::span<const int32_t> tokens) {
   // A fresh cache every step: nothing computed before is reused.
   const ModelConfig& c = model_.config();
   ContiguousKVCache scratch(c.n_layers, length(), c.kv_dim());
+  logits_.resize(static_cast<size_t>(c.vocab_size));
   transformer_.forward(sequence_, scratch, logits_.data());
   return logits_;
+}
+
+std::span<const float> NaiveDecoder::append_all(std::span<const int32_t> tokens) {
+  check_fits(length(), tokens.size(), max_context_);
+  sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
+  const ModelConfig& c = model_.config();
+  ContiguousKVCache scratch(c.n_layers, length(), c.kv_dim());
+  logits_.resize(static_cast<size_t>(length() * c.vocab_size));
+  transformer_.forward(sequence_, scratch, logits_.data(), true);
+  const size_t skip = (static_cast<size_t>(length()) - tokens.size()) * static_cast<size_t>(c.vocab_size);
+  return std::span<const float>(logits_).subspan(skip);
+}
+
+void NaiveDecoder::truncate(int64_t n) {
+  if (n < 0 || n > length()) throw Error("truncate: length " + std::to_string(n) + " outside [0, " + std::to_string(length()) + "]");
+  sequence_.resize(static_cast<size_t>(n));
 }
 
 CachedDecoder::CachedDecoder(const Model& model, int64_t max_context, int64_t prefill_chunk,
@@ -37,14 +54,30 @@ CachedDecoder::CachedDecoder(const Model& model, int64_t max_context, int64_t pr
       logits_(static_cast<size_t>(model.config().vocab_size)) {}
 
 std::span<const float> CachedDecoder::append(std::span<const int32_t> tokens) {
+  return run(tokens, false);
+}
+
+std::span<const float> CachedDecoder::append_all(std::span<const int32_t> tokens) {
+  return run(tokens, true);
+}
+
+std::span<const float> CachedDecoder::run(std::span<const int32_t> tokens, bool all_logits) {
   check_fits(length(), tokens.size(), cache_.capacity());
   if (tokens.empty()) throw Error("append: no tokens");
+  const auto vocab = static_cast<size_t>(transformer_.vocab_size());
+  logits_.resize(all_logits ? tokens.size() * vocab : vocab);
   for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(prefill_chunk_)) {
     const size_t n = std::min(tokens.size() - i, static_cast<size_t>(prefill_chunk_));
-    transformer_.forward(tokens.subspan(i, n), cache_, logits_.data());
+    transformer_.forward(tokens.subspan(i, n), cache_, logits_.data() + (all_logits ? i * vocab : 0), all_logits);
   }
   sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
   return logits_;
+}
+
+void CachedDecoder::truncate(int64_t n) {
+  if (n < 0 || n > length()) throw Error("truncate: length " + std::to_string(n) + " outside [0, " + std::to_string(length()) + "]");
+  sequence_.resize(static_cast<size_t>(n));
+  cache_.set_size(n);  // rows past n are simply overwritten later
 }
 
 void CachedDecoder::reset() {

@@ -23,6 +23,11 @@ class Decoder {
   // Appends `tokens` to the sequence; returns the logits [vocab] after the last one.
   // Throws kvserve::Error when the sequence would exceed max_context().
   virtual std::span<const float> append(std::span<const int32_t> tokens) = 0;
+  // Like append, but returns every appended token's logits [n][vocab]: row i
+  // is the distribution after tokens[i] (speculative verification, perplexity).
+  virtual std::span<const float> append_all(std::span<const int32_t> tokens) = 0;
+  // Drops the last tokens so that length() == n (rolls back rejected drafts).
+  virtual void truncate(int64_t n) = 0;
   // Forgets the sequence.
   virtual void reset() = 0;
   virtual const char* name() const = 0;
@@ -39,6 +44,8 @@ class NaiveDecoder : public Decoder {
  public:
   NaiveDecoder(const Model& model, int64_t max_context);
   std::span<const float> append(std::span<const int32_t> tokens) override;
+  std::span<const float> append_all(std::span<const int32_t> tokens) override;
+  void truncate(int64_t n) override;
   void reset() override { sequence_.clear(); }
   const char* name() const override { return "naive"; }
   int64_t attention_rows() const override { return transformer_.attention_rows(); }
@@ -48,7 +55,7 @@ class NaiveDecoder : public Decoder {
   const Model& model_;
   int64_t max_context_;
   Transformer transformer_;
-  std::vector<float> logits_;
+  std::vector<float> logits_;      // [vocab], or [n][vocab] after append_all
 };
 
 class CachedDecoder : public Decoder {
@@ -58,16 +65,19 @@ class CachedDecoder : public Decoder {
   CachedDecoder(const Model& model, int64_t max_context, int64_t prefill_chunk = 512,
                 AttentionKernel attention = AttentionKernel::kFlash);
   std::span<const float> append(std::span<const int32_t> tokens) override;
+  std::span<const float> append_all(std::span<const int32_t> tokens) override;
+  void truncate(int64_t n) override;
   void reset() override;
   const char* name() const override { return "cached"; }
   int64_t attention_rows() const override { return transformer_.attention_rows(); }
   int64_t max_context() const override { return cache_.capacity(); }
 
  private:
+  std::span<const float> run(std::span<const int32_t> tokens, bool all_logits);
   Transformer transformer_;
   ContiguousKVCache cache_;
   int64_t prefill_chunk_;
-  std::vector<float> logits_;
+  std::vector<float> logits_;      // [vocab], or [n][vocab] after append_all
 };
 
 // kind: "naive" (reference attention, full recompute), "cached" (KV cache,

@@ -84,7 +84,7 @@ void Transformer::ffn_block(int64_t layer, int64_t n) {
   add_inplace(x_.data(), proj_.data(), n * dim);
 }
 
-void Transformer::forward(std::span<const int32_t> tokens, ContiguousKVCache& cache, float* logits) {
+void Transformer::forward(std::span<const int32_t> tokens, ContiguousKVCache& cache, float* logits, bool all_logits) {
   const auto n = static_cast<int64_t>(tokens.size());
   if (n == 0) throw Error("forward: empty batch");
   if (cache.size() + n > cache.capacity())
@@ -98,9 +98,11 @@ void Transformer::forward(std::span<const int32_t> tokens, ContiguousKVCache& ca
   }
   cache.set_size(cache.size() + n);
   attention_rows_ += n;
-  const float* last = x_.data() + (n - 1) * cfg_.dim;
-  rmsnorm(last, model_.weights().output_norm.data(), cfg_.dim, cfg_.norm_eps, xn_.data());
-  matmul(model_.weights().output, xn_.data(), 1, logits);
+  const int64_t first = all_logits ? 0 : n - 1;
+  for (int64_t t = first; t < n; ++t)
+    rmsnorm(x_.data() + t * cfg_.dim, model_.weights().output_norm.data(), cfg_.dim, cfg_.norm_eps,
+            xn_.data() + (t - first) * cfg_.dim);
+  matmul(model_.weights().output, xn_.data(), n - first, logits);
 }
 
 }  // namespace kvserve

@@ -25,14 +25,16 @@ class Transformer {
   Transformer(const Model& model, AttentionKernel attention);
 
   // Runs `tokens` at positions [cache.size(), cache.size() + n): appends their
-  // K/V rows to `cache` and writes the last token's logits to `logits` [vocab].
+  // K/V rows to `cache` and writes logits: the last token's [vocab], or with
+  // all_logits every token's [n][vocab] (speculative verification, perplexity).
   // Throws kvserve::Error for a token id outside the vocabulary or a batch
   // that does not fit in the cache.
-  void forward(std::span<const int32_t> tokens, ContiguousKVCache& cache, float* logits);
+  void forward(std::span<const int32_t> tokens, ContiguousKVCache& cache, float* logits, bool all_logits = false);
 
   // Query rows that went through attention since construction (all layers
   // count once per token): the naive decoder's N(N+1)/2 vs the cached N.
   int64_t attention_rows() const { return attention_rows_; }
+  int64_t vocab_size() const { return cfg_.vocab_size; }
 
  private:
   void resize_scratch(int64_t n);
