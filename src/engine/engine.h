@@ -1,0 +1,105 @@
+#pragma once
+// The serving engine's public boundary: requests go in from any thread,
+// token events come out through a callback. Front ends (the HTTP server,
+// `kvserve run -f`, benchmarks) see only this header.
+//
+// Thread-safety: every public method may be called from any thread. Event
+// callbacks run on the engine's own thread, one at a time; they must return
+// quickly (copy the event, signal a condition variable) and must not call
+// back into the engine except cancel().
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/model.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvserve {
+
+using RequestId = uint64_t;
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;     // token ids, chat template already applied
+  SamplingParams sampling;
+  int64_t max_tokens = 128;        // generated tokens at most
+  std::vector<std::string> stop;   // stop strings; matched on the decoded text, not included in it
+  bool ignore_eos = false;
+  int32_t top_logprobs = -1;       // -1: no logprobs; 0: the chosen token's only; k: plus the k most likely
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // the top_logprobs most likely (id, logprob)
+};
+
+struct GenerationEvent {
+  RequestId id = 0;
+  std::vector<int32_t> tokens;        // generated since the previous event
+  std::string text;                   // text completed since the previous event (whole UTF-8 characters)
+  std::vector<TokenLogprob> logprobs; // one per token, when requested
+  bool finished = false;
+  std::string finish_reason;          // when finished: "stop", "length", "cancelled" or "error"
+  std::string error;                  // the message when finish_reason is "error"
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;      // generated so far
+};
+
+using EventCallback = std::function<void(const GenerationEvent&)>;
+
+struct EngineOptions {
+  int64_t max_context = 4096;       // tokens per sequence (prompt + generated)
+  int64_t max_queue = 64;           // waiting requests before submit() refuses
+  int64_t max_running = 16;         // sequences decoded together
+  int64_t max_batch_tokens = 512;   // tokens per forward step (decode + chunked prefill)
+  int64_t block_size = 16;          // KV block size in tokens
+  int64_t kv_memory_bytes = 0;      // KV pool size; 0: room for max_running full contexts
+};
+
+struct EngineMetrics {
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_free = 0;
+  int64_t kv_blocks_cached = 0;     // unreferenced blocks kept for prefix reuse
+  int64_t prefix_query_tokens = 0;  // prompt tokens looked up in the prefix cache
+  int64_t prefix_hit_tokens = 0;    // of which found there
+  int64_t prompt_tokens_total = 0;  // prompt tokens computed
+  int64_t generated_tokens_total = 0;
+  int64_t requests_finished = 0;
+  int64_t preemptions = 0;
+};
+
+class Engine {
+ public:
+  // The model and tokenizer must outlive the engine. Starts the engine thread.
+  Engine(const Model& model, const Tokenizer& tokenizer, const EngineOptions& options);
+  ~Engine();  // cancels what is left and joins the engine thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Throws kvserve::Error for one that can never run (empty
+  // or too long prompt, bad sampling parameters, max_tokens < 0); returns
+  // nullopt when the waiting queue is full or the engine is shutting down.
+  std::optional<RequestId> submit(GenerationRequest request, EventCallback on_event);
+  // Stops a request at once and frees its KV memory; its final event has
+  // finish_reason "cancelled". Unknown or finished ids are ignored.
+  void cancel(RequestId id);
+  EngineMetrics metrics() const;
+  // Refuses new requests; finish_running lets the running and waiting ones
+  // complete, otherwise they are cancelled. Returns when the engine is idle.
+  void shutdown(bool finish_running);
+  const EngineOptions& options() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvserve
