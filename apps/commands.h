@@ -9,5 +9,6 @@ void register_run(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_kv_size(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace kvserve::cli

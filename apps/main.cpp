@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   kvserve::cli::register_convert(app);
   kvserve::cli::register_synth(app);
   kvserve::cli::register_kv_size(app);
+  kvserve::cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,38 @@
+#pragma once
+// `kvserve bench` has several modes, each in its own file:
+//   default     prompt processing / text generation table (bench_llama.cpp)
+//   --spec      speculative decoding modes (bench_spec.cpp)
+//   --serving   continuous-batching workload (bench_serving.cpp)
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvserve::cli {
+
+struct BenchOptions {
+  std::vector<std::string> models = {"models/smollm2-135m-instruct-q4_1.gguf"};
+  std::vector<int64_t> n_prompt = {512};   // -p
+  std::vector<int64_t> n_gen = {128};      // -n
+  int repetitions = 5;                     // -r
+  std::vector<int> threads = {0};          // -t (0: all cores)
+  std::string output = "md";               // md | json | csv
+  bool membw = false;                      // measure memory read bandwidth only
+  bool spec = false;
+  bool serving = false;
+  // --spec
+  std::string draft;                       // draft model path ("" : a truncated copy of the target)
+  std::vector<int> draft_k = {1, 2, 4, 6, 8};
+  // --serving
+  std::string url;                         // drive a running server instead of the in-process engine
+  int requests = 32;
+  int concurrency = 16;
+  double request_rate = 0;                 // Poisson arrivals per second (0: all at once)
+  int64_t shared_prefix = 0;               // tokens of system prompt shared by every request
+  uint64_t seed = 1;
+};
+
+int run_llama_bench(const BenchOptions& options);
+int run_spec_bench(const BenchOptions& options);
+int run_serving_bench(const BenchOptions& options);
+
+}  // namespace kvserve::cli

@@ -1,0 +1,40 @@
+// `kvserve bench`: flag parsing and dispatch to the bench modes (apps/bench.h).
+#include "apps/bench.h"
+#include "apps/commands.h"
+
+namespace kvserve::cli {
+
+void register_bench(CLI::App& app) {
+  auto opt = std::make_shared<BenchOptions>();
+  auto* cmd = app.add_subcommand("bench", "Benchmark prompt processing and generation (like llama-bench)");
+  cmd->add_option("-m,--model", opt->models, "GGUF model file(s)")->capture_default_str();
+  cmd->add_option("-p,--n-prompt", opt->n_prompt, "Prompt lengths to test")->capture_default_str();
+  cmd->add_option("-n,--n-gen", opt->n_gen, "Generation lengths to test")->capture_default_str();
+  cmd->add_option("-r,--repetitions", opt->repetitions, "Repetitions of each test")->capture_default_str();
+  cmd->add_option("-t,--threads", opt->threads, "Thread counts to test (0: all cores)")->capture_default_str();
+  cmd->add_option("-o,--output", opt->output, "md, json or csv")
+      ->check(CLI::IsMember({"md", "json", "csv"}))
+      ->capture_default_str();
+  cmd->add_flag("--membw", opt->membw, "Measure the machine's memory read bandwidth");
+  cmd->add_flag("--spec", opt->spec, "Benchmark speculative decoding (target only, draft model, n-gram)");
+  cmd->add_option("--draft", opt->draft, "Draft model for --spec (default: a truncated copy of the target)");
+  cmd->add_option("--draft-k", opt->draft_k, "Draft lengths to test with --spec")->capture_default_str();
+  cmd->add_flag("--serving", opt->serving, "Benchmark a serving workload (continuous batching)");
+  cmd->add_option("--url", opt->url, "With --serving: drive a running OpenAI-compatible server");
+  cmd->add_option("--requests", opt->requests, "With --serving: requests to send")->capture_default_str();
+  cmd->add_option("--concurrency", opt->concurrency, "With --serving: requests in flight")->capture_default_str();
+  cmd->add_option("--request-rate", opt->request_rate, "With --serving: Poisson arrival rate (0: all at once)")
+      ->capture_default_str();
+  cmd->add_option("--shared-prefix", opt->shared_prefix, "With --serving: shared system-prompt tokens")
+      ->capture_default_str();
+  cmd->add_option("--seed", opt->seed, "Workload seed")->capture_default_str();
+  cmd->callback([opt] {
+    int rc = 0;
+    if (opt->spec) rc = run_spec_bench(*opt);
+    else if (opt->serving) rc = run_serving_bench(*opt);
+    else rc = run_llama_bench(*opt);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace kvserve::cli
