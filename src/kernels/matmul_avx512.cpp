@@ -51,13 +51,13 @@ struct BF16Load {
 template <typename Load>
 struct FloatRowDot {
   template <int R, int N>
-  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     const typename Load::Storage* w[R];
     const float* x[N];
     __m512 acc0[R][N], acc1[R][N];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      w[r] = reinterpret_cast<const typename Load::Storage*>(job.w + (first_row + r) * job.row_bytes);
+      w[r] = reinterpret_cast<const typename Load::Storage*>(job.w + (first_row + r * row_step) * job.row_bytes);
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i) acc0[r][i] = acc1[r][i] = _mm512_setzero_ps();
     }
@@ -170,7 +170,7 @@ struct Q8_0Format {
 template <typename Format>
 struct QuantRowDot {
   template <int R, int N>
-  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     const int64_t n_blocks = job.cols / 32;
     const __m512i scale_lanes = Format::scale_lanes();
     const uint8_t* w[R];
@@ -181,7 +181,7 @@ struct QuantRowDot {
     for (int i = 0; i < N; ++i) a[i] = q8_act_row(job, first_token + i);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      w[r] = job.w + (first_row + r) * job.row_bytes;
+      w[r] = job.w + (first_row + r * row_step) * job.row_bytes;
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i) {
         acc[r][i] = _mm512_setzero_ps();
