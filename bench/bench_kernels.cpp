@@ -155,7 +155,8 @@ void bench_type(DType type, const Shape& shape, double bandwidth, bool decode_on
   for (int round = 0; round < kRounds; ++round) {
     for (Config& c : configs) {
       if (round > 0 && c.best_s > 0.1) continue;  // slow enough that load spikes matter little
-      std::vector<float> x(static_cast<size_t>(c.n_tokens * shape.cols), 0.5f);
+      AlignedBuffer<float> x(static_cast<size_t>(c.n_tokens * shape.cols));  // 64-byte aligned, as the model's
+      for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f;
       std::vector<float> y(static_cast<size_t>(c.n_tokens * shape.rows));
       set_kernel_isa(c.isa);
       size_t next = 0;
