@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -47,8 +46,10 @@ double best_time(Fn&& fn, double budget_s = 0.3) {
   return best;
 }
 
-// Sums a buffer with four independent 256-bit accumulators so the loop is
-// limited by loads, not by the add chain.
+// Sums a buffer front to back with four independent 256-bit accumulators,
+// so the loop is limited by the memory system, not by the add chain. (One
+// sequential stream per thread measured fastest here; several streams in
+// lockstep read slower.)
 __attribute__((target("avx2"))) uint64_t sum_bytes_avx2(const uint8_t* p, size_t n) {
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   for (size_t i = 0; i + 128 <= n; i += 128) {
@@ -73,19 +74,24 @@ uint64_t sum_bytes(const uint8_t* p, size_t n) {
   return s;
 }
 
-// GB/s reading a 1 GiB buffer with `threads` threads, each its own contiguous part.
+// GB/s reading the buffer with `threads` threads. It is read in 64 MiB
+// slices, each split among the threads and timed on its own, and the best
+// slice counts: the same best-of-many rule as the matmul timings (a slice
+// takes about as long as one cold matmul), so outside load biases neither.
 double read_bandwidth(const AlignedBuffer<uint8_t>& buf, int threads) {
+  constexpr size_t kSlice = size_t{64} << 20;
   volatile uint64_t sink = 0;
-  const size_t part = buf.size() / static_cast<size_t>(threads);
-  const double t = best_time(
-      [&] {
-        uint64_t total = 0;
+  double best = 1e30;
+  for (size_t offset = 0; offset + kSlice <= buf.size(); offset += kSlice) {
+    const size_t part = kSlice / static_cast<size_t>(threads);
+    const auto start = Clock::now();
+    uint64_t total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-        total += sum_bytes(buf.data() + part * static_cast<size_t>(omp_get_thread_num()), part);
-        sink = sink + total;
-      },
-      0.5);
-  return static_cast<double>(buf.size()) / t / 1e9;
+    total += sum_bytes(buf.data() + offset + part * static_cast<size_t>(omp_get_thread_num()), part);
+    best = std::min(best, seconds_since(start));
+    sink = sink + total;
+  }
+  return static_cast<double>(kSlice) / best / 1e9;
 }
 
 struct Shape {
@@ -94,8 +100,23 @@ struct Shape {
   bool cold;  // cycle through copies bigger than the last-level cache
 };
 
-// Enough copies of one random quantized matrix that cycling through them
-// streams from DRAM rather than the 32 MiB L3.
+// Fast reproducible noise in [-1, 1) (xorshift64*), so that filling hundreds
+// of MiB stays quick.
+struct Noise {
+  uint64_t state;
+  float next() {
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    const uint64_t bits = state * 0x2545f4914f6cdd1dull;
+    return static_cast<float>(bits >> 40) / static_cast<float>(1 << 23) - 1.0f;
+  }
+};
+
+// Enough copies of a random matrix that cycling through them streams from
+// DRAM rather than the 32 MiB L3. Every copy holds different values: memory
+// deduplication (in the VM or on its host) could otherwise back identical
+// copies with the same physical pages, which would then sit in cache.
 struct BenchMatrix {
   std::vector<AlignedBuffer<uint8_t>> copies;
   size_t bytes = 0;
@@ -103,24 +124,20 @@ struct BenchMatrix {
 
 BenchMatrix make_matrix(DType type, const Shape& s) {
   BenchMatrix m;
-  m.bytes = dtype_row_bytes(type, s.cols) * static_cast<size_t>(s.rows);
+  const size_t row_bytes = dtype_row_bytes(type, s.cols);
+  m.bytes = row_bytes * static_cast<size_t>(s.rows);
   constexpr size_t kColdBytes = 128u << 20;  // 4x the 32 MiB L3
   const size_t n_copies = s.cold ? std::max<size_t>(1, (kColdBytes + m.bytes - 1) / m.bytes) : 1;
-  std::mt19937 rng(42);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> row(static_cast<size_t>(s.cols));
-  AlignedBuffer<uint8_t> first(m.bytes);
-  const size_t row_bytes = dtype_row_bytes(type, s.cols);
-  for (int64_t r = 0; r < s.rows; ++r) {
-    for (float& v : row) v = dist(rng);
-    quantize_row(type, row.data(), first.data() + static_cast<size_t>(r) * row_bytes, s.cols);
-  }
-  for (size_t c = 1; c < n_copies; ++c) {
+  for (size_t c = 0; c < n_copies; ++c) {
+    Noise noise{0x9e3779b97f4a7c15ull * (c + 1)};
     AlignedBuffer<uint8_t> copy(m.bytes);
-    std::memcpy(copy.data(), first.data(), m.bytes);
+    for (int64_t r = 0; r < s.rows; ++r) {
+      for (float& v : row) v = noise.next();
+      quantize_row(type, row.data(), copy.data() + static_cast<size_t>(r) * row_bytes, s.cols);
+    }
     m.copies.push_back(std::move(copy));
   }
-  m.copies.push_back(std::move(first));
   return m;
 }
 
@@ -203,11 +220,9 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
-double print_bandwidth(int threads) {
+double print_bandwidth(const kvserve::AlignedBuffer<uint8_t>& buf, int threads) {
   using namespace kvserve;
-  AlignedBuffer<uint8_t> buf(size_t{1} << 30);
-  std::memset(buf.data(), 1, buf.size());
-  std::printf("## Read bandwidth (1 GiB buffer, best of several passes)\n\n| threads | GB/s |\n|---|---|\n");
+  std::printf("## Read bandwidth (1 GiB buffer in 64 MiB slices, best slice of several passes)\n\n| threads | GB/s |\n|---|---|\n");
   double best[2] = {0, 0};
   for (int round = 0; round < kRounds; ++round)
     for (int t : {1, 2}) best[t - 1] = std::max(best[t - 1], read_bandwidth(buf, t));
@@ -215,17 +230,51 @@ double print_bandwidth(int threads) {
   return best[std::min(threads, 2) - 1];
 }
 
+// Decode efficiency with the bandwidth measured right before each matmul, so
+// that outside memory traffic (the machine is shared) hits both alike.
+void print_paired_decode(const kvserve::AlignedBuffer<uint8_t>& buf, int threads) {
+  using namespace kvserve;
+  const Shape shape = {"49152x576 (cold)", 49152, 576, true};
+  std::printf("\n## Decode vs bandwidth measured just before (%d threads, %s, %s, cold 49152x576)\n\n", threads,
+              isa_name(best_isa()), "one token");
+  std::printf("| round | read GB/s | q4_1 GB/s | q4_1 %% | q8_0 GB/s | q8_0 %% |\n|---|---|---|---|---|---|\n");
+  BenchMatrix q4_1 = make_matrix(DType::Q4_1, shape), q8_0 = make_matrix(DType::Q8_0, shape);
+  set_kernel_isa(best_isa());
+  AlignedBuffer<float> x(static_cast<size_t>(shape.cols)), y(static_cast<size_t>(shape.rows));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f;
+  const auto decode_gbs = [&](DType type, const BenchMatrix& m) {
+    size_t next = 0;
+    const double t = best_time(
+        [&] {
+          const AlignedBuffer<uint8_t>& w = m.copies[next++ % m.copies.size()];
+          matmul(view_of(type, shape, w.data(), m.bytes), x.data(), 1, y.data());
+        },
+        0.2);
+    return static_cast<double>(m.bytes) / t / 1e9;
+  };
+  for (int round = 1; round <= 5; ++round) {
+    const double read = read_bandwidth(buf, std::min(threads, 2));
+    const double a = decode_gbs(DType::Q4_1, q4_1), b = decode_gbs(DType::Q8_0, q8_0);
+    std::printf("| %d | %.1f | %.1f | %.0f%% | %.1f | %.0f%% |\n", round, read, a, 100 * a / read, b, 100 * b / read);
+    std::fflush(stdout);
+  }
+}
+
 int main(int argc, char** argv) {
   using namespace kvserve;
   const Options options = parse_options(argc, argv);
   const int threads = omp_get_max_threads();
-  const double bandwidth = options.bandwidth ? print_bandwidth(threads) : 0.0;
-  std::printf("\n## matmul, %d thread(s); %% = weight GB/s over the %d-thread read bandwidth\n\n", threads,
+  AlignedBuffer<uint8_t> buf(options.bandwidth ? size_t{1} << 30 : 0);
+  Noise noise{42};
+  for (size_t i = 0; i < buf.size(); i += 64) buf[i] = static_cast<uint8_t>(noise.next() * 127);  // distinct pages
+  const double bandwidth = options.bandwidth ? print_bandwidth(buf, threads) : 0.0;
+  std::printf("\n## matmul, %d thread(s); %% = weight GB/s over the best %d-thread read bandwidth\n\n", threads,
               std::min(threads, 2));
   std::printf("| type | shape (rows x cols) | tokens | isa | ms | weight GB/s | GFLOP/s | %% of BW |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   const Shape shapes[] = {{"49152x576 (cold)", 49152, 576, true}, {"1536x576 (hot)", 1536, 576, false}};
   for (DType type : options.types)
     for (const Shape& s : shapes) bench_type(type, s, bandwidth, options.decode_only);
+  if (options.bandwidth) print_paired_decode(buf, threads);
   return 0;
 }
