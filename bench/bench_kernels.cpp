@@ -17,6 +17,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/cpu_features.h"
 #include "kernels/dispatch.h"
 #include "kernels/matmul.h"
@@ -260,7 +261,7 @@ void print_paired_decode(const kvserve::AlignedBuffer<uint8_t>& buf, int threads
   }
 }
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   using namespace kvserve;
   const Options options = parse_options(argc, argv);
   const int threads = omp_get_max_threads();
@@ -277,4 +278,13 @@ int main(int argc, char** argv) {
     for (const Shape& s : shapes) bench_type(type, s, bandwidth, options.decode_only);
   if (options.bandwidth) print_paired_decode(buf, threads);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const kvserve::Error& e) {
+    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    return 1;
+  }
 }

@@ -170,6 +170,19 @@ TEST(KernelDispatch, NamesRoundTripAndUnknownNamesThrow) {
   EXPECT_THROW(parse_isa(""), Error);
 }
 
+TEST(KernelDispatch, EnvironmentSettingChoosesPath) {
+  EXPECT_EQ(isa_from_setting(nullptr), best_isa());
+  EXPECT_EQ(isa_from_setting(""), best_isa());
+  EXPECT_EQ(isa_from_setting("scalar"), Isa::Scalar);
+  for (Isa isa : available_isas()) EXPECT_EQ(isa_from_setting(isa_name(isa)), isa);
+  EXPECT_THROW(isa_from_setting("neon"), Error);
+  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (!isa_available(isa)) {
+      EXPECT_THROW(isa_from_setting(isa_name(isa)), Error);
+    }
+  }
+}
+
 TEST(KernelDispatch, SetKernelIsaSwitchesActivePath) {
   IsaGuard guard;
   ASSERT_TRUE(isa_available(Isa::Scalar));
