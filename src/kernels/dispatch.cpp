@@ -21,19 +21,10 @@ const KernelTable& table_for(Isa isa) {
   }
 }
 
-Isa initial_isa() {
-  const char* forced = std::getenv("KVSERVE_ISA");
-  if (!forced || !*forced) return best_isa();
-  const Isa isa = parse_isa(forced);
-  if (!isa_available(isa))
-    throw Error(std::string("KVSERVE_ISA=") + forced + ": this CPU or build cannot run that kernel path");
-  return isa;
-}
-
 // The one-time dispatch table: chosen on first use, switched only by
 // set_kernel_isa(). Atomic so that a switch is at least well-defined.
 std::atomic<const KernelTable*>& active_table_slot() {
-  static std::atomic<const KernelTable*> slot{&table_for(initial_isa())};
+  static std::atomic<const KernelTable*> slot{&table_for(isa_from_setting(std::getenv("KVSERVE_ISA")))};
   return slot;
 }
 
@@ -75,6 +66,14 @@ std::vector<Isa> available_isas() {
 }
 
 Isa best_isa() { return available_isas().back(); }
+
+Isa isa_from_setting(const char* setting) {
+  if (!setting || !*setting) return best_isa();
+  const Isa isa = parse_isa(setting);
+  if (!isa_available(isa))
+    throw Error(std::string("KVSERVE_ISA=") + setting + ": this CPU or build cannot run that kernel path");
+  return isa;
+}
 
 Isa active_isa() { return active_kernel_table().isa; }
 

@@ -21,6 +21,10 @@ std::vector<Isa> available_isas();
 // The fastest available path.
 Isa best_isa();
 
+// The path a KVSERVE_ISA value selects: best_isa() for nullptr or "", else
+// the named path; throws kvserve::Error for an unknown or unavailable one.
+Isa isa_from_setting(const char* setting);
+
 // The path matmul() uses now. The first call reads KVSERVE_ISA and throws
 // kvserve::Error if it names an unknown or unavailable path.
 Isa active_isa();

@@ -40,13 +40,13 @@ template <typename Load>
 struct FloatRowDot {
   using Storage = typename Load::Storage;
   template <int R, int N>
-  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     const Storage* w[R];
     const float* x[N];
     __m256 acc0[R][N], acc1[R][N];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      w[r] = reinterpret_cast<const Storage*>(job.w + (first_row + r) * job.row_bytes);
+      w[r] = reinterpret_cast<const Storage*>(job.w + (first_row + r * row_step) * job.row_bytes);
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i) acc0[r][i] = acc1[r][i] = _mm256_setzero_ps();
     }
@@ -131,7 +131,7 @@ struct Q4_1Format {
 template <typename Format>
 struct Q4RowDot {
   template <int R, int N>
-  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     using Block = typename Format::Block;
     const int64_t n_blocks = job.cols / 32;
     const __m256i scale_lanes = _mm256_set_epi32(2, 2, 2, 2, 0, 0, 0, 0);
@@ -144,7 +144,7 @@ struct Q4RowDot {
     for (int i = 0; i < N; ++i) a[i] = q8_act_row(job, first_token + i);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      blocks[r] = reinterpret_cast<const Block*>(job.w + (first_row + r) * job.row_bytes);
+      blocks[r] = reinterpret_cast<const Block*>(job.w + (first_row + r * row_step) * job.row_bytes);
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i) {
         acc[r][i] = _mm256_setzero_ps();
@@ -204,7 +204,7 @@ struct Q4RowDot {
 // carrying w's sign.
 struct Q8_0RowDot {
   template <int R, int N>
-  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     const BlockQ8_0* blocks[R];
     Q8ActRow a[N];
     __m256 acc[R][N];
@@ -212,7 +212,7 @@ struct Q8_0RowDot {
     for (int i = 0; i < N; ++i) a[i] = q8_act_row(job, first_token + i);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      blocks[r] = reinterpret_cast<const BlockQ8_0*>(job.w + (first_row + r) * job.row_bytes);
+      blocks[r] = reinterpret_cast<const BlockQ8_0*>(job.w + (first_row + r * row_step) * job.row_bytes);
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
     }

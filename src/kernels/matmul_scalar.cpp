@@ -11,9 +11,9 @@ namespace {
 template <typename ToFloat>
 struct FloatRowDot {
   template <int R, int N>
-  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     for (int r = 0; r < R; ++r) {
-      const auto* w = reinterpret_cast<const typename ToFloat::Storage*>(job.w + (first_row + r) * job.row_bytes);
+      const auto* w = reinterpret_cast<const typename ToFloat::Storage*>(job.w + (first_row + r * row_step) * job.row_bytes);
       float acc[N] = {};
       for (int64_t c = 0; c < job.cols; ++c) {
         const float wc = ToFloat::convert(w[c]);
@@ -77,10 +77,10 @@ int32_t block_dot(const BlockQ8_0& w, const int8_t* qx, Q8HalfOffsets at) { retu
 template <typename Block, Q8Order kOrder>
 struct QuantRowDot {
   template <int R, int N>
-  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     const int64_t n_blocks = job.cols / 32;
     for (int r = 0; r < R; ++r) {
-      const auto* blocks = reinterpret_cast<const Block*>(job.w + (first_row + r) * job.row_bytes);
+      const auto* blocks = reinterpret_cast<const Block*>(job.w + (first_row + r * row_step) * job.row_bytes);
       for (int i = 0; i < N; ++i) {
         const Q8ActRow a = q8_act_row(job, first_token + i);
         float acc = 0;
