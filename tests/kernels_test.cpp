@@ -71,14 +71,27 @@ class IsaGuard {
   Isa saved_;
 };
 
-// Allowed |error| relative to sum_c |w[r,c]| |x[c]|. Quantized types also
-// quantize the activations to 8 bits (per-element error up to max|x| / 254).
-double tolerance(DType type) {
+// Restores the activation precision when a test that switches it ends.
+class PrecisionGuard {
+ public:
+  PrecisionGuard() : saved_(activation_precision()) {}
+  ~PrecisionGuard() { set_activation_precision(saved_); }
+  PrecisionGuard(const PrecisionGuard&) = delete;
+  PrecisionGuard& operator=(const PrecisionGuard&) = delete;
+
+ private:
+  ActivationPrecision saved_;
+};
+
+// Allowed |error| relative to sum_c |w[r,c]| |x[c]|. With q8 activations the
+// quantized types also round the activations to 8 bits (per-element error up
+// to max|x| / 254); with f32 activations they are exact up to summation order.
+double tolerance(DType type, ActivationPrecision precision = activation_precision()) {
   switch (type) {
     case DType::F32: return 1e-5;
     case DType::F16:
     case DType::BF16: return 1e-3;
-    default: return 1e-2;
+    default: return precision == ActivationPrecision::kQ8 ? 1e-2 : 1e-5;
   }
 }
 
@@ -104,8 +117,11 @@ class KernelMatmul : public ::testing::TestWithParam<DType> {};
 TEST_P(KernelMatmul, EveryPathMatchesReferenceOnAwkwardShapes) {
   const DType type = GetParam();
   IsaGuard guard;
+  PrecisionGuard precision_guard;
   uint32_t seed = 1;
+  for (const ActivationPrecision precision : {ActivationPrecision::kF32, ActivationPrecision::kQ8})
   for (const Shape& s : awkward_shapes()) {
+    set_activation_precision(precision);
     const TestMatrix m = make_matrix(type, s.rows, s.cols, seed++);
     const std::vector<float> x = random_floats(static_cast<size_t>(s.n_tokens * s.cols), seed++);
     std::vector<float> expected(static_cast<size_t>(s.n_tokens * s.rows));
@@ -121,7 +137,8 @@ TEST_P(KernelMatmul, EveryPathMatchesReferenceOnAwkwardShapes) {
             magnitude += std::fabs(m.dequantized[r * s.cols + c]) * std::fabs(x[t * s.cols + c]);
           const size_t i = static_cast<size_t>(t * s.rows + r);
           ASSERT_NEAR(y[i], expected[i], tolerance(type) * magnitude)
-              << describe(type, isa, s) << ", token " << t << ", row " << r;
+              << describe(type, isa, s) << ", activations " << activation_precision_name(precision) << ", token "
+              << t << ", row " << r;
         }
       }
     }
@@ -133,8 +150,11 @@ TEST_P(KernelMatmul, EveryPathMatchesReferenceOnAwkwardShapes) {
 TEST_P(KernelMatmul, SimdPathsAgreeWithScalarPathClosely) {
   const DType type = GetParam();
   IsaGuard guard;
+  PrecisionGuard precision_guard;
   uint32_t seed = 1000;
+  for (const ActivationPrecision precision : {ActivationPrecision::kF32, ActivationPrecision::kQ8})
   for (const Shape& s : awkward_shapes()) {
+    set_activation_precision(precision);
     const TestMatrix m = make_matrix(type, s.rows, s.cols, seed++);
     const std::vector<float> x = random_floats(static_cast<size_t>(s.n_tokens * s.cols), seed++);
     std::vector<float> scalar(static_cast<size_t>(s.n_tokens * s.rows));

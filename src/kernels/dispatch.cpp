@@ -83,6 +83,30 @@ void set_kernel_isa(Isa isa) {
   active_table_slot().store(&table_for(isa), std::memory_order_release);
 }
 
+namespace {
+
+std::atomic<ActivationPrecision>& precision_slot() {
+  static std::atomic<ActivationPrecision> slot{[] {
+    const char* env = std::getenv("KVSERVE_ACTIVATIONS");
+    return env && *env ? parse_activation_precision(env) : ActivationPrecision::kF32;
+  }()};
+  return slot;
+}
+
+}  // namespace
+
+const char* activation_precision_name(ActivationPrecision p) { return p == ActivationPrecision::kF32 ? "f32" : "q8"; }
+
+ActivationPrecision parse_activation_precision(std::string_view name) {
+  if (name == "f32") return ActivationPrecision::kF32;
+  if (name == "q8") return ActivationPrecision::kQ8;
+  throw Error("unknown activation precision '" + std::string(name) + "' (expected f32 or q8)");
+}
+
+ActivationPrecision activation_precision() { return precision_slot().load(std::memory_order_relaxed); }
+
+void set_activation_precision(ActivationPrecision p) { precision_slot().store(p, std::memory_order_relaxed); }
+
 const KernelTable& active_kernel_table() { return *active_table_slot().load(std::memory_order_acquire); }
 
 }  // namespace kvserve

@@ -85,9 +85,12 @@ struct KernelTable {
   MatmulRowsFn f32;
   MatmulRowsFn f16;
   MatmulRowsFn bf16;
-  MatmulRowsFn q4_0;
+  MatmulRowsFn q4_0;        // 8-bit activations (job.xq)
   MatmulRowsFn q4_1;
   MatmulRowsFn q8_0;
+  MatmulRowsFn q4_0_exact;  // f32 activations (job.x): weights dequantized in registers
+  MatmulRowsFn q4_1_exact;
+  MatmulRowsFn q8_0_exact;
 };
 
 // Which activations a weight type's kernels read (the same for every ISA, so

@@ -220,6 +220,10 @@ const KernelTable& avx512_kernel_table() {
       run_row_tiles<QuantRowDot<Q4_0Format, Narrow>>,
       run_row_tiles<QuantRowDot<Q4_1Format, Narrow>>,
       run_row_tiles<QuantRowDot<Q8_0Format, Wide>>,
+      // f32-activation kernels: 256-bit FMA is as fast as 512-bit here (Zen 4).
+      avx2_kernel_table().q4_0_exact,
+      avx2_kernel_table().q4_1_exact,
+      avx2_kernel_table().q8_0_exact,
   };
   return table;
 }
