@@ -1,9 +1,13 @@
 // `kvserve run`: generate text from a prompt with one sequence, streaming to
-// stdout; load time and prompt / generation speed go to stderr.
+// stdout; load time and prompt / generation speed go to stderr. With
+// -f FILE (one prompt a line) the prompts run together through the
+// continuous-batching Engine (--parallel at a time) and print in order.
 #include <omp.h>
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <future>
 #include <memory>
 #include <random>
 #include <string>
@@ -11,6 +15,7 @@
 #include "apps/commands.h"
 #include "core/error.h"
 #include "engine/decoder.h"
+#include "engine/engine.h"
 #include "engine/generate.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -30,6 +35,8 @@ struct RunOptions {
   bool no_echo = false;
   int64_t seed = -1;
   SamplingParams sampling;
+  std::string prompts_file;  // -f: one prompt a line, run through the Engine
+  int64_t parallel = 8;      // sequences decoded together with -f
 };
 
 void set_threads(int threads) {
@@ -37,8 +44,53 @@ void set_threads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
+std::vector<std::string> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot open the prompts file '" + path + "'");
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) prompts.push_back(line);
+  if (prompts.empty()) throw Error("the prompts file '" + path + "' has no prompts");
+  return prompts;
+}
+
+// Every prompt of the file through one Engine; outputs printed in file order.
+void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokenizer) {
+  const std::vector<std::string> prompts = read_prompts(opt.prompts_file);
+  EngineOptions eo;
+  eo.max_context = std::min(opt.context, model.config().context_length);
+  eo.max_running = opt.parallel;
+  eo.max_queue = static_cast<int64_t>(prompts.size());
+  Engine engine(model, tokenizer, eo);
+  std::vector<std::string> outputs(prompts.size());
+  std::vector<std::promise<void>> done(prompts.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.prompt = tokenizer.encode(prompts[i], tokenizer.add_bos());
+    r.sampling = opt.sampling;
+    r.sampling.seed = opt.sampling.seed + i;
+    r.max_tokens = opt.n_predict;
+    r.ignore_eos = opt.ignore_eos;
+    engine.submit(std::move(r), [&outputs, &done, i](const GenerationEvent& ev) {
+      outputs[i] += ev.text;
+      if (ev.finished) done[i].set_value();
+    });
+  }
+  for (auto& d : done) d.get_future().wait();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (size_t i = 0; i < prompts.size(); ++i)
+    std::printf("### %zu\n%s%s\n\n", i + 1, opt.no_echo ? "" : prompts[i].c_str(), outputs[i].c_str());
+  const EngineMetrics m = engine.metrics();
+  std::fprintf(stderr, "%zu prompts, parallel %lld | prompt: %lld tokens | generation: %lld tokens | %.2f s, %.2f tokens/s\n",
+               prompts.size(), static_cast<long long>(opt.parallel), static_cast<long long>(m.prompt_tokens_total),
+               static_cast<long long>(m.generated_tokens_total), seconds,
+               static_cast<double>(m.generated_tokens_total) / std::max(seconds, 1e-9));
+}
+
 void run(RunOptions opt) {
   set_threads(opt.threads);
+  if (opt.parallel <= 0) throw Error("--parallel must be positive, got " + std::to_string(opt.parallel));
   if (opt.n_predict < 0) throw Error("--n-predict must be >= 0, got " + std::to_string(opt.n_predict));
   opt.sampling.seed = opt.seed >= 0 ? static_cast<uint64_t>(opt.seed) : std::random_device{}();
   const Sampler probe(opt.sampling);  // validates the sampling flags before the model loads
@@ -48,6 +100,7 @@ void run(RunOptions opt) {
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
+  if (!opt.prompts_file.empty()) return run_file(opt, *model, tokenizer);
   const std::vector<int32_t> prompt = tokenizer.encode(opt.prompt, tokenizer.add_bos());
   const int64_t context = std::min(opt.context, model->config().context_length);
   if (static_cast<int64_t>(prompt.size()) >= context)
@@ -110,6 +163,8 @@ void register_run(CLI::App& app) {
   cmd->add_option("--repeat-last-n", opt->sampling.repeat_last_n, "Tokens the repetition penalty looks back")
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Random seed (-1: random)")->capture_default_str();
+  cmd->add_option("-f,--file", opt->prompts_file, "Prompts file, one prompt a line (runs them through the batching engine)");
+  cmd->add_option("--parallel", opt->parallel, "With -f: sequences decoded together")->capture_default_str();
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--no-echo", opt->no_echo, "Do not print the prompt before the continuation");
   cmd->callback([opt] { run(*opt); });

@@ -1,18 +1,30 @@
-// First implementation of the Engine boundary: one sequence at a time through
-// a CachedDecoder, on the engine thread. The public API is what continuous
-// batching keeps; only Impl changes.
+// The Engine boundary over continuous batching. The engine thread loops:
+// take new requests and cancellations, let the Scheduler plan one step
+// (running decodes + chunked prefills under the token budget), run one
+// batched forward pass over the paged KV cache, sample where a chunk reached
+// the end of its known tokens, stream events, and drop finished sequences.
+//
+// State: the model and tokenizer are shared and const; KV memory is the
+// KVCacheManager (metadata) + PagedKVStorage (bytes); per-request sampling
+// and text state live in RequestState; only the inbox, the cancel set, the
+// live-id set and the metrics snapshot are shared with other threads, under
+// mutex_.
 #include "engine/engine.h"
 
-#include <atomic>
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "core/error.h"
-#include "engine/decoder.h"
+#include "engine/scheduler.h"
 #include "engine/stop_strings.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/paged_kv_storage.h"
+#include "model/transformer.h"
 
 namespace kvserve {
 namespace {
@@ -21,6 +33,19 @@ struct Pending {
   RequestId id;
   GenerationRequest request;
   EventCallback on_event;
+};
+
+// A running request's sampling and text state (the scheduler holds its tokens).
+struct RequestState {
+  RequestState(Pending p, const Tokenizer& tokenizer)
+      : request(std::move(p.request)), on_event(std::move(p.on_event)), sampler(request.sampling),
+        stream(tokenizer), stops(request.stop) {}
+  GenerationRequest request;
+  EventCallback on_event;
+  Sampler sampler;
+  TokenTextStream stream;
+  StopStringMatcher stops;
+  int64_t completion_tokens = 0;
 };
 
 TokenLogprob logprob_of(std::span<const float> logits, int32_t id, int32_t top, std::vector<float>& scratch) {
@@ -37,13 +62,35 @@ TokenLogprob logprob_of(std::span<const float> logits, int32_t id, int32_t top, 
   return lp;
 }
 
+// Blocks in the pool: an explicit count, a byte budget, or room for
+// max_running full contexts capped at 1 GiB.
+int64_t pool_blocks(const ModelConfig& c, const EngineOptions& o, int64_t context) {
+  if (o.block_size <= 0) throw Error("block_size must be positive, got " + std::to_string(o.block_size));
+  if (o.kv_blocks > 0) return o.kv_blocks;
+  const int64_t per_block = PagedKVStorage::bytes_per_block(c.n_layers, o.block_size, c.kv_dim());
+  if (o.kv_memory_bytes > 0) {
+    if (o.kv_memory_bytes < per_block)
+      throw Error("kv_memory_bytes " + std::to_string(o.kv_memory_bytes) + " is smaller than one KV block (" +
+                  std::to_string(per_block) + " bytes)");
+    return o.kv_memory_bytes / per_block;
+  }
+  const int64_t full = o.max_running * ((context + o.block_size - 1) / o.block_size);
+  return std::max<int64_t>(1, std::min(full, (int64_t{1} << 30) / per_block));
+}
+
 }  // namespace
 
 class Engine::Impl {
  public:
   Impl(const Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
       : model_(model), tokenizer_(tokenizer), options_(options),
-        decoder_(model, std::min(options.max_context, model.config().context_length)),
+        n_blocks_(pool_blocks(model.config(), options, std::min(options.max_context, model.config().context_length))),
+        // The longest sequence must fit in the context and in the whole pool.
+        context_limit_(std::min({options.max_context, model.config().context_length, n_blocks_ * options.block_size})),
+        kv_(n_blocks_, options.block_size, options.prefix_caching),
+        storage_(model.config().n_layers, n_blocks_, options.block_size, model.config().kv_dim()),
+        scheduler_(SchedulerConfig{options.max_running, options.max_batch_tokens}, kv_),
+        transformer_(model, AttentionKernel::kFlash),
         thread_([this] { loop(); }) {}
 
   ~Impl() {
@@ -54,16 +101,17 @@ class Engine::Impl {
   std::optional<RequestId> submit(GenerationRequest request, EventCallback on_event) {
     validate(request);
     std::lock_guard lock(mutex_);
-    if (stopping_ || static_cast<int64_t>(queue_.size()) >= options_.max_queue) return std::nullopt;
+    if (stopping_ || static_cast<int64_t>(inbox_.size()) + metrics_.waiting >= options_.max_queue) return std::nullopt;
     const RequestId id = next_id_++;
-    queue_.push_back({id, std::move(request), std::move(on_event)});
-    metrics_.waiting = static_cast<int64_t>(queue_.size());
+    inbox_.push_back({id, std::move(request), std::move(on_event)});
+    live_.insert(id);
     wake_.notify_all();
     return id;
   }
 
   void cancel(RequestId id) {
     std::lock_guard lock(mutex_);
+    if (live_.count(id) == 0) return;
     cancelled_.insert(id);
     wake_.notify_all();
   }
@@ -76,12 +124,9 @@ class Engine::Impl {
   void shutdown(bool finish_running) {
     std::unique_lock lock(mutex_);
     stopping_ = true;
-    if (!finish_running) {
-      for (const Pending& p : queue_) cancelled_.insert(p.id);
-      if (current_ != 0) cancelled_.insert(current_);
-    }
+    if (!finish_running) cancelled_.insert(live_.begin(), live_.end());
     wake_.notify_all();
-    idle_.wait(lock, [this] { return queue_.empty() && current_ == 0; });
+    idle_.wait(lock, [this] { return live_.empty(); });
     exit_ = true;
     wake_.notify_all();
   }
@@ -92,121 +137,199 @@ class Engine::Impl {
   void validate(const GenerationRequest& r) const {
     if (r.prompt.empty()) throw Error("the prompt is empty");
     if (r.max_tokens < 0) throw Error("max_tokens must be >= 0, got " + std::to_string(r.max_tokens));
-    const int64_t limit = decoder_.max_context();
-    if (static_cast<int64_t>(r.prompt.size()) >= limit)
+    if (static_cast<int64_t>(r.prompt.size()) >= context_limit_)
       throw Error("the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context size is " +
-                  std::to_string(limit) + " tokens");
+                  std::to_string(context_limit_) + " tokens");
     for (int32_t id : r.prompt)
       if (id < 0 || id >= model_.config().vocab_size) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
     r.sampling.validate();
   }
 
-  bool is_cancelled(RequestId id) {
-    std::lock_guard lock(mutex_);
-    return cancelled_.count(id) != 0;
-  }
-
   void loop() {
     for (;;) {
-      Pending p;
+      std::vector<Pending> arrived;
+      std::set<RequestId> cancels;
       {
         std::unique_lock lock(mutex_);
-        wake_.wait(lock, [this] { return exit_ || !queue_.empty(); });
-        if (exit_ && queue_.empty()) return;
-        p = std::move(queue_.front());
-        queue_.pop_front();
-        current_ = p.id;
-        metrics_.waiting = static_cast<int64_t>(queue_.size());
-        metrics_.running = 1;
+        wake_.wait(lock, [this] { return exit_ || !inbox_.empty() || !cancelled_.empty() || !scheduler_.idle(); });
+        if (exit_ && inbox_.empty() && scheduler_.idle()) return;
+        arrived.assign(std::make_move_iterator(inbox_.begin()), std::make_move_iterator(inbox_.end()));
+        inbox_.clear();
+        cancels.swap(cancelled_);
       }
-      run(p);
-      std::lock_guard lock(mutex_);
-      cancelled_.erase(p.id);
-      current_ = 0;
-      metrics_.running = 0;
-      metrics_.requests_finished++;
-      idle_.notify_all();
+      for (Pending& p : arrived) admit(std::move(p));
+      for (RequestId id : cancels) finish_cancelled(id);
+      if (!scheduler_.idle()) step_or_fail();
+      publish_metrics();
     }
   }
 
-  void run(Pending& p) {
+  void admit(Pending p) {
+    const RequestId id = p.id;
+    auto seq = std::make_unique<Sequence>();
+    seq->id = id;
+    seq->tokens = p.request.prompt;
+    seq->prompt_len = static_cast<int64_t>(p.request.prompt.size());
+    seq->max_kv_tokens = context_limit_;
+    const bool nothing_to_do = p.request.max_tokens == 0;
+    auto [it, inserted] = requests_.try_emplace(id, std::move(p), tokenizer_);
+    check(inserted, "request ids are unique");
+    if (nothing_to_do) {
+      GenerationEvent ev = base_event(id, *seq, it->second);
+      finish(id, ev, "length");
+      return;
+    }
+    scheduler_.add(std::move(seq));
+  }
+
+  GenerationEvent base_event(RequestId id, const Sequence& seq, const RequestState& rs) const {
     GenerationEvent ev;
-    ev.id = p.id;
-    ev.prompt_tokens = static_cast<int64_t>(p.request.prompt.size());
+    ev.id = id;
+    ev.prompt_tokens = seq.prompt_len;
+    ev.completion_tokens = rs.completion_tokens;
+    return ev;
+  }
+
+  // Sends the final event and forgets the request; frees its blocks at once.
+  void finish(RequestId id, GenerationEvent& ev, const std::string& reason) {
+    scheduler_.remove(id);
+    ev.finished = true;
+    ev.finish_reason = reason;
+    const auto it = requests_.find(id);
+    EventCallback callback = std::move(it->second.on_event);
+    requests_.erase(it);
+    callback(ev);
+    std::lock_guard lock(mutex_);
+    live_.erase(id);
+    metrics_.requests_finished++;
+    if (live_.empty()) idle_.notify_all();
+  }
+
+  void finish_cancelled(RequestId id) {
+    const auto it = requests_.find(id);
+    if (it == requests_.end()) return;
+    GenerationEvent ev;
+    ev.id = id;
+    ev.prompt_tokens = static_cast<int64_t>(it->second.request.prompt.size());
+    ev.completion_tokens = it->second.completion_tokens;
+    finish(id, ev, "cancelled");
+  }
+
+  void step_or_fail() {
     try {
-      generate_one(p, ev);
+      step();
     } catch (const std::exception& e) {
-      ev.tokens.clear();
-      ev.text.clear();
-      ev.logprobs.clear();
-      ev.finished = true;
-      ev.finish_reason = "error";
-      ev.error = e.what();
-      p.on_event(ev);
+      // A failed forward pass leaves the KV contents unknown: fail every request.
+      std::vector<RequestId> ids;
+      for (const auto& [id, rs] : requests_) ids.push_back(id);
+      for (RequestId id : ids) {
+        GenerationEvent ev;
+        ev.id = id;
+        ev.error = e.what();
+        finish(id, ev, "error");
+      }
     }
   }
 
-  void generate_one(Pending& p, GenerationEvent& ev) {
-    const GenerationRequest& r = p.request;
-    Sampler sampler(r.sampling);
-    TokenTextStream stream(tokenizer_);
-    StopStringMatcher stops(r.stop);
-    std::vector<int32_t> history = r.prompt;
-    std::vector<float> logits, scratch;
-    decoder_.reset();
-    std::span<const float> out = decoder_.append(r.prompt);
+  void step() {
+    const SchedulerOutput out = scheduler_.schedule();
+    for (const BlockCopy& c : out.copies) storage_.copy_block(c.src, c.dst);
+    check(!out.chunks.empty() || scheduler_.idle(), "a busy scheduler plans work");
+    if (out.chunks.empty()) return;
+    std::vector<SequenceChunk> chunks;
+    int64_t n_sampling = 0;
+    for (const ScheduledChunk& c : out.chunks) {
+      const auto tokens = std::span<const int32_t>(c.seq->tokens).subspan(static_cast<size_t>(c.start), static_cast<size_t>(c.n));
+      chunks.push_back({tokens, c.start, kv_.blocks(c.seq->id), c.samples});
+      n_sampling += c.samples ? 1 : 0;
+    }
+    const auto vocab = static_cast<size_t>(model_.config().vocab_size);
+    logits_.resize(static_cast<size_t>(n_sampling) * vocab);
+    transformer_.forward_batch(chunks, storage_, logits_.data());
+    scheduler_.finish_step(out);
+    count_step(out);
+    size_t row = 0;
+    for (const ScheduledChunk& c : out.chunks) {
+      if (!c.samples) continue;
+      on_logits(*c.seq, std::span<const float>(logits_).subspan(row * vocab, vocab));
+      row++;
+    }
+  }
+
+  void count_step(const SchedulerOutput& out) {
+    std::lock_guard lock(mutex_);
+    metrics_.steps++;
+    metrics_.preemptions += static_cast<int64_t>(out.preempted.size());
+    metrics_.prefix_query_tokens += out.prefix_query_tokens;
+    metrics_.prefix_hit_tokens += out.prefix_hit_tokens;
+    for (const ScheduledChunk& c : out.chunks) {
+      // Prompt tokens computed for the first time (recompute after preemption excluded).
+      const int64_t prompt_end = std::min(c.start + c.n, c.seq->prompt_len);
+      if (c.start < prompt_end && c.seq->num_generated() == 0) metrics_.prompt_tokens_total += prompt_end - c.start;
+    }
+  }
+
+  // Samples the next token of `seq` from its logits and streams it.
+  void on_logits(Sequence& seq, std::span<const float> logits) {
+    const RequestId id = seq.id;
+    RequestState& rs = requests_.at(id);
+    const GenerationRequest& r = rs.request;
+    scratch_logits_.assign(logits.begin(), logits.end());
+    const int32_t token = rs.sampler.sample(scratch_logits_, seq.tokens);
+    seq.tokens.push_back(token);
+    rs.completion_tokens++;
+    GenerationEvent ev = base_event(id, seq, rs);
+    ev.tokens = {token};
+    if (r.top_logprobs >= 0) ev.logprobs.push_back(logprob_of(logits, token, r.top_logprobs, scratch_));
+    const bool eog = !r.ignore_eos && tokenizer_.is_end_of_generation(token);
+    ev.text = eog ? rs.stops.flush() : rs.stops.push(rs.stream.push(token));
     {
       std::lock_guard lock(mutex_);
-      metrics_.prompt_tokens_total += ev.prompt_tokens;
+      metrics_.generated_tokens_total++;
     }
-    const int64_t budget = std::min(r.max_tokens, decoder_.max_context() - decoder_.length() + 1);
-    ev.finish_reason = "length";
-    for (int64_t i = 0; i < budget; ++i) {
-      if (is_cancelled(p.id)) {
-        ev.finish_reason = "cancelled";
-        break;
-      }
-      logits.assign(out.begin(), out.end());
-      const int32_t id = sampler.sample(logits, history);
-      history.push_back(id);
-      ev.completion_tokens++;
-      ev.tokens = {id};
-      ev.logprobs.clear();
-      if (r.top_logprobs >= 0) ev.logprobs.push_back(logprob_of(out, id, r.top_logprobs, scratch));
-      const bool eog = !r.ignore_eos && tokenizer_.is_end_of_generation(id);
-      ev.text = eog ? stops.flush() : stops.push(stream.push(id));
-      {
-        std::lock_guard lock(mutex_);
-        metrics_.generated_tokens_total++;
-      }
-      if (eog || stops.stopped()) {
-        ev.finish_reason = "stop";
-        break;
-      }
-      if (i + 1 == budget) break;
-      p.on_event(ev);
-      out = decoder_.append(std::span<const int32_t>(&id, 1));
+    if (eog || rs.stops.stopped()) return finish(id, ev, "stop");
+    // The last sampled token needs no K/V slot: a sequence may hold context + 1 tokens.
+    if (rs.completion_tokens >= r.max_tokens || seq.num_tokens() > seq.max_kv_tokens) {
+      ev.text += rs.stops.push(rs.stream.flush()) + rs.stops.flush();
+      return finish(id, ev, "length");
     }
-    if (ev.finish_reason == "length") ev.text += stops.push(stream.flush()) + stops.flush();
-    if (ev.finish_reason == "cancelled") {
-      ev.tokens.clear();
-      ev.text.clear();
-      ev.logprobs.clear();
-    }
-    ev.finished = true;
-    p.on_event(ev);
+    rs.on_event(ev);
+  }
+
+  void publish_metrics() {
+    const BlockPool& pool = kv_.pool();
+    std::lock_guard lock(mutex_);
+    metrics_.running = scheduler_.n_running();
+    metrics_.waiting = scheduler_.n_waiting() + static_cast<int64_t>(inbox_.size());
+    metrics_.kv_blocks_total = pool.total();
+    metrics_.kv_blocks_used = pool.used();
+    metrics_.kv_blocks_free = pool.free();
+    metrics_.kv_blocks_cached = pool.cached();
+    metrics_.kv_tokens_stored = scheduler_.computed_tokens();
+    metrics_.kv_slots_allocated = pool.used() * pool.block_size();
   }
 
   const Model& model_;
   const Tokenizer& tokenizer_;
   EngineOptions options_;
-  CachedDecoder decoder_;
+  int64_t n_blocks_;
+  int64_t context_limit_;  // tokens with K/V per sequence at most
+  // Engine-thread state:
+  KVCacheManager kv_;
+  PagedKVStorage storage_;
+  Scheduler scheduler_;
+  Transformer transformer_;
+  std::map<RequestId, RequestState> requests_;
+  std::vector<float> logits_;          // [sampling chunks][vocab] of the current step
+  std::vector<float> scratch_logits_;  // [vocab] the sampler's working copy
+  std::vector<float> scratch_;         // [vocab] log-softmax for logprobs
+  // Shared with other threads, under mutex_:
   mutable std::mutex mutex_;
   std::condition_variable wake_, idle_;
-  std::deque<Pending> queue_;
+  std::deque<Pending> inbox_;
   std::set<RequestId> cancelled_;
+  std::set<RequestId> live_;  // submitted and not finished
   RequestId next_id_ = 1;
-  RequestId current_ = 0;
   bool stopping_ = false;
   bool exit_ = false;
   EngineMetrics metrics_;

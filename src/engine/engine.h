@@ -58,7 +58,9 @@ struct EngineOptions {
   int64_t max_running = 16;         // sequences decoded together
   int64_t max_batch_tokens = 512;   // tokens per forward step (decode + chunked prefill)
   int64_t block_size = 16;          // KV block size in tokens
-  int64_t kv_memory_bytes = 0;      // KV pool size; 0: room for max_running full contexts
+  int64_t kv_memory_bytes = 0;      // KV pool size; 0: room for max_running full contexts, at most 1 GiB
+  int64_t kv_blocks = 0;            // KV pool size in blocks; overrides kv_memory_bytes when > 0
+  bool prefix_caching = true;       // reuse cached full blocks of earlier prompts
 };
 
 struct EngineMetrics {
@@ -74,6 +76,9 @@ struct EngineMetrics {
   int64_t generated_tokens_total = 0;
   int64_t requests_finished = 0;
   int64_t preemptions = 0;
+  int64_t kv_tokens_stored = 0;     // K/V tokens held by running sequences
+  int64_t kv_slots_allocated = 0;   // token slots in their blocks (stored / allocated = utilization)
+  int64_t steps = 0;                // forward passes run
 };
 
 class Engine {

@@ -10,11 +10,22 @@
 
 #include "core/aligned_buffer.h"
 #include "kv/contiguous_kv_cache.h"
+#include "kv/paged_kv_storage.h"
 #include "model/model.h"
 
 namespace kvserve {
 
 // Which attention kernel the forward pass runs.
+// One sequence's share of a batched step (forward_batch): its tokens at
+// positions [pos0, pos0 + n), whose K/V rows go to the blocks its page table
+// names; attention reads positions [0, pos0 + n) through the same table.
+struct SequenceChunk {
+  std::span<const int32_t> tokens;
+  int64_t pos0 = 0;
+  std::span<const BlockId> block_table;  // covers at least pos0 + n positions
+  bool want_logits = false;              // the last token's logits are needed
+};
+
 enum class AttentionKernel {
   kReference,  // materializes every head's score matrix (kernels/attention.h)
   kFlash,      // tiled, online softmax (kernels/flash_attention.h)
@@ -31,6 +42,13 @@ class Transformer {
   // that does not fit in the cache.
   void forward(std::span<const int32_t> tokens, ContiguousKVCache& cache, float* logits, bool all_logits = false);
 
+  // Continuous batching: every chunk's tokens go through the weights together
+  // (one [sum of n][dim] activation matrix, so each weight is read once per
+  // step); attention runs per sequence through its page table in `kv`.
+  // Writes one [vocab] row of logits per chunk with want_logits, in chunk
+  // order, to logits ([n wanted][vocab]). Defined in transformer_batch.cpp.
+  void forward_batch(std::span<const SequenceChunk> chunks, PagedKVStorage& kv, float* logits);
+
   // Query rows that went through attention since construction (all layers
   // count once per token): the naive decoder's N(N+1)/2 vs the cached N.
   int64_t attention_rows() const { return attention_rows_; }
@@ -41,6 +59,7 @@ class Transformer {
   void embed(std::span<const int32_t> tokens);
   void attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache);
   void ffn_block(int64_t layer, int64_t n);
+  void paged_attention_block(int64_t layer, std::span<const SequenceChunk> chunks, PagedKVStorage& kv);
 
   const Model& model_;
   const ModelConfig& cfg_;
@@ -56,6 +75,10 @@ class Transformer {
   AlignedBuffer<float> gate_;  // [n][ffn_dim]
   AlignedBuffer<float> up_;    // [n][ffn_dim]
   AlignedBuffer<float> proj_;  // [n][dim] output of wo / w_down
+  // forward_batch only:
+  std::vector<int32_t> batch_tokens_;         // [n] every chunk's tokens, concatenated
+  std::vector<const float*> k_block_ptrs_;    // [sum of chunk table sizes] K block base of the current layer
+  std::vector<const float*> v_block_ptrs_;    // same, V
 };
 
 }  // namespace kvserve

@@ -1,0 +1,81 @@
+#pragma once
+// Continuous-batching scheduler. Each step it builds one batch under a token
+// budget: first the running sequences, oldest first (a decode token each, or
+// the next prefill chunk), then waiting sequences admitted into free capacity
+// (prefix cache looked up on admission, prompt prefilled in chunks). When the
+// pool cannot grow a running sequence, the newest running sequence is
+// preempted: its blocks are freed and it goes back to the head of the queue,
+// to be recomputed later from its tokens. Never touches model code: it sees
+// KV memory only through KVCacheManager.
+//
+// Not thread-safe: owned by the engine thread.
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kv/kv_cache_manager.h"
+
+namespace kvserve {
+
+struct SchedulerConfig {
+  int64_t max_running = 16;       // sequences in the batch at most
+  int64_t max_batch_tokens = 512; // tokens per step (decode + prefill chunks)
+};
+
+// Tokens [start, start + n) of one sequence run this step.
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int64_t start = 0;
+  int64_t n = 0;
+  bool samples = false;  // the chunk reaches the last known token: its logits give the next token
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<BlockCopy> copies;         // copy-on-write, before the forward
+  std::vector<SequenceId> preempted;
+  int64_t prefix_query_tokens = 0;       // prompt tokens looked up on admission this step
+  int64_t prefix_hit_tokens = 0;         // of which found cached
+  int64_t num_tokens() const;
+};
+
+class Scheduler {
+ public:
+  // The KV manager must outlive the scheduler.
+  Scheduler(const SchedulerConfig& config, KVCacheManager& kv);
+
+  // Queues a sequence at the back of the waiting queue.
+  void add(std::unique_ptr<Sequence> seq);
+  // Plans one step; mutates page tables (allocation, prefix hits, preemption).
+  SchedulerOutput schedule();
+  // After the forward pass: the chunks' tokens are computed; full blocks are
+  // published for prefix reuse.
+  void finish_step(const SchedulerOutput& output);
+  // Removes a waiting or running sequence and frees its blocks at once
+  // (finished or cancelled); nullptr for an unknown id.
+  std::unique_ptr<Sequence> remove(SequenceId id);
+
+  int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t n_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+  // K/V tokens held by running sequences (for utilization metrics).
+  int64_t computed_tokens() const;
+  int64_t preemptions() const { return preemptions_; }
+
+ private:
+  // Schedules running_[i]; false if the pool could not grow it and it was
+  // preempted itself.
+  bool schedule_running(size_t i, int64_t& budget, SchedulerOutput& out);
+  void admit_waiting(int64_t& budget, SchedulerOutput& out);
+  void preempt_newest(SchedulerOutput& out);
+
+  SchedulerConfig config_;
+  KVCacheManager& kv_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // admission order: oldest first
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace kvserve

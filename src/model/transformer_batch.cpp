@@ -1,0 +1,96 @@
+// Transformer::forward_batch: the continuous-batching step over many
+// sequences whose K/V live in the paged cache. Kept apart from
+// transformer.cpp (the single-sequence path) so that the two evolve
+// independently; both share embed() and ffn_block().
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/paged_attention.h"
+#include "model/transformer.h"
+
+namespace kvserve {
+namespace {
+
+void add_bias_rows(float* rows, int64_t n, const std::vector<float>& bias) {
+  if (bias.empty()) return;
+  const auto width = static_cast<int64_t>(bias.size());
+  for (int64_t t = 0; t < n; ++t) add_inplace(rows + t * width, bias.data(), width);
+}
+
+}  // namespace
+
+void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceChunk> chunks, PagedKVStorage& kv) {
+  const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
+  const int64_t dim = cfg_.dim, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), B = kv.block_size();
+  const auto n = static_cast<int64_t>(batch_tokens_.size());
+  for (int64_t t = 0; t < n; ++t) rmsnorm(x_.data() + t * dim, w.attn_norm.data(), dim, cfg_.norm_eps, xn_.data() + t * dim);
+  matmul(w.wq, xn_.data(), n, q_.data());
+  matmul(w.wk, xn_.data(), n, k_.data());
+  matmul(w.wv, xn_.data(), n, v_.data());
+  add_bias_rows(q_.data(), n, w.bq);
+  add_bias_rows(k_.data(), n, w.bk);
+  add_bias_rows(v_.data(), n, w.bv);
+  std::vector<PagedAttentionJob> jobs;
+  jobs.reserve(chunks.size());
+  k_block_ptrs_.clear();
+  v_block_ptrs_.clear();
+  for (const SequenceChunk& c : chunks) {
+    for (BlockId b : c.block_table) {
+      k_block_ptrs_.push_back(kv.k_block(layer, b));
+      v_block_ptrs_.push_back(kv.v_block(layer, b));
+    }
+  }
+  int64_t row = 0, table_offset = 0;
+  for (const SequenceChunk& c : chunks) {
+    const auto cn = static_cast<int64_t>(c.tokens.size());
+    for (int64_t i = 0; i < cn; ++i) {
+      const int64_t t = row + i, pos = c.pos0 + i;
+      rope(q_.data() + t * qd, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dims, pos, cfg_.rope_theta, cfg_.rope_neox);
+      rope(k_.data() + t * kvd, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_dims, pos, cfg_.rope_theta, cfg_.rope_neox);
+      const BlockId b = c.block_table[static_cast<size_t>(pos / B)];
+      const auto bytes = static_cast<size_t>(kvd) * sizeof(float);
+      std::memcpy(kv.k_block(layer, b) + (pos % B) * kvd, k_.data() + t * kvd, bytes);
+      std::memcpy(kv.v_block(layer, b) + (pos % B) * kvd, v_.data() + t * kvd, bytes);
+    }
+    jobs.push_back({q_.data() + row * qd, cn, c.pos0, k_block_ptrs_.data() + table_offset,
+                    v_block_ptrs_.data() + table_offset, attn_.data() + row * qd});
+    row += cn;
+    table_offset += static_cast<int64_t>(c.block_table.size());
+  }
+  paged_attention(jobs, B, kvd, AttentionShape{cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim});
+  matmul(w.wo, attn_.data(), n, proj_.data());
+  add_inplace(x_.data(), proj_.data(), n * dim);
+}
+
+void Transformer::forward_batch(std::span<const SequenceChunk> chunks, PagedKVStorage& kv, float* logits) {
+  batch_tokens_.clear();
+  for (const SequenceChunk& c : chunks) {
+    if (c.tokens.empty()) throw Error("forward_batch: a chunk has no tokens");
+    const int64_t end = c.pos0 + static_cast<int64_t>(c.tokens.size());
+    check(static_cast<int64_t>(c.block_table.size()) * kv.block_size() >= end, "the page table covers the chunk");
+    batch_tokens_.insert(batch_tokens_.end(), c.tokens.begin(), c.tokens.end());
+  }
+  const auto n = static_cast<int64_t>(batch_tokens_.size());
+  if (n == 0) throw Error("forward_batch: empty batch");
+  resize_scratch(n);
+  embed(batch_tokens_);
+  for (int64_t l = 0; l < cfg_.n_layers; ++l) {
+    paged_attention_block(l, chunks, kv);
+    ffn_block(l, n);
+  }
+  attention_rows_ += n;
+  // Only the rows whose logits are wanted go through the output head.
+  int64_t row = 0, n_out = 0;
+  for (const SequenceChunk& c : chunks) {
+    row += static_cast<int64_t>(c.tokens.size());
+    if (!c.want_logits) continue;
+    rmsnorm(x_.data() + (row - 1) * cfg_.dim, model_.weights().output_norm.data(), cfg_.dim, cfg_.norm_eps,
+            xn_.data() + n_out * cfg_.dim);
+    n_out++;
+  }
+  if (n_out > 0) matmul(model_.weights().output, xn_.data(), n_out, logits);
+}
+
+}  // namespace kvserve
