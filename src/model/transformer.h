@@ -40,6 +40,7 @@ class Transformer {
   void resize_scratch(int64_t n);
   void embed(std::span<const int32_t> tokens);
   void attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache);
+  void attend(int64_t layer, int64_t n, int64_t pos0, const ContiguousKVCache& cache);
   void ffn_block(int64_t layer, int64_t n);
 
   const Model& model_;
@@ -56,6 +57,7 @@ class Transformer {
   AlignedBuffer<float> gate_;  // [n][ffn_dim]
   AlignedBuffer<float> up_;    // [n][ffn_dim]
   AlignedBuffer<float> proj_;  // [n][dim] output of wo / w_down
+  std::vector<float> reference_k_, reference_v_;  // [n_kv][kv_dim] a quantized cache as f32, reference kernel only
 };
 
 }  // namespace kvserve
