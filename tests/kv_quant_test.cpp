@@ -313,3 +313,69 @@ TEST(KvQuant, TypedF32RowsEqualTheContiguousOverload) {
   flash_attention(q.data(), 1, n_kv - 1, k_rows.rows(n_kv), v_rows.rows(n_kv), n_kv, shape, b.data());
   EXPECT_EQ(a, b);
 }
+
+namespace {
+
+// Float weights keep the activations unquantized, so the logits differences
+// below come from the KV cache alone.
+std::unique_ptr<Model> synth_model(const TempFile& file, const std::string& preset, int layers, DType weights) {
+  SynthOptions o;
+  o.preset = preset;
+  o.type = weights;
+  o.output_path = file.path();
+  o.seed = 7;
+  o.layers = layers;
+  synthesize_model(o);
+  return Model::load(file.path());
+}
+
+// Greedy-decodes with an f32-cache decoder and a kv_type one in lockstep (both
+// fed the f32 decoder's tokens); returns the worst logits difference relative
+// to the logits' magnitude, and counts the steps whose argmax differs.
+double max_logits_diff(const Model& m, KVType kv_type, int steps, int* token_mismatches) {
+  auto ref = make_decoder("cached", m, 128);
+  auto typed = make_decoder("cached", m, 128, kv_type);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 21; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + 11) % m.config().vocab_size));
+  std::span<const float> a = ref->append(prompt), b = typed->append(prompt);
+  double worst = 0;
+  *token_mismatches = 0;
+  for (int s = 0; s < steps; ++s) {
+    const std::vector<float> la(a.begin(), a.end()), lb(b.begin(), b.end());
+    worst = std::max(worst, relative_error(lb, la));
+    const int32_t t = argmax(la);
+    *token_mismatches += t != argmax(lb);
+    a = ref->append(std::span<const int32_t>(&t, 1));
+    b = typed->append(std::span<const int32_t>(&t, 1));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST(KvQuant, DecoderWithHalfPrecisionCacheKeepsGreedyTokens) {
+  TempFile f(".gguf");
+  auto m = synth_model(f, "tiny-llama", 0, DType::F32);  // head size 16: plain types only
+  for (KVType type : {KVType::F16, KVType::BF16}) {
+    int mismatches = 0;
+    EXPECT_LT(max_logits_diff(*m, type, 6, &mismatches), type == KVType::F16 ? 2e-3 : 2e-2) << kv_type_info(type).name;
+    EXPECT_EQ(mismatches, 0) << kv_type_info(type).name;
+  }
+  EXPECT_THROW(make_decoder("cached", *m, 64, KVType::Q8_0), Error);
+}
+
+TEST(KvQuant, DecoderWithBlockQuantizedCacheStaysClose) {
+  if (kvserve::testing::skip_slow()) GTEST_SKIP() << "slow under the sanitizers";
+  TempFile f(".gguf");
+  auto m = synth_model(f, "smollm2-135m", 2, DType::BF16);  // head size 64
+  // Random weights give flat logits, so greedy ties can flip; the logits must stay close.
+  const std::pair<KVType, double> bounds[] = {
+      {KVType::F16, 2e-3}, {KVType::BF16, 2e-2}, {KVType::Q8_0, 2e-2}, {KVType::FP8, 0.1}, {KVType::Q4_0, 0.25}};
+  for (const auto& [type, bound] : bounds) {
+    int mismatches = 0;
+    const double diff = max_logits_diff(*m, type, 4, &mismatches);
+    EXPECT_LT(diff, bound) << kv_type_info(type).name;
+    std::printf("kv %s: max relative logits difference %.2e, %d argmax changes\n", kv_type_info(type).name, diff,
+                mismatches);
+  }
+}
