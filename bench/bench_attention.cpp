@@ -2,7 +2,7 @@
 // materializing reference, for decode (1 query row after N cached tokens) and
 // chunked prefill (the last 256 rows of an N-token context, the way the
 // decoder prefills in chunks), with the K/V cache in each storage type.
-//   ./build/bench_attention [--max-n 16384] [--no-reference]
+//   ./build/bench_attention [--max-n 16384] [--no-reference] [--decode-only]
 // Shape: SmolLM2-135M's attention (9 query heads, 3 K/V heads, head size 64),
 // one layer. OMP_NUM_THREADS sets the threads. Best-of-N wall times.
 // "MB touched" counts distinct bytes: the K/V cache in its storage type, plus
@@ -92,11 +92,12 @@ void print_row(const char* mode, int64_t n, const char* kernel, const char* type
               seconds * 1e3, bytes / 1e6, bytes / seconds / 1e9, speedup);
 }
 
-void bench_context(int64_t n, bool with_reference) {
+void bench_context(int64_t n, bool with_reference, bool decode_only) {
   Inputs in = make_inputs(n);
   const int64_t kv_width = kShape.n_kv_heads * kShape.head_dim;
   const double f32_kv_bytes = 2.0 * static_cast<double>(n * kv_width) * 4;
   for (const auto& [mode, rows] : {std::pair<const char*, int64_t>{"decode", 1}, {"prefill", kPrefillRows}}) {
+    if (decode_only && rows > 1) continue;
     const int64_t n_q = std::min(rows, n), pos0 = n - n_q;
     double ref_s = 0;
     if (with_reference) {
@@ -122,12 +123,13 @@ void bench_context(int64_t n, bool with_reference) {
 
 int main(int argc, char** argv) {
   int64_t max_n = 16384;
-  bool with_reference = true;
+  bool with_reference = true, decode_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--max-n") == 0 && i + 1 < argc) max_n = std::atoll(argv[++i]);
     else if (std::strcmp(argv[i], "--no-reference") == 0) with_reference = false;
+    else if (std::strcmp(argv[i], "--decode-only") == 0) decode_only = true;
     else {
-      std::fprintf(stderr, "usage: bench_attention [--max-n N] [--no-reference]\n");
+      std::fprintf(stderr, "usage: bench_attention [--max-n N] [--no-reference] [--decode-only]\n");
       return 2;
     }
   }
@@ -135,6 +137,6 @@ int main(int argc, char** argv) {
               omp_get_max_threads(), static_cast<long long>(kvserve::kPrefillRows));
   std::printf("| mode | N | kernel | KV type | ms/call | MB touched | GB/s | speedup vs reference |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
-  for (int64_t n = 512; n <= max_n; n *= 2) kvserve::bench_context(n, with_reference);
+  for (int64_t n = 512; n <= max_n; n *= 2) kvserve::bench_context(n, with_reference, decode_only);
   return 0;
 }
