@@ -17,6 +17,7 @@
 #include "engine/decoder.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "kv/kv_planner.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -31,6 +32,7 @@ struct RunOptions {
   int64_t context = 4096;
   int threads = 0;
   std::string decoder = "cached";
+  std::string kv_type = "f32";
   bool ignore_eos = false;
   bool no_echo = false;
   int64_t seed = -1;
@@ -94,6 +96,7 @@ void run(RunOptions opt) {
   if (opt.n_predict < 0) throw Error("--n-predict must be >= 0, got " + std::to_string(opt.n_predict));
   opt.sampling.seed = opt.seed >= 0 ? static_cast<uint64_t>(opt.seed) : std::random_device{}();
   const Sampler probe(opt.sampling);  // validates the sampling flags before the model loads
+  const KVType kv_type = parse_kv_type(opt.kv_type, "--kv-type");
 
   auto t0 = std::chrono::steady_clock::now();
   auto model = Model::load(opt.model);
@@ -106,7 +109,7 @@ void run(RunOptions opt) {
   if (static_cast<int64_t>(prompt.size()) >= context)
     throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context size of " +
                 std::to_string(context) + " allows (raise --ctx-size)");
-  auto decoder = make_decoder(opt.decoder, *model, context);
+  auto decoder = make_decoder(opt.decoder, *model, context, kv_type);
   Sampler sampler(opt.sampling);
 
   if (!opt.no_echo) {
@@ -128,9 +131,10 @@ void run(RunOptions opt) {
   std::fflush(stdout);
 
   const auto n_gen = static_cast<double>(r.tokens.size());
-  std::fprintf(stderr, "\nmodel: %s (%s, %lld layers) | decoder: %s | threads: %d | seed: %llu\n",
+  std::fprintf(stderr, "\nmodel: %s (%s, %lld layers) | decoder: %s | kv: %s | threads: %d | seed: %llu\n",
                model->config().name.c_str(), model->config().arch.c_str(),
-               static_cast<long long>(model->config().n_layers), decoder->name(), omp_get_max_threads(),
+               static_cast<long long>(model->config().n_layers), decoder->name(), kv_type_info(kv_type).name,
+               omp_get_max_threads(),
                static_cast<unsigned long long>(opt.sampling.seed));
   std::fprintf(stderr, "load: %.0f ms | prompt: %lld tokens, %.1f tokens/s | generation: %lld tokens, %.2f tokens/s\n",
                load_s * 1e3, static_cast<long long>(r.prompt_tokens),
@@ -153,6 +157,10 @@ void register_run(CLI::App& app) {
                   "naive (recompute everything each step), cached (KV cache + flash attention) or "
                   "cached-reference (KV cache, materializing attention)")
       ->check(CLI::IsMember({"naive", "cached", "cached-reference"}))
+      ->capture_default_str();
+  cmd->add_option("--kv-type", opt->kv_type,
+                  "KV cache element type: f32, f16, bf16, q8_0, fp8, q4_0 (block types need head sizes that are "
+                  "multiples of 32)")
       ->capture_default_str();
   cmd->add_option("--temp", opt->sampling.temperature, "Temperature (0: greedy)")->capture_default_str();
   cmd->add_option("--top-k", opt->sampling.top_k, "Top-k (0: off)")->capture_default_str();

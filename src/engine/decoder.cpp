@@ -15,8 +15,8 @@ void check_fits(int64_t current, size_t added, int64_t max_context) {
 
 }  // namespace
 
-NaiveDecoder::NaiveDecoder(const Model& model, int64_t max_context)
-    : model_(model), max_context_(max_context), transformer_(model, AttentionKernel::kReference),
+NaiveDecoder::NaiveDecoder(const Model& model, int64_t max_context, KVType kv_type)
+    : model_(model), max_context_(max_context), kv_type_(kv_type), transformer_(model, AttentionKernel::kReference),
       logits_(static_cast<size_t>(model.config().vocab_size)) {}
 
 std::span<const float> NaiveDecoder::append(std::span<const int32_t> tokens) {
@@ -24,7 +24,7 @@ std::span<const float> NaiveDecoder::append(std::span<const int32_t> tokens) {
   sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
   // A fresh cache every step: nothing computed before is reused.
   const ModelConfig& c = model_.config();
-  ContiguousKVCache scratch(c.n_layers, length(), c.kv_dim());
+  ContiguousKVCache scratch(c.n_layers, length(), c.n_kv_heads, c.head_dim, kv_type_);
   logits_.resize(static_cast<size_t>(c.vocab_size));
   transformer_.forward(sequence_, scratch, logits_.data());
   return logits_;
@@ -34,7 +34,7 @@ std::span<const float> NaiveDecoder::append_all(std::span<const int32_t> tokens)
   check_fits(length(), tokens.size(), max_context_);
   sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
   const ModelConfig& c = model_.config();
-  ContiguousKVCache scratch(c.n_layers, length(), c.kv_dim());
+  ContiguousKVCache scratch(c.n_layers, length(), c.n_kv_heads, c.head_dim, kv_type_);
   logits_.resize(static_cast<size_t>(length() * c.vocab_size));
   transformer_.forward(sequence_, scratch, logits_.data(), true);
   const size_t skip = (static_cast<size_t>(length()) - tokens.size()) * static_cast<size_t>(c.vocab_size);
@@ -47,9 +47,9 @@ void NaiveDecoder::truncate(int64_t n) {
 }
 
 CachedDecoder::CachedDecoder(const Model& model, int64_t max_context, int64_t prefill_chunk,
-                             AttentionKernel attention)
+                             AttentionKernel attention, KVType kv_type)
     : transformer_(model, attention),
-      cache_(model.config().n_layers, max_context, model.config().kv_dim()),
+      cache_(model.config().n_layers, max_context, model.config().n_kv_heads, model.config().head_dim, kv_type),
       prefill_chunk_(prefill_chunk),
       logits_(static_cast<size_t>(model.config().vocab_size)) {}
 
@@ -85,14 +85,17 @@ void CachedDecoder::reset() {
   cache_.clear();
 }
 
-std::unique_ptr<Decoder> make_decoder(const std::string& kind, const Model& model, int64_t max_context) {
+std::unique_ptr<Decoder> make_decoder(const std::string& kind, const Model& model, int64_t max_context,
+                                      KVType kv_type) {
   if (max_context <= 0 || max_context > model.config().context_length)
     throw Error("context size " + std::to_string(max_context) + " must be in [1, " +
                 std::to_string(model.config().context_length) + "] for this model");
-  if (kind == "naive") return std::make_unique<NaiveDecoder>(model, max_context);
-  if (kind == "cached") return std::make_unique<CachedDecoder>(model, max_context);
+  require_kv_type_fits(kv_type, model.config().head_dim);  // before any allocation
+  if (kind == "naive") return std::make_unique<NaiveDecoder>(model, max_context, kv_type);
+  if (kind == "cached")
+    return std::make_unique<CachedDecoder>(model, max_context, 512, AttentionKernel::kFlash, kv_type);
   if (kind == "cached-reference")
-    return std::make_unique<CachedDecoder>(model, max_context, 512, AttentionKernel::kReference);
+    return std::make_unique<CachedDecoder>(model, max_context, 512, AttentionKernel::kReference, kv_type);
   throw Error("unknown decoder '" + kind + "' (expected naive, cached or cached-reference)");
 }
 

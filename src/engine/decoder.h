@@ -42,7 +42,8 @@ class Decoder {
 
 class NaiveDecoder : public Decoder {
  public:
-  NaiveDecoder(const Model& model, int64_t max_context);
+  // kv_type: the element type of the scratch cache each step recomputes.
+  NaiveDecoder(const Model& model, int64_t max_context, KVType kv_type = KVType::F32);
   std::span<const float> append(std::span<const int32_t> tokens) override;
   std::span<const float> append_all(std::span<const int32_t> tokens) override;
   void truncate(int64_t n) override;
@@ -54,6 +55,7 @@ class NaiveDecoder : public Decoder {
  private:
   const Model& model_;
   int64_t max_context_;
+  KVType kv_type_;
   Transformer transformer_;
   std::vector<float> logits_;      // [vocab], or [n][vocab] after append_all
 };
@@ -61,14 +63,16 @@ class NaiveDecoder : public Decoder {
 class CachedDecoder : public Decoder {
  public:
   // Prompts longer than prefill_chunk are prefilled in chunks of that size
-  // to bound the activation memory.
+  // to bound the activation memory. kv_type: the cache's element type.
+  // Throws kvserve::Error when kv_type cannot hold the model's heads.
   CachedDecoder(const Model& model, int64_t max_context, int64_t prefill_chunk = 512,
-                AttentionKernel attention = AttentionKernel::kFlash);
+                AttentionKernel attention = AttentionKernel::kFlash, KVType kv_type = KVType::F32);
   std::span<const float> append(std::span<const int32_t> tokens) override;
   std::span<const float> append_all(std::span<const int32_t> tokens) override;
   void truncate(int64_t n) override;
   void reset() override;
   const char* name() const override { return "cached"; }
+  KVType kv_type() const { return cache_.type(); }
   int64_t attention_rows() const override { return transformer_.attention_rows(); }
   int64_t max_context() const override { return cache_.capacity(); }
 
@@ -83,6 +87,8 @@ class CachedDecoder : public Decoder {
 // kind: "naive" (reference attention, full recompute), "cached" (KV cache,
 // flash attention) or "cached-reference" (KV cache, reference attention: the
 // ladder's rung before flash attention). max_context <= the model's context length.
-std::unique_ptr<Decoder> make_decoder(const std::string& kind, const Model& model, int64_t max_context);
+// kv_type: the KV cache's element type (f32 keeps the exact reference numbers).
+std::unique_ptr<Decoder> make_decoder(const std::string& kind, const Model& model, int64_t max_context,
+                                      KVType kv_type = KVType::F32);
 
 }  // namespace kvserve

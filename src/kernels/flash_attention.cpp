@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
+
+#include "core/error.h"
 
 namespace kvserve {
 namespace {
@@ -13,10 +16,36 @@ constexpr int64_t kKeyTile = 64;     // keys per tile: a 64 x head_dim K tile st
 constexpr int64_t kQueryTile = 16;   // query positions per work item in prefill
 constexpr int64_t kMinKeysPerSplit = 256;
 
-float dot(const float* a, const float* b, int64_t n) {
-  float s = 0;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+// What one work item reads: the K/V rows, which head, and the inner-loop ops.
+struct HeadSource {
+  const KVRows* k;
+  const KVRows* v;
+  size_t k_offset, v_offset;  // bytes of the head inside a token row
+  int64_t head_dim;
+  float scale;                // 1 / sqrt(head_dim)
+  const AttentionVectorOps* ops;
+};
+
+// One tile of keys of one head as f32 rows: pointers straight into the cache
+// for f32 storage, else into this thread's dequantization buffer.
+struct KVTile {
+  std::vector<float> k_buf, v_buf;  // [kKeyTile][head_dim]
+  const float* k[kKeyTile];
+  const float* v[kKeyTile];
+};
+
+void load_rows(const KVRows& rows, size_t offset, const AttentionVectorOps& ops, int64_t head_dim, int64_t t0,
+               int64_t t1, std::vector<float>& buf, const float** out) {
+  if (rows.type == KVType::F32) {
+    for (int64_t t = t0; t < t1; ++t) out[t - t0] = reinterpret_cast<const float*>(rows.token(t) + offset);
+    return;
+  }
+  buf.resize(static_cast<size_t>(kKeyTile * head_dim));
+  for (int64_t t = t0; t < t1; ++t) {
+    float* dst = buf.data() + (t - t0) * head_dim;
+    ops.dequantize(rows.type, rows.token(t) + offset, dst, head_dim);
+    out[t - t0] = dst;
+  }
 }
 
 // Query rows of one work item, all reading the same K/V head.
@@ -28,34 +57,43 @@ struct RowBlock {
   std::vector<float> acc;       // [n_rows][head_dim] unnormalized output
 };
 
-// Folds keys [j0, j1) of K/V head `kv_offset` into every row's state.
-void attend_keys(RowBlock& rows, const float* k, const float* v, int64_t kv_stride, int64_t kv_offset,
-                 int64_t head_dim, float scale, int64_t j0, int64_t j1) {
+// Folds the tile's keys [t0, last) into one row's state.
+void attend_tile_row(RowBlock& rows, int64_t r, const KVTile& tile, const HeadSource& src, int64_t t0,
+                     int64_t last) {
+  const int64_t hd = src.head_dim;
   float scores[kKeyTile];
+  float tile_max = -std::numeric_limits<float>::infinity();
+  for (int64_t j = t0; j < last; ++j) {
+    scores[j - t0] = src.ops->dot(rows.q[r], tile.k[j - t0], hd) * src.scale;
+    tile_max = std::max(tile_max, scores[j - t0]);
+  }
+  OnlineSoftmax& st = rows.state[r];
+  float* o = rows.acc.data() + r * hd;
+  const float new_max = std::max(st.max, tile_max);
+  const float rescale = st.max == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(st.max - new_max);
+  if (rescale != 1.0f) src.ops->scale(rescale, o, hd);
+  st.sum *= rescale;
+  st.max = new_max;
+  for (int64_t j = t0; j < last; ++j) {
+    const float p = std::exp(scores[j - t0] - new_max);
+    st.sum += p;
+    src.ops->axpy(p, tile.v[j - t0], o, hd);
+  }
+}
+
+// Folds keys [j0, j1) of the source head into every row's state, one tile
+// of keys at a time; each tile is dequantized once for all rows.
+void attend_keys(RowBlock& rows, const HeadSource& src, int64_t j0, int64_t j1, KVTile& tile) {
+  int64_t max_pos = -1;
+  for (int64_t r = 0; r < rows.n_rows; ++r) max_pos = std::max(max_pos, rows.pos[r]);
+  j1 = std::min(j1, max_pos + 1);  // causal: no row sees keys past its position
   for (int64_t t0 = j0; t0 < j1; t0 += kKeyTile) {
     const int64_t t1 = std::min(j1, t0 + kKeyTile);
+    load_rows(*src.k, src.k_offset, *src.ops, src.head_dim, t0, t1, tile.k_buf, tile.k);
+    load_rows(*src.v, src.v_offset, *src.ops, src.head_dim, t0, t1, tile.v_buf, tile.v);
     for (int64_t r = 0; r < rows.n_rows; ++r) {
-      const int64_t last = std::min(t1, rows.pos[r] + 1);  // causal: keys <= pos
-      if (last <= t0) continue;                             // tile entirely above the diagonal
-      float tile_max = -std::numeric_limits<float>::infinity();
-      for (int64_t j = t0; j < last; ++j) {
-        scores[j - t0] = dot(rows.q[r], k + j * kv_stride + kv_offset, head_dim) * scale;
-        tile_max = std::max(tile_max, scores[j - t0]);
-      }
-      OnlineSoftmax& st = rows.state[r];
-      float* o = rows.acc.data() + r * head_dim;
-      const float new_max = std::max(st.max, tile_max);
-      const float rescale = st.max == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(st.max - new_max);
-      if (rescale != 1.0f)
-        for (int64_t d = 0; d < head_dim; ++d) o[d] *= rescale;
-      st.sum *= rescale;
-      st.max = new_max;
-      for (int64_t j = t0; j < last; ++j) {
-        const float p = std::exp(scores[j - t0] - new_max);
-        st.sum += p;
-        const float* vj = v + j * kv_stride + kv_offset;
-        for (int64_t d = 0; d < head_dim; ++d) o[d] += p * vj[d];
-      }
+      const int64_t last = std::min(t1, rows.pos[r] + 1);
+      if (last > t0) attend_tile_row(rows, r, tile, src, t0, last);  // else: tile above the diagonal
     }
   }
 }
@@ -68,16 +106,26 @@ void reset_rows(RowBlock& rows, int64_t n_rows, int64_t head_dim) {
   rows.acc.assign(static_cast<size_t>(n_rows * head_dim), 0.0f);
 }
 
+HeadSource head_source(const KVRows& k, const KVRows& v, int64_t kv_head, const AttentionShape& s) {
+  return {&k,
+          &v,
+          static_cast<size_t>(kv_head) * kv_head_bytes(k.type, s.head_dim),
+          static_cast<size_t>(kv_head) * kv_head_bytes(v.type, s.head_dim),
+          s.head_dim,
+          1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+          &attention_vector_ops()};
+}
+
 // Prefill: work items are (K/V head, tile of query positions); every query
 // head of the group joins the item, so each K/V tile is read once per item.
-void flash_prefill(const float* q, int64_t n_q, int64_t pos0, const float* k, const float* v, int64_t kv_stride,
+void flash_prefill(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, const KVRows& v,
                    const AttentionShape& s, float* out) {
   const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads, q_stride = s.n_heads * hd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t n_tiles = (n_q + kQueryTile - 1) / kQueryTile;
 #pragma omp parallel
   {
     RowBlock rows;
+    KVTile tile;
 #pragma omp for schedule(dynamic)
     for (int64_t item = 0; item < s.n_kv_heads * n_tiles; ++item) {
       const int64_t kvh = item / n_tiles, i0 = (item % n_tiles) * kQueryTile;
@@ -89,7 +137,7 @@ void flash_prefill(const float* q, int64_t n_q, int64_t pos0, const float* k, co
           rows.q[r] = q + i * q_stride + (kvh * group + g) * hd;
           rows.pos[r] = pos0 + i;
         }
-      attend_keys(rows, k, v, kv_stride, kvh * hd, hd, scale, 0, pos0 + i1);
+      attend_keys(rows, head_source(k, v, kvh, s), 0, pos0 + i1, tile);
       for (int64_t r = 0; r < rows.n_rows; ++r) {
         const int64_t i = i0 + r / group, h = kvh * group + r % group;
         const float inv = rows.state[r].sum > 0 ? 1.0f / rows.state[r].sum : 0.0f;
@@ -99,30 +147,15 @@ void flash_prefill(const float* q, int64_t n_q, int64_t pos0, const float* k, co
   }
 }
 
-// Decode: the keys are split into chunks processed in parallel; the partial
-// (max, sum, output) of each chunk are merged exactly at the end.
-void flash_decode(const float* q, int64_t n_q, int64_t pos0, const float* k, const float* v, int64_t n_kv,
-                  int64_t kv_stride, const AttentionShape& s, float* out, int64_t n_splits) {
+// Merges the per-split partial states of every row into the final output.
+void merge_splits(const std::vector<RowBlock>& partial, int64_t n_splits, int64_t n_rows, const AttentionShape& s,
+                  float* out) {
   const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads, q_stride = s.n_heads * hd;
-  const int64_t n_rows = n_q * group;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t chunk = (n_kv + n_splits - 1) / n_splits;
-  std::vector<RowBlock> partial(static_cast<size_t>(s.n_kv_heads * n_splits));
-#pragma omp parallel for schedule(static)
-  for (int64_t item = 0; item < s.n_kv_heads * n_splits; ++item) {
-    const int64_t kvh = item / n_splits, split = item % n_splits;
-    RowBlock& rows = partial[static_cast<size_t>(item)];
-    reset_rows(rows, n_rows, hd);
-    for (int64_t r = 0; r < n_rows; ++r) {
-      rows.q[r] = q + (r / group) * q_stride + (kvh * group + r % group) * hd;
-      rows.pos[r] = pos0 + r / group;
-    }
-    attend_keys(rows, k, v, kv_stride, kvh * hd, hd, scale, split * chunk, std::min(n_kv, (split + 1) * chunk));
-  }
+  std::vector<float> o(static_cast<size_t>(hd));
   for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
     for (int64_t r = 0; r < n_rows; ++r) {
       OnlineSoftmax total;
-      std::vector<float> o(static_cast<size_t>(hd), 0.0f);
+      std::fill(o.begin(), o.end(), 0.0f);
       for (int64_t split = 0; split < n_splits; ++split) {
         const RowBlock& p = partial[static_cast<size_t>(kvh * n_splits + split)];
         float a = 0, b = 0;
@@ -134,6 +167,43 @@ void flash_decode(const float* q, int64_t n_q, int64_t pos0, const float* k, con
       for (int64_t d = 0; d < hd; ++d) dst[d] = o[d] * inv;
     }
   }
+}
+
+// Decode: the keys are split into chunks processed in parallel; the partial
+// (max, sum, output) of each chunk are merged exactly at the end.
+void flash_decode(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, const KVRows& v, int64_t n_kv,
+                  const AttentionShape& s, float* out, int64_t n_splits) {
+  const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads, q_stride = s.n_heads * hd;
+  const int64_t n_rows = n_q * group;
+  // Chunks are whole key tiles so that no tile is dequantized twice.
+  const int64_t chunk = ((n_kv + n_splits - 1) / n_splits + kKeyTile - 1) / kKeyTile * kKeyTile;
+  std::vector<RowBlock> partial(static_cast<size_t>(s.n_kv_heads * n_splits));
+#pragma omp parallel
+  {
+    KVTile tile;
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < s.n_kv_heads * n_splits; ++item) {
+      const int64_t kvh = item / n_splits, split = item % n_splits;
+      RowBlock& rows = partial[static_cast<size_t>(item)];
+      reset_rows(rows, n_rows, hd);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        rows.q[r] = q + (r / group) * q_stride + (kvh * group + r % group) * hd;
+        rows.pos[r] = pos0 + r / group;
+      }
+      attend_keys(rows, head_source(k, v, kvh, s), split * chunk, std::min(n_kv, (split + 1) * chunk), tile);
+    }
+  }
+  merge_splits(partial, n_splits, n_rows, s, out);
+}
+
+void validate(const KVRows& k, const KVRows& v, int64_t n_kv, const AttentionShape& s) {
+  if (s.n_kv_heads <= 0 || s.head_dim <= 0 || s.n_heads % s.n_kv_heads != 0)
+    throw Error("attention: " + std::to_string(s.n_heads) + " query heads cannot share " +
+                std::to_string(s.n_kv_heads) + " K/V heads (need a positive whole ratio)");
+  require_kv_type_fits(k.type, s.head_dim);
+  require_kv_type_fits(v.type, s.head_dim);
+  if (n_kv > 0 && (k.block_size <= 0 || v.block_size <= 0 || !k.blocks || !v.blocks))
+    throw Error("attention: K/V rows need a positive block size and a block table");
 }
 
 }  // namespace
@@ -166,18 +236,30 @@ void online_softmax(const float* x, int64_t n, float* out) {
     out[i] = st.sum > 0 && x[i] != -std::numeric_limits<float>::infinity() ? std::exp(x[i] - st.max) / st.sum : 0.0f;
 }
 
-void flash_attention(const float* q, int64_t n_q, int64_t pos0, const float* k, const float* v, int64_t n_kv,
-                     int64_t kv_stride, const AttentionShape& shape, float* out) {
+void flash_attention(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, const KVRows& v, int64_t n_kv,
+                     const AttentionShape& shape, float* out) {
+  validate(k, v, n_kv, shape);
   const int64_t threads = omp_get_max_threads();
   // Few query rows against a long context: not enough (head, tile) items to
   // keep every thread busy, so split the keys instead.
   const int64_t prefill_items = shape.n_kv_heads * ((n_q + kQueryTile - 1) / kQueryTile);
   if (n_q <= 4 && prefill_items < threads * 2 && n_kv >= 2 * kMinKeysPerSplit) {
     const int64_t splits = std::clamp<int64_t>(n_kv / kMinKeysPerSplit, 1, threads * 4);
-    flash_decode(q, n_q, pos0, k, v, n_kv, kv_stride, shape, out, splits);
+    flash_decode(q, n_q, pos0, k, v, n_kv, shape, out, splits);
   } else {
-    flash_prefill(q, n_q, pos0, k, v, kv_stride, shape, out);
+    flash_prefill(q, n_q, pos0, k, v, shape, out);
   }
+}
+
+void flash_attention(const float* q, int64_t n_q, int64_t pos0, const float* k, const float* v, int64_t n_kv,
+                     int64_t kv_stride, const AttentionShape& shape, float* out) {
+  const auto* k_base = reinterpret_cast<const uint8_t*>(k);
+  const auto* v_base = reinterpret_cast<const uint8_t*>(v);
+  const size_t stride = static_cast<size_t>(kv_stride) * sizeof(float);
+  const int64_t one_block = std::max<int64_t>(n_kv, 1);
+  const KVRows k_rows{KVType::F32, one_block, stride, &k_base};
+  const KVRows v_rows{KVType::F32, one_block, stride, &v_base};
+  flash_attention(q, n_q, pos0, k_rows, v_rows, n_kv, shape, out);
 }
 
 }  // namespace kvserve

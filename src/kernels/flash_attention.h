@@ -8,10 +8,15 @@
 // For decode (few query rows, long context) the keys are split across
 // threads and the partial (m, l, O) triples are merged exactly
 // (flash-decoding).
+//
+// K and V are read through KVRows (kernels/kv_quant.h): any KV storage type,
+// contiguous or in blocks of a block table. Quantized rows are dequantized one
+// key tile at a time into a small per-thread buffer, never as a whole copy.
 #include <cstdint>
 #include <limits>
 
 #include "kernels/attention.h"
+#include "kernels/kv_quant.h"
 
 namespace kvserve {
 
@@ -31,7 +36,14 @@ struct OnlineSoftmax {
 // normalization; -inf entries give 0, an all -inf row gives all zeros.
 void online_softmax(const float* x, int64_t n, float* out);
 
-// Same contract as attention_reference (kernels/attention.h).
+// Same contract as attention_reference (kernels/attention.h), with K and V
+// rows 0..n_kv-1 read through `k` and `v`. Throws kvserve::Error when a block
+// type (q8_0, fp8, q4_0) is asked to hold heads that are not whole 32-element
+// blocks, or when the head counts do not divide.
+void flash_attention(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, const KVRows& v, int64_t n_kv,
+                     const AttentionShape& shape, float* out);
+
+// Contiguous f32 K/V, row p at k + p * kv_stride (attention_reference's layout).
 void flash_attention(const float* q, int64_t n_q, int64_t pos0, const float* k, const float* v, int64_t n_kv,
                      int64_t kv_stride, const AttentionShape& shape, float* out);
 

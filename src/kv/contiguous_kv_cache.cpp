@@ -4,16 +4,35 @@
 
 namespace kvserve {
 
-ContiguousKVCache::ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t kv_dim)
-    : capacity_(capacity), kv_dim_(kv_dim) {
-  check(n_layers > 0 && capacity > 0 && kv_dim > 0, "KV cache dimensions are positive");
-  k_.resize(static_cast<size_t>(n_layers * capacity * kv_dim));
-  v_.resize(static_cast<size_t>(n_layers * capacity * kv_dim));
+ContiguousKVCache::ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
+                                     KVType type)
+    : capacity_(capacity), n_kv_heads_(n_kv_heads), head_dim_(head_dim), type_(type) {
+  check(n_layers > 0 && capacity > 0 && n_kv_heads > 0 && head_dim > 0, "KV cache dimensions are positive");
+  require_kv_type_fits(type, head_dim);
+  row_bytes_ = static_cast<size_t>(n_kv_heads) * kv_head_bytes(type, head_dim);
+  const size_t layer_bytes = static_cast<size_t>(capacity) * row_bytes_;
+  k_.resize(static_cast<size_t>(n_layers) * layer_bytes);
+  v_.resize(static_cast<size_t>(n_layers) * layer_bytes);
+  for (int64_t l = 0; l < n_layers; ++l) {
+    k_bases_.push_back(k_.data() + static_cast<size_t>(l) * layer_bytes);
+    v_bases_.push_back(v_.data() + static_cast<size_t>(l) * layer_bytes);
+  }
 }
 
 void ContiguousKVCache::set_size(int64_t n) {
   check(n >= 0 && n <= capacity_, "KV cache size within capacity");
   size_ = n;
+}
+
+void ContiguousKVCache::write(int64_t layer, int64_t pos, const float* k, const float* v) {
+  check(pos >= 0 && pos < capacity_, "KV write within capacity");
+  const size_t head_bytes = kv_head_bytes(type_, head_dim_);
+  uint8_t* k_dst = row(k_, layer, pos);
+  uint8_t* v_dst = row(v_, layer, pos);
+  for (int64_t h = 0; h < n_kv_heads_; ++h) {
+    quantize_kv_row(type_, k + h * head_dim_, k_dst + h * head_bytes, head_dim_);
+    quantize_kv_row(type_, v + h * head_dim_, v_dst + h * head_bytes, head_dim_);
+  }
 }
 
 }  // namespace kvserve

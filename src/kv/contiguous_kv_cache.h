@@ -1,37 +1,56 @@
 #pragma once
-// The simplest KV storage: per layer, one contiguous f32 array of K rows and
-// one of V rows, indexed by position. One sequence; capacity fixed at creation.
+// The simplest KV storage: per layer, one contiguous array of K rows and one
+// of V rows, indexed by position, in any KV element type (kernels/kv_quant.h).
+// A token's row holds its n_kv_heads head vectors one after the other, each
+// quantized on its own. One sequence; capacity fixed at creation.
 #include <cstdint>
+#include <vector>
 
 #include "core/aligned_buffer.h"
+#include "kernels/kv_quant.h"
 
 namespace kvserve {
 
 class ContiguousKVCache {
  public:
-  ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t kv_dim);
+  // Throws kvserve::Error when `type` cannot hold heads of head_dim elements.
+  ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
+                    KVType type = KVType::F32);
 
   int64_t capacity() const { return capacity_; }
-  int64_t kv_dim() const { return kv_dim_; }
+  int64_t n_kv_heads() const { return n_kv_heads_; }
+  int64_t head_dim() const { return head_dim_; }
+  KVType type() const { return type_; }
   // Positions [0, size) hold valid K/V.
   int64_t size() const { return size_; }
   void set_size(int64_t n);
   void clear() { size_ = 0; }
 
-  float* k(int64_t layer, int64_t pos) { return k_.data() + offset(layer, pos); }  // [kv_dim]
-  float* v(int64_t layer, int64_t pos) { return v_.data() + offset(layer, pos); }  // [kv_dim]
-  const float* k(int64_t layer, int64_t pos) const { return k_.data() + offset(layer, pos); }
-  const float* v(int64_t layer, int64_t pos) const { return v_.data() + offset(layer, pos); }
-  size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+  // Stores one token's K and V ([n_kv_heads * head_dim] floats each) at pos,
+  // converted to the cache's type.
+  void write(int64_t layer, int64_t pos, const float* k, const float* v);
+  // The layer's rows as the attention kernels read them (one block of
+  // `capacity` tokens). Valid while the cache lives.
+  KVRows k_rows(int64_t layer) const { return rows(k_bases_, layer); }
+  KVRows v_rows(int64_t layer) const { return rows(v_bases_, layer); }
+  // Bytes of one token's K (or V) row in one layer.
+  size_t row_bytes() const { return row_bytes_; }
+  size_t bytes() const { return k_.size() + v_.size(); }
 
  private:
-  size_t offset(int64_t layer, int64_t pos) const {
-    return static_cast<size_t>((layer * capacity_ + pos) * kv_dim_);
+  KVRows rows(const std::vector<const uint8_t*>& bases, int64_t layer) const {
+    return {type_, capacity_, row_bytes_, &bases[static_cast<size_t>(layer)]};
   }
-  int64_t capacity_, kv_dim_;
+  uint8_t* row(AlignedBuffer<uint8_t>& buf, int64_t layer, int64_t pos) {
+    return buf.data() + static_cast<size_t>(layer * capacity_ + pos) * row_bytes_;
+  }
+  int64_t capacity_, n_kv_heads_, head_dim_;
+  KVType type_;
+  size_t row_bytes_;
   int64_t size_ = 0;
-  AlignedBuffer<float> k_;  // [n_layers][capacity][kv_dim]
-  AlignedBuffer<float> v_;  // [n_layers][capacity][kv_dim]
+  AlignedBuffer<uint8_t> k_;  // [n_layers][capacity][row_bytes]
+  AlignedBuffer<uint8_t> v_;  // [n_layers][capacity][row_bytes]
+  std::vector<const uint8_t*> k_bases_, v_bases_;  // [n_layers] each layer's first row
 };
 
 }  // namespace kvserve

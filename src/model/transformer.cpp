@@ -1,7 +1,5 @@
 #include "model/transformer.h"
 
-#include <cstring>
-
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
@@ -63,14 +61,32 @@ void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& c
   for (int64_t t = 0; t < n; ++t) {
     rope(q_.data() + t * qd, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dims, pos0 + t, cfg_.rope_theta, cfg_.rope_neox);
     rope(k_.data() + t * kvd, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_dims, pos0 + t, cfg_.rope_theta, cfg_.rope_neox);
-    std::memcpy(cache.k(layer, pos0 + t), k_.data() + t * kvd, static_cast<size_t>(kvd) * sizeof(float));
-    std::memcpy(cache.v(layer, pos0 + t), v_.data() + t * kvd, static_cast<size_t>(kvd) * sizeof(float));
+    cache.write(layer, pos0 + t, k_.data() + t * kvd, v_.data() + t * kvd);
   }
-  const AttentionShape shape{cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim};
-  const auto attend = attention_ == AttentionKernel::kFlash ? flash_attention : attention_reference;
-  attend(q_.data(), n, pos0, cache.k(layer, 0), cache.v(layer, 0), pos0 + n, kvd, shape, attn_.data());
+  attend(layer, n, pos0, cache);
   matmul(w.wo, attn_.data(), n, proj_.data());
   add_inplace(x_.data(), proj_.data(), n * dim);
+}
+
+void Transformer::attend(int64_t layer, int64_t n, int64_t pos0, const ContiguousKVCache& cache) {
+  const AttentionShape shape{cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim};
+  const KVRows k = cache.k_rows(layer), v = cache.v_rows(layer);
+  const int64_t n_kv = pos0 + n;
+  if (attention_ == AttentionKernel::kFlash) return flash_attention(q_.data(), n, pos0, k, v, n_kv, shape, attn_.data());
+  // The reference reads f32 rows: a quantized cache is materialized first
+  // (what the reference is for: the plain algorithm, not speed).
+  const int64_t kvd = cfg_.kv_dim();
+  const float* k_f32 = reinterpret_cast<const float*>(k.blocks[0]);
+  const float* v_f32 = reinterpret_cast<const float*>(v.blocks[0]);
+  if (cache.type() != KVType::F32) {
+    reference_k_.resize(static_cast<size_t>(n_kv * kvd));
+    reference_v_.resize(static_cast<size_t>(n_kv * kvd));
+    dequantize_kv_rows(k, n_kv, cfg_.n_kv_heads, cfg_.head_dim, reference_k_.data());
+    dequantize_kv_rows(v, n_kv, cfg_.n_kv_heads, cfg_.head_dim, reference_v_.data());
+    k_f32 = reference_k_.data();
+    v_f32 = reference_v_.data();
+  }
+  attention_reference(q_.data(), n, pos0, k_f32, v_f32, n_kv, kvd, shape, attn_.data());
 }
 
 void Transformer::ffn_block(int64_t layer, int64_t n) {

@@ -58,6 +58,7 @@ class Transformer {
   void resize_scratch(int64_t n);
   void embed(std::span<const int32_t> tokens);
   void attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache);
+  void attend(int64_t layer, int64_t n, int64_t pos0, const ContiguousKVCache& cache);
   void ffn_block(int64_t layer, int64_t n);
   void paged_attention_block(int64_t layer, std::span<const SequenceChunk> chunks, PagedKVStorage& kv);
 
@@ -79,6 +80,7 @@ class Transformer {
   std::vector<int32_t> batch_tokens_;         // [n] every chunk's tokens, concatenated
   std::vector<const float*> k_block_ptrs_;    // [sum of chunk table sizes] K block base of the current layer
   std::vector<const float*> v_block_ptrs_;    // same, V
+  std::vector<float> reference_k_, reference_v_;  // [n_kv][kv_dim] a quantized cache as f32, reference kernel only
 };
 
 }  // namespace kvserve

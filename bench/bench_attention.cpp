@@ -1,0 +1,142 @@
+// Attention benchmark: time per call and bytes touched, flash vs the
+// materializing reference, for decode (1 query row after N cached tokens) and
+// chunked prefill (the last 256 rows of an N-token context, the way the
+// decoder prefills in chunks), with the K/V cache in each storage type.
+//   ./build/bench_attention [--max-n 16384] [--no-reference] [--decode-only]
+// Shape: SmolLM2-135M's attention (9 query heads, 3 K/V heads, head size 64),
+// one layer. OMP_NUM_THREADS sets the threads. Best-of-N wall times.
+// "MB touched" counts distinct bytes: the K/V cache in its storage type, plus
+// for the reference its score matrix (written, then read back).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/flash_attention.h"
+#include "kernels/kv_quant.h"
+
+namespace kvserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr AttentionShape kShape{9, 3, 64};
+constexpr int64_t kPrefillRows = 256;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+template <typename Fn>
+double best_time(Fn&& fn, double budget_s = 0.25) {
+  const auto first = Clock::now();
+  fn();
+  double best = seconds_since(first);
+  const auto start = Clock::now();
+  for (int rep = 0; rep < 200 && seconds_since(start) < budget_s; ++rep) {
+    const auto t0 = Clock::now();
+    fn();
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
+struct Inputs {
+  int64_t n;
+  std::vector<float> q, k, v, out;
+};
+
+Inputs make_inputs(int64_t n) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t kv_width = kShape.n_kv_heads * kShape.head_dim, q_width = kShape.n_heads * kShape.head_dim;
+  Inputs in{n, std::vector<float>(static_cast<size_t>(kPrefillRows * q_width)),
+            std::vector<float>(static_cast<size_t>(n * kv_width)), std::vector<float>(static_cast<size_t>(n * kv_width)),
+            std::vector<float>(static_cast<size_t>(kPrefillRows * q_width))};
+  for (auto* vec : {&in.q, &in.k, &in.v})
+    for (float& x : *vec) x = dist(rng);
+  return in;
+}
+
+// K and V of one layer stored as `type`, contiguous.
+struct TypedCache {
+  std::vector<uint8_t> k, v;
+  const uint8_t *k_base, *v_base;
+  KVRows k_rows, v_rows;
+  TypedCache(KVType type, const Inputs& in) {
+    const int64_t hd = kShape.head_dim, heads = kShape.n_kv_heads;
+    const size_t head_bytes = kv_head_bytes(type, hd), row = static_cast<size_t>(heads) * head_bytes;
+    k.resize(row * static_cast<size_t>(in.n));
+    v.resize(row * static_cast<size_t>(in.n));
+    for (int64_t p = 0; p < in.n; ++p)
+      for (int64_t h = 0; h < heads; ++h) {
+        const size_t at = static_cast<size_t>(p) * row + static_cast<size_t>(h) * head_bytes;
+        quantize_kv_row(type, in.k.data() + (p * heads + h) * hd, k.data() + at, hd);
+        quantize_kv_row(type, in.v.data() + (p * heads + h) * hd, v.data() + at, hd);
+      }
+    k_base = k.data();
+    v_base = v.data();
+    k_rows = {type, in.n, row, &k_base};
+    v_rows = {type, in.n, row, &v_base};
+  }
+  double kv_bytes() const { return static_cast<double>(k.size() + v.size()); }
+};
+
+void print_row(const char* mode, int64_t n, const char* kernel, const char* type, double seconds, double bytes,
+               double ref_seconds) {
+  char speedup[32] = "";
+  if (ref_seconds > 0) std::snprintf(speedup, sizeof speedup, "%.1fx", ref_seconds / seconds);
+  std::printf("| %s | %lld | %s | %s | %.3f | %.1f | %.2f | %s |\n", mode, static_cast<long long>(n), kernel, type,
+              seconds * 1e3, bytes / 1e6, bytes / seconds / 1e9, speedup);
+}
+
+void bench_context(int64_t n, bool with_reference, bool decode_only) {
+  Inputs in = make_inputs(n);
+  const int64_t kv_width = kShape.n_kv_heads * kShape.head_dim;
+  const double f32_kv_bytes = 2.0 * static_cast<double>(n * kv_width) * 4;
+  for (const auto& [mode, rows] : {std::pair<const char*, int64_t>{"decode", 1}, {"prefill", kPrefillRows}}) {
+    if (decode_only && rows > 1) continue;
+    const int64_t n_q = std::min(rows, n), pos0 = n - n_q;
+    double ref_s = 0;
+    if (with_reference) {
+      ref_s = best_time([&] {
+        attention_reference(in.q.data(), n_q, pos0, in.k.data(), in.v.data(), n, kv_width, kShape, in.out.data());
+      });
+      // Distinct bytes: the K/V cache plus the score matrix, written and read back.
+      const double score_bytes = 2.0 * static_cast<double>(n_q * n * kShape.n_heads) * 4;
+      print_row(mode, n, "reference", "f32", ref_s, f32_kv_bytes + score_bytes, 0);
+    }
+    for (KVType type : {KVType::F32, KVType::F16, KVType::BF16, KVType::Q8_0, KVType::FP8, KVType::Q4_0}) {
+      const TypedCache cache(type, in);
+      const double s = best_time([&] {
+        flash_attention(in.q.data(), n_q, pos0, cache.k_rows, cache.v_rows, n, kShape, in.out.data());
+      });
+      print_row(mode, n, "flash", kv_type_info(type).name, s, cache.kv_bytes(), type == KVType::F32 ? ref_s : 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvserve
+
+int main(int argc, char** argv) {
+  int64_t max_n = 16384;
+  bool with_reference = true, decode_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--max-n") == 0 && i + 1 < argc) max_n = std::atoll(argv[++i]);
+    else if (std::strcmp(argv[i], "--no-reference") == 0) with_reference = false;
+    else if (std::strcmp(argv[i], "--decode-only") == 0) decode_only = true;
+    else {
+      std::fprintf(stderr, "usage: bench_attention [--max-n N] [--no-reference] [--decode-only]\n");
+      return 2;
+    }
+  }
+  std::printf("threads: %d, shape: 9 query heads, 3 K/V heads, head size 64, one layer; prefill = last %lld rows\n\n",
+              omp_get_max_threads(), static_cast<long long>(kvserve::kPrefillRows));
+  std::printf("| mode | N | kernel | KV type | ms/call | MB touched | GB/s | speedup vs reference |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (int64_t n = 512; n <= max_n; n *= 2) kvserve::bench_context(n, with_reference, decode_only);
+  return 0;
+}

@@ -1,0 +1,82 @@
+#pragma once
+// KV-cache element types: how one head's K or V vector is stored, and the
+// row (de)quantizers the cache writer and the attention kernels use.
+//
+// Layouts of one head vector of head_dim elements:
+//   f32, f16, bf16  plain arrays.
+//   q8_0            GGUF q8_0 blocks (kvserve::BlockQ8_0: fp16 scale, 32 int8).
+//   q4_0            GGUF q4_0 blocks (kvserve::BlockQ4_0: fp16 scale, 32 nibbles).
+//   fp8             Fp8Block: a power-of-two scale 2^(e - 127) in one byte (an
+//                   E8M0 exponent, as in the OCP MX formats) and 32 e4m3 values.
+//                   33 bytes per 32 elements, the size kv_planner budgets.
+//                   With the scale a power of two, x / scale is exact, so the
+//                   only rounding is e4m3's own (relative error <= 2^-4).
+// The block types need head_dim % 32 == 0 (require_kv_type_fits throws otherwise).
+#include <cstddef>
+#include <cstdint>
+
+#include "kv/kv_planner.h"
+
+namespace kvserve {
+
+constexpr int kFp8BlockElems = 32;
+struct Fp8Block {
+  uint8_t scale_exp;  // scale = 2^(scale_exp - 127)
+  uint8_t q[kFp8BlockElems];  // e4m3 codes
+};
+static_assert(sizeof(Fp8Block) == 33);
+
+// OCP "E4M3FN": 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities;
+// S.1111.111 is NaN; largest finite 448, smallest subnormal 2^-9.
+// Encoding rounds to nearest even, saturates finite and infinite values beyond
+// +-448 to +-448, and maps NaN to 0x7f (sign kept).
+uint8_t f32_to_e4m3(float x);
+float e4m3_to_f32(uint8_t code);
+
+// Bytes of one head vector of head_dim elements stored as `type`.
+size_t kv_head_bytes(KVType type, int64_t head_dim);
+// Whether `type` can hold vectors of head_dim elements (block types need
+// whole 32-element blocks).
+bool kv_type_fits(KVType type, int64_t head_dim);
+// Throws kvserve::Error naming the type and head size, and the types that work.
+void require_kv_type_fits(KVType type, int64_t head_dim);
+
+// Encodes n floats (n a multiple of the type's block) into dst.
+void quantize_kv_row(KVType type, const float* src, uint8_t* dst, int64_t n);
+// dst[0..n) = the values in src: the scalar reference.
+void dequantize_kv_row_scalar(KVType type, const uint8_t* src, float* dst, int64_t n);
+// Same result, on the fastest path this CPU and the active kernel ISA allow.
+void dequantize_kv_row(KVType type, const uint8_t* src, float* dst, int64_t n);
+
+// K or V rows of one layer of one sequence, stored in blocks of block_size
+// tokens (a contiguous cache is one block of its whole capacity; a paged cache
+// passes its block table). Each token row holds n_kv_heads head vectors, head
+// h at byte h * kv_head_bytes(type, head_dim) of the row.
+struct KVRows {
+  KVType type = KVType::F32;
+  int64_t block_size = 0;           // tokens per block
+  size_t token_stride = 0;          // bytes from one token's row to the next inside a block
+  const uint8_t* const* blocks = nullptr;  // block base addresses in position order
+
+  const uint8_t* token(int64_t pos) const {
+    return blocks[pos / block_size] + static_cast<size_t>(pos % block_size) * token_stride;
+  }
+};
+
+// Materializes rows [0, n_kv) as f32 [n_kv][n_kv_heads * head_dim] (for the
+// reference attention and tests; the flash kernel never does this).
+void dequantize_kv_rows(const KVRows& rows, int64_t n_kv, int64_t n_kv_heads, int64_t head_dim, float* out);
+
+// Small f32 vector ops of the attention inner loop, SIMD where available.
+// dot: sum a[i] * b[i]; axpy: y[i] += a * x[i]; scale: y[i] *= a.
+struct AttentionVectorOps {
+  float (*dot)(const float* a, const float* b, int64_t n);
+  void (*axpy)(float a, const float* x, float* y, int64_t n);
+  void (*scale)(float a, float* y, int64_t n);
+  void (*dequantize)(KVType type, const uint8_t* src, float* dst, int64_t n);
+};
+// The ops for the active kernel ISA (kernels/dispatch.h).
+const AttentionVectorOps& attention_vector_ops();
+const AttentionVectorOps& scalar_attention_vector_ops();
+
+}  // namespace kvserve

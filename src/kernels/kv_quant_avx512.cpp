@@ -1,0 +1,122 @@
+// AVX-512 versions of the attention inner-loop ops and of the KV row
+// dequantizers (q4_0 stays scalar: it is the stretch type, not a fast path).
+// Same warning workaround for GCC 12's AVX-512 headers as matmul_avx512.cpp.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstring>
+
+#include "core/dtype.h"
+#include "kernels/kv_quant.h"
+
+namespace kvserve {
+namespace {
+
+__mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+
+float dot(const float* a, const float* b, int64_t n) {
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
+    acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  const __m512 va = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+void scale(float a, float* y, int64_t n) {
+  const __m512 va = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(va, _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+// 16 half-precision bit patterns -> floats.
+__m512 widen_f16(__m256i h) { return _mm512_cvtph_ps(h); }
+__m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
+template <bool kBf16>
+void dequantize_half_row(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, src + i);
+    _mm512_mask_storeu_ps(dst + i, m, kBf16 ? widen_bf16(h) : widen_f16(h));
+  }
+}
+
+float half_scale(uint16_t d) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d))); }
+
+void dequantize_q8_0_row(const uint8_t* src, float* dst, int64_t n) {
+  const auto* blocks = reinterpret_cast<const BlockQ8_0*>(src);
+  for (int64_t b = 0; b < n / kQK8_0; ++b) {
+    const __m512 d = _mm512_set1_ps(half_scale(blocks[b].d));
+    for (int half = 0; half < 2; ++half) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + half * 16));
+      _mm512_storeu_ps(dst + b * kQK8_0 + half * 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q))));
+    }
+  }
+}
+
+// An e4m3 code's 7 magnitude bits, moved up by 7, are the f16 with the same
+// mantissa and exponent field; f16's bias (15) is 8 more than e4m3's (7), so
+// that f16 is the e4m3 value times 2^-8 (subnormals included). The one e4m3
+// NaN pattern would read as a finite f16 and is patched separately.
+void dequantize_fp8_row(const uint8_t* src, float* dst, int64_t n) {
+  const auto* blocks = reinterpret_cast<const Fp8Block*>(src);
+  const __m256i magnitude = _mm256_set1_epi16(0x7f), sign = _mm256_set1_epi16(0x80);
+  const __m512 nan = _mm512_set1_ps(__builtin_nanf(""));
+  for (int64_t b = 0; b < n / kFp8BlockElems; ++b) {
+    const __m512 s = _mm512_set1_ps(__builtin_ldexpf(1.0f, blocks[b].scale_exp - 127 + 8));
+    for (int half = 0; half < 2; ++half) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].q + half * 16));
+      const __m256i c = _mm256_cvtepu8_epi16(q);
+      const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(c, sign), 8),
+                                        _mm256_slli_epi16(_mm256_and_si256(c, magnitude), 7));
+      const __mmask16 is_nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(c, magnitude), magnitude);
+      const __m512 v = _mm512_mask_mov_ps(_mm512_mul_ps(_mm512_cvtph_ps(h), s), is_nan, nan);
+      _mm512_storeu_ps(dst + b * kFp8BlockElems + half * 16, v);
+    }
+  }
+}
+
+void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
+  switch (type) {
+    case KVType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case KVType::F16: return dequantize_half_row<false>(reinterpret_cast<const uint16_t*>(src), dst, n);
+    case KVType::BF16: return dequantize_half_row<true>(reinterpret_cast<const uint16_t*>(src), dst, n);
+    case KVType::Q8_0: return dequantize_q8_0_row(src, dst, n);
+    case KVType::FP8: return dequantize_fp8_row(src, dst, n);
+    case KVType::Q4_0: break;
+  }
+  dequantize_kv_row_scalar(type, src, dst, n);
+}
+
+}  // namespace
+
+const AttentionVectorOps& avx512_attention_vector_ops() {
+  static const AttentionVectorOps ops{dot, axpy, scale, dequantize};
+  return ops;
+}
+
+}  // namespace kvserve

@@ -1,0 +1,70 @@
+// `kvserve perplexity` end to end on the real stories260K model (head size 8):
+// a finite perplexity with the plain KV types, a clear error for block types.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "test_util.h"
+
+namespace {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+CommandResult run_kvserve(const std::string& args) {
+  const std::string command = std::string(KVSERVE_BINARY) + " " + args + " 2>&1";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return result;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) result.output.append(buf, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string stories_model() {
+  const std::string p = kvserve::testing::model_dir() + "/stories260k.gguf";
+  return std::filesystem::exists(p) ? p : "";
+}
+
+std::string text_file() { return std::string(KVSERVE_SOURCE_DIR) + "/bench/data/pride_and_prejudice_ch1-3.txt"; }
+
+}  // namespace
+
+TEST(Perplexity, Stories260kGivesAFiniteNumber) {
+  const std::string model = stories_model();
+  if (model.empty()) GTEST_SKIP() << "models/stories260k.gguf not found";
+  for (const char* type : {"f32", "f16", "bf16"}) {
+    const CommandResult r =
+        run_kvserve("perplexity -m " + model + " -f " + text_file() + " --ctx 128 --chunks 2 --kv-type " + type);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const size_t at = r.output.find("PPL = ");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    const double ppl = std::stod(r.output.substr(at + 6));
+    EXPECT_TRUE(std::isfinite(ppl)) << r.output;
+    EXPECT_GT(ppl, 1.0) << r.output;
+    EXPECT_NE(r.output.find("tokens/s"), std::string::npos) << r.output;
+  }
+}
+
+TEST(Perplexity, RejectsBadInput) {
+  const std::string model = stories_model();
+  if (model.empty()) GTEST_SKIP() << "models/stories260k.gguf not found";
+  const CommandResult q8 = run_kvserve("perplexity -m " + model + " -f " + text_file() + " --kv-type q8_0");
+  EXPECT_EQ(q8.exit_code, 1);
+  EXPECT_NE(q8.output.find("head size is 8"), std::string::npos) << q8.output;
+  const CommandResult unknown = run_kvserve("perplexity -m " + model + " -f " + text_file() + " --kv-type int3");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.output.find("--kv-type"), std::string::npos) << unknown.output;
+  const CommandResult missing = run_kvserve("perplexity -m " + model + " -f /nonexistent.txt");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("cannot open"), std::string::npos) << missing.output;
+}
