@@ -332,3 +332,121 @@ TEST_F(SpecDistribution, TheTestDetectsTheDraftsOwnDistribution) {
   const ChiSquare c = chi_square(counts, p);
   EXPECT_GT(c.statistic, c.critical);
 }
+
+TEST(SpecVocabulary, MismatchedSizesAreRefusedNamingBoth) {
+  TempFile llama(".gguf"), qwen(".gguf");
+  auto target = tiny_model(llama, 2, 7);
+  auto draft = tiny_model(qwen, 2, 7, 0, "tiny-qwen2");
+  try {
+    check_same_vocabulary(*target, *draft);
+    FAIL() << "expected a vocabulary mismatch error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("384"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("320"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(check_same_vocabulary(*target, *tiny_model(llama, 2, 7, 1)));
+}
+
+TEST(SpecVocabulary, ADifferentTokenIsRefusedNamingIt) {
+  TempFile original(".gguf"), edited(".gguf");
+  auto target = tiny_model(original, 2, 7);
+  // Same file with one token's text changed in place (same length, so the
+  // GGUF layout stays valid): "<|im_start|>" becomes "<|im_stArt|>".
+  std::ifstream in(original.path(), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = bytes.find("<|im_start|>");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 7] = 'A';
+  std::ofstream(edited.path(), std::ios::binary) << bytes;
+  auto draft = Model::load(edited.path());
+  try {
+    check_same_vocabulary(*target, *draft);
+    FAIL() << "expected a vocabulary mismatch error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("<|im_stArt|>"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SpecRollback, DecodersHoldHistoryMinusThePendingToken) {
+  SingleThreaded single_threaded;
+  TempFile f(".gguf"), other(".gguf");
+  auto target = tiny_model(f, 4, 7);
+  auto bad_draft = tiny_model(other, 4, 99);  // mostly rejected: every round rolls back
+  auto decoder = make_decoder("cached", *target, 256);
+  ModelDrafter drafter(*bad_draft, 256);
+  SamplingParams params = full_distribution();
+  Sampler sampler(params);
+  SpeculativeSession session(*decoder, drafter, sampler);
+  const auto prompt = prompt_of(9, 320, 4);
+  session.start(prompt);
+  EXPECT_EQ(decoder->length(), 8);
+  EXPECT_EQ(drafter.decoder().length(), 8);
+  for (int round = 0; round < 12; ++round) {
+    const auto before = static_cast<int64_t>(session.history().size());
+    const auto produced = static_cast<int64_t>(session.step(4).size());
+    EXPECT_GE(produced, 1);
+    EXPECT_LE(produced, 5);
+    EXPECT_EQ(static_cast<int64_t>(session.history().size()), before + produced);
+    EXPECT_EQ(decoder->length(), before + produced - 1);
+    EXPECT_EQ(drafter.decoder().length(), before + produced - 1);
+  }
+  EXPECT_LT(session.stats().accepted, session.stats().proposed);  // rejections happened
+  EXPECT_EQ(session.stats().generated, session.stats().accepted + session.stats().target_passes);
+  // Restarting reuses both decoders from scratch.
+  session.start(prompt);
+  EXPECT_EQ(decoder->length(), 8);
+  EXPECT_EQ(drafter.decoder().length(), 8);
+}
+
+TEST(SpecNgram, ProposesTheContinuationOfTheLatestLongestMatch) {
+  const std::vector<int32_t> history = {1, 2, 3, 9, 1, 2, 3, 7, 8, 5, 2, 3};
+  EXPECT_EQ(find_ngram_continuation(history, 2), 7);  // "2 3" last seen before the end at 5..6
+  EXPECT_EQ(find_ngram_continuation(history, 3), -1);  // "5 2 3" never occurred before
+  EXPECT_EQ(find_ngram_continuation(history, 1), 7);
+  NgramDrafter ngram;
+  Sampler sampler(greedy());
+  DraftProposal out;
+  ngram.propose(history, 3, sampler, out);
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{7, 8, 5}));
+  EXPECT_TRUE(out.deterministic());
+  ngram.propose(history, 10, sampler, out);
+  EXPECT_EQ(out.tokens.size(), 5u);  // only what follows the match: 7 8 5 2 3
+  ngram.propose(std::vector<int32_t>{4, 5, 6}, 3, sampler, out);
+  EXPECT_TRUE(out.tokens.empty());
+  EXPECT_THROW(NgramDrafter(0), Error);
+}
+
+TEST(SpecModel, MaxLayersOutOfRangeIsRefused) {
+  TempFile f(".gguf");
+  auto m = tiny_model(f, 4, 7);
+  EXPECT_EQ(tiny_model(f, 4, 7, 2)->config().n_layers, 2);
+  EXPECT_EQ(tiny_model(f, 4, 7, 2)->weights().layers.size(), 2u);
+  EXPECT_THROW(Model::load(f.path(), ModelLoadOptions{.max_layers = 5}), Error);
+  EXPECT_THROW(Model::load(f.path(), ModelLoadOptions{.max_layers = -1}), Error);
+}
+
+namespace {
+
+void expect_real_model_greedy_match(const std::string& path, int draft_layers, int64_t n, int64_t k) {
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path << " (run scripts/fetch_models.sh)";
+  auto target = Model::load(path);
+  auto draft = Model::load(path, ModelLoadOptions{.max_layers = draft_layers});
+  const Tokenizer tok = Tokenizer::from_gguf(target->file());
+  const std::vector<int32_t> prompt = tok.encode("Once upon a time, there was a little", tok.add_bos());
+  const auto want = plain_tokens(*target, tok, prompt, n, greedy());
+  ModelDrafter drafter(*draft, 256);
+  const SpeculativeResult r = speculative_tokens(*target, drafter, tok, prompt, n, k, greedy());
+  EXPECT_EQ(r.generation.tokens, want);
+  NgramDrafter ngram;
+  EXPECT_EQ(speculative_tokens(*target, ngram, tok, prompt, n, k, greedy()).generation.tokens, want);
+}
+
+}  // namespace
+
+TEST(SpecRealModel, SmolLM2WithSixLayerDraftMatchesGreedy) {
+  expect_real_model_greedy_match(kvserve::testing::model_dir() + "/smollm2-135m-instruct-q4_1.gguf", 6, 24, 4);
+}
+
+TEST(SpecRealModel, Stories260KWithTwoLayerDraftMatchesGreedy) {
+  expect_real_model_greedy_match(kvserve::testing::model_dir() + "/stories260k.gguf", 2, 48, 4);
+}
