@@ -429,6 +429,7 @@ namespace {
 
 void expect_real_model_greedy_match(const std::string& path, int draft_layers, int64_t n, int64_t k) {
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path << " (run scripts/fetch_models.sh)";
+  SingleThreaded single_threaded;
   auto target = Model::load(path);
   auto draft = Model::load(path, ModelLoadOptions{.max_layers = draft_layers});
   const Tokenizer tok = Tokenizer::from_gguf(target->file());
