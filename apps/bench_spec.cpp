@@ -93,7 +93,7 @@ Run run_target_only(const Setup& s, std::span<const int32_t> prompt) {
   });
 }
 
-Run run_speculative(const Setup& s, std::span<const int32_t> prompt, bool use_draft_model, int64_t k) {
+Run run_speculative(const Setup& s, std::span<const int32_t> prompt, bool use_draft_model, int64_t k, bool adaptive) {
   return best_of(s.repetitions, [&] {
     auto decoder = make_decoder("cached", s.target, 1024);
     std::unique_ptr<Drafter> drafter;
@@ -102,6 +102,7 @@ Run run_speculative(const Setup& s, std::span<const int32_t> prompt, bool use_dr
     Sampler sampler(greedy());
     SpeculativeOptions o;
     o.draft_k = k;
+    o.adaptive_k = adaptive;
     o.max_new_tokens = s.n_gen;
     o.stop_at_end_of_generation = false;
     const SpeculativeResult sr =
@@ -152,6 +153,8 @@ void print_rows(const std::vector<Row>& rows) {
 
 int run_spec_bench(const BenchOptions& options) {
   if (options.models.empty() || options.n_gen.empty()) throw Error("bench --spec needs -m MODEL and -n TOKENS");
+  if (options.draft_k.empty() || *std::min_element(options.draft_k.begin(), options.draft_k.end()) < 1)
+    throw Error("bench --spec needs --draft-k values >= 1");
   if (options.output != "md") throw Error("bench --spec prints markdown only (drop -o " + options.output + ")");
   if (!options.threads.empty() && options.threads.front() > 0) omp_set_num_threads(options.threads.front());
   if (options.repetitions < 1) throw Error("-r must be >= 1, got " + std::to_string(options.repetitions));
@@ -171,13 +174,16 @@ int run_spec_bench(const BenchOptions& options) {
     const std::vector<int32_t> prompt = tokenizer.encode(w.prompt, tokenizer.add_bos());
     const Run baseline = run_target_only(setup, prompt);
     rows.push_back({w.name, "target only", 0, baseline, true});
+    const int max_k = *std::max_element(options.draft_k.begin(), options.draft_k.end());
     for (const bool use_draft_model : {true, false}) {
+      const std::string mode = use_draft_model ? "draft model" : "n-gram";
       for (const int k : options.draft_k) {
-        const Run r = run_speculative(setup, prompt, use_draft_model, k);
-        rows.push_back({w.name, use_draft_model ? "draft model" : "n-gram", k, r, r.tokens == baseline.tokens});
-        std::fprintf(stderr, "%s %s k=%d: %.2f tokens/s\n", w.name.c_str(), rows.back().mode.c_str(), k,
-                     r.tokens_per_s);
+        const Run r = run_speculative(setup, prompt, use_draft_model, k, false);
+        rows.push_back({w.name, mode, k, r, r.tokens == baseline.tokens});
+        std::fprintf(stderr, "%s %s k=%d: %.2f tokens/s\n", w.name.c_str(), mode.c_str(), k, r.tokens_per_s);
       }
+      const Run r = run_speculative(setup, prompt, use_draft_model, max_k, true);
+      rows.push_back({w.name, mode + ", adaptive k", max_k, r, r.tokens == baseline.tokens});
     }
   }
   print_rows(rows);
