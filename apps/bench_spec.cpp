@@ -131,7 +131,8 @@ double pass_ms(const Model& model, std::span<const int32_t> prompt, int64_t n) {
 void print_pass_costs(const Setup& s, std::span<const int32_t> prompt) {
   std::printf("\n| one pass over n tokens | n=1 | n=2 | n=3 | n=5 | n=9 |\n|---|---:|---:|---:|---:|---:|\n");
   for (const Model* m : {&s.target, &s.draft}) {
-    std::printf("| %s (%lld layers), ms |", m == &s.target ? "target" : "draft", static_cast<long long>(m->config().n_layers));
+    std::printf("| %s (%lld layers), ms |", m == &s.target ? "target" : "draft",
+                static_cast<long long>(m->config().n_layers));
     for (int64_t n : {1, 2, 3, 5, 9}) std::printf(" %.2f |", pass_ms(*m, prompt, n));
     std::printf("\n");
   }

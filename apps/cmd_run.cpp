@@ -57,7 +57,7 @@ GenerateResult generate_plain(const RunOptions& opt, Decoder& decoder, Sampler& 
 // The draft: another model file, or the target's own first layers (same
 // mapped weights, no copy) when --draft is not given.
 std::unique_ptr<Model> load_draft(const RunOptions& opt, const Model& target) {
-  if (opt.draft_layers < 1 || opt.draft_layers > target.config().n_layers)
+  if (opt.draft.empty() && (opt.draft_layers < 1 || opt.draft_layers > target.config().n_layers))
     throw Error("--draft-layers must be in [1, " + std::to_string(target.config().n_layers) + "], got " +
                 std::to_string(opt.draft_layers));
   auto draft = opt.draft.empty() ? Model::load(opt.model, ModelLoadOptions{.max_layers = opt.draft_layers})
@@ -170,11 +170,14 @@ void register_run(CLI::App& app) {
                   "Speculative decoding: none, draft (a draft model proposes) or ngram (prompt lookup)")
       ->check(CLI::IsMember({"none", "draft", "ngram"}))
       ->capture_default_str();
-  cmd->add_option("--draft", opt->draft, "Draft model for --spec draft (default: the target's first --draft-layers layers)");
+  cmd->add_option("--draft", opt->draft,
+                  "Draft model for --spec draft (default: the target's first --draft-layers layers)");
   cmd->add_option("--draft-k", opt->draft_k, "Tokens drafted per target pass")->capture_default_str();
-  cmd->add_option("--draft-layers", opt->draft_layers, "Layers of the target used as the draft when --draft is not given")
+  cmd->add_option("--draft-layers", opt->draft_layers,
+                  "Layers of the target used as the draft when --draft is not given")
       ->capture_default_str();
-  cmd->add_flag("--adaptive-k", opt->adaptive_k, "Shrink the draft length when acceptance is low (--draft-k is the ceiling)");
+  cmd->add_flag("--adaptive-k", opt->adaptive_k,
+                "Shrink the draft length when acceptance is low (--draft-k is the ceiling)");
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--no-echo", opt->no_echo, "Do not print the prompt before the continuation");
   cmd->callback([opt] { run(*opt); });

@@ -92,8 +92,9 @@ std::span<const float> ModelDrafter::sync(std::span<const int32_t> history, size
     cached_.resize(keep);
   }
   if (keep == n) return {};
-  cached_.insert(cached_.end(), history.begin() + static_cast<std::ptrdiff_t>(keep), history.begin() + static_cast<std::ptrdiff_t>(n));
-  return decoder_->append(history.subspan(keep, n - keep));
+  const std::span<const int32_t> missing = history.subspan(keep, n - keep);
+  cached_.insert(cached_.end(), missing.begin(), missing.end());
+  return decoder_->append(missing);
 }
 
 void ModelDrafter::commit(std::span<const int32_t> history) {
@@ -150,7 +151,8 @@ void SpeculativeSession::start(std::span<const int32_t> prompt) {
 }
 
 std::span<const int32_t> SpeculativeSession::step(int64_t k) {
-  if (room() <= 0) throw Error("speculative step: the context of " + std::to_string(target_.max_context()) + " tokens is full");
+  if (room() <= 0)
+    throw Error("speculative step: the context of " + std::to_string(target_.max_context()) + " tokens is full");
   k = std::clamp<int64_t>(k, 0, room() - 1);
   proposal_.tokens.clear();
   proposal_.probs.clear();
@@ -182,7 +184,8 @@ int64_t SpeculativeSession::verify(std::span<const float> target_rows) {
   const size_t drafts = proposal_.tokens.size();
   const size_t vocab = target_rows.size() / (drafts + 1);
   if (!proposal_.deterministic() && proposal_.probs.size() != drafts * vocab)
-    throw Error("the draft's distributions have " + std::to_string(proposal_.probs.size() / std::max<size_t>(drafts, 1)) +
+    throw Error("the draft's distributions have " +
+                std::to_string(proposal_.probs.size() / std::max<size_t>(drafts, 1)) +
                 " entries per token but the target's vocabulary has " + std::to_string(vocab) +
                 ": the draft and target vocabularies must match");
   produced_.clear();
@@ -190,8 +193,9 @@ int64_t SpeculativeSession::verify(std::span<const float> target_rows) {
   for (size_t i = 0; i < drafts; ++i) {
     target_distribution(target_rows.subspan(i * vocab, vocab));
     const int32_t token = proposal_.tokens[i];
-    const std::span<const float> q =
-        proposal_.deterministic() ? std::span<const float>() : std::span<const float>(proposal_.probs).subspan(i * vocab, vocab);
+    const std::span<const float> q = proposal_.deterministic()
+                                         ? std::span<const float>()
+                                         : std::span<const float>(proposal_.probs).subspan(i * vocab, vocab);
     const double p_token = probs_[static_cast<size_t>(token)];
     const double q_token = q.empty() ? 1.0 : q[static_cast<size_t>(token)];
     const double ratio = q_token > 0 ? p_token / q_token : 0.0;
