@@ -22,6 +22,7 @@ struct BenchOptions {
   // --spec
   std::string draft;                       // draft model path ("" : a truncated copy of the target)
   std::vector<int> draft_k = {1, 2, 4, 6, 8};
+  int draft_layers = 6;                    // layers of the truncated copy when draft is ""
   // --serving
   std::string url;                         // drive a running server instead of the in-process engine
   int requests = 32;

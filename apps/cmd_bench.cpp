@@ -18,6 +18,8 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--membw", opt->membw, "Measure the machine's memory read bandwidth");
   cmd->add_flag("--spec", opt->spec, "Benchmark speculative decoding (target only, draft model, n-gram)");
   cmd->add_option("--draft", opt->draft, "Draft model for --spec (default: a truncated copy of the target)");
+  cmd->add_option("--draft-layers", opt->draft_layers, "With --spec and no --draft: layers of the target used as the draft")
+      ->capture_default_str();
   cmd->add_option("--draft-k", opt->draft_k, "Draft lengths to test with --spec")->capture_default_str();
   cmd->add_flag("--serving", opt->serving, "Benchmark a serving workload (continuous batching)");
   cmd->add_option("--url", opt->url, "With --serving: drive a running OpenAI-compatible server");

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <future>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -18,6 +19,8 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "kv/kv_planner.h"
+#include "engine/ngram_draft.h"
+#include "engine/speculative.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -39,6 +42,12 @@ struct RunOptions {
   SamplingParams sampling;
   std::string prompts_file;  // -f: one prompt a line, run through the Engine
   int64_t parallel = 8;      // sequences decoded together with -f
+  // Speculative decoding (docs/speculative.md).
+  std::string spec = "none";  // none | draft | ngram
+  std::string draft;          // draft model file ("": the target's first --draft-layers layers)
+  int64_t draft_k = 5;
+  int64_t draft_layers = 6;
+  bool adaptive_k = false;
 };
 
 void set_threads(int threads) {
@@ -90,6 +99,53 @@ void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokeni
                static_cast<double>(m.generated_tokens_total) / std::max(seconds, 1e-9));
 }
 
+GenerateResult generate_plain(const RunOptions& opt, Decoder& decoder, Sampler& sampler, const Tokenizer& tokenizer,
+                              std::span<const int32_t> prompt, const std::function<bool(int32_t)>& on_token) {
+  GenerateOptions gen;
+  gen.max_new_tokens = opt.n_predict;
+  gen.stop_at_end_of_generation = !opt.ignore_eos;
+  return generate(decoder, sampler, tokenizer, prompt, gen, on_token);
+}
+
+// The draft: another model file, or the target's own first layers (same
+// mapped weights, no copy) when --draft is not given.
+std::unique_ptr<Model> load_draft(const RunOptions& opt, const Model& target) {
+  if (opt.draft.empty() && (opt.draft_layers < 1 || opt.draft_layers > target.config().n_layers))
+    throw Error("--draft-layers must be in [1, " + std::to_string(target.config().n_layers) + "], got " +
+                std::to_string(opt.draft_layers));
+  auto draft = opt.draft.empty() ? Model::load(opt.model, ModelLoadOptions{.max_layers = opt.draft_layers})
+                                 : Model::load(opt.draft);
+  check_same_vocabulary(target, *draft);
+  return draft;
+}
+
+GenerateResult generate_with_spec(const RunOptions& opt, const Model& target, Decoder& decoder, Sampler& sampler,
+                                  const Tokenizer& tokenizer, std::span<const int32_t> prompt,
+                                  const std::function<bool(int32_t)>& on_token) {
+  if (opt.decoder != "cached") throw Error("--spec needs --decoder cached (verification appends many tokens at once)");
+  std::unique_ptr<Model> draft_model;
+  std::unique_ptr<Drafter> drafter;
+  if (opt.spec == "draft") {
+    draft_model = load_draft(opt, target);
+    drafter = std::make_unique<ModelDrafter>(*draft_model, decoder.max_context());
+  } else {
+    drafter = std::make_unique<NgramDrafter>();
+  }
+  SpeculativeOptions so;
+  so.draft_k = opt.draft_k;
+  so.adaptive_k = opt.adaptive_k;
+  so.max_new_tokens = opt.n_predict;
+  so.stop_at_end_of_generation = !opt.ignore_eos;
+  const SpeculativeResult r = generate_speculative(decoder, *drafter, sampler, tokenizer, prompt, so, on_token);
+  std::fprintf(stderr, "\nspeculative: %s%s, k %lld%s | target passes: %lld | drafts accepted: %lld of %lld (%.1f%%) | "
+               "tokens per target pass: %.2f\n",
+               drafter->name(), draft_model ? (" (" + draft_model->config().name + ")").c_str() : "",
+               static_cast<long long>(opt.draft_k), opt.adaptive_k ? " (adaptive)" : "",
+               static_cast<long long>(r.stats.target_passes), static_cast<long long>(r.stats.accepted),
+               static_cast<long long>(r.stats.proposed), 100.0 * r.stats.acceptance_rate(), r.stats.tokens_per_pass());
+  return r.generation;
+}
+
 void run(RunOptions opt) {
   set_threads(opt.threads);
   if (opt.parallel <= 0) throw Error("--parallel must be positive, got " + std::to_string(opt.parallel));
@@ -117,15 +173,15 @@ void run(RunOptions opt) {
     std::fflush(stdout);
   }
   TokenTextStream stream(tokenizer);
-  GenerateOptions gen;
-  gen.max_new_tokens = opt.n_predict;
-  gen.stop_at_end_of_generation = !opt.ignore_eos;
-  const GenerateResult r = generate(*decoder, sampler, tokenizer, prompt, gen, [&](int32_t id) {
+  const auto print_token = [&](int32_t id) {
     const std::string text = stream.push(id);
     std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
     return true;
-  });
+  };
+  const GenerateResult r = opt.spec == "none" ? generate_plain(opt, *decoder, sampler, tokenizer, prompt, print_token)
+                                              : generate_with_spec(opt, *model, *decoder, sampler, tokenizer, prompt,
+                                                                   print_token);
   std::fputs(stream.flush().c_str(), stdout);
   std::fputs("\n", stdout);
   std::fflush(stdout);
@@ -173,6 +229,18 @@ void register_run(CLI::App& app) {
   cmd->add_option("--seed", opt->seed, "Random seed (-1: random)")->capture_default_str();
   cmd->add_option("-f,--file", opt->prompts_file, "Prompts file, one prompt a line (runs them through the batching engine)");
   cmd->add_option("--parallel", opt->parallel, "With -f: sequences decoded together")->capture_default_str();
+  cmd->add_option("--spec", opt->spec,
+                  "Speculative decoding: none, draft (a draft model proposes) or ngram (prompt lookup)")
+      ->check(CLI::IsMember({"none", "draft", "ngram"}))
+      ->capture_default_str();
+  cmd->add_option("--draft", opt->draft,
+                  "Draft model for --spec draft (default: the target's first --draft-layers layers)");
+  cmd->add_option("--draft-k", opt->draft_k, "Tokens drafted per target pass")->capture_default_str();
+  cmd->add_option("--draft-layers", opt->draft_layers,
+                  "Layers of the target used as the draft when --draft is not given")
+      ->capture_default_str();
+  cmd->add_flag("--adaptive-k", opt->adaptive_k,
+                "Shrink the draft length when acceptance is low (--draft-k is the ceiling)");
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--no-echo", opt->no_echo, "Do not print the prompt before the continuation");
   cmd->callback([opt] { run(*opt); });

@@ -62,10 +62,20 @@ LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) 
 
 }  // namespace
 
-std::unique_ptr<Model> Model::load(const std::string& path) {
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptions& options) {
   auto m = std::unique_ptr<Model>(new Model());
   m->file_ = std::make_unique<GGUFFile>(path);
   m->config_ = ModelConfig::from_gguf(*m->file_);
+  if (options.max_layers < 0 || options.max_layers > m->config_.n_layers)
+    throw Error(path + ": cannot keep the first " + std::to_string(options.max_layers) + " layers, the model has " +
+                std::to_string(m->config_.n_layers) + " (use 1.." + std::to_string(m->config_.n_layers) +
+                ", or 0 for all)");
+  // Everything downstream (decoders, KV caches) sizes itself from n_layers.
+  if (options.max_layers > 0 && options.max_layers < m->config_.n_layers) {
+    m->config_.name += " (first " + std::to_string(options.max_layers) + " of " +
+                       std::to_string(m->config_.n_layers) + " layers)";
+    m->config_.n_layers = options.max_layers;
+  }
   const ModelConfig& c = m->config_;
   WeightLoader w(*m->file_);
   ModelWeights& mw = m->weights_;

@@ -33,10 +33,18 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 };
 
+struct ModelLoadOptions {
+  // Use only the first max_layers transformer blocks (then the final norm and
+  // output head, as usual): a cheap, vocabulary-compatible draft model for
+  // speculative decoding made from the target's own file, with no weight
+  // copies. 0 keeps every block; more than the file has is an error.
+  int64_t max_layers = 0;
+};
+
 class Model {
  public:
   // Throws kvserve::Error naming the file and the offending tensor or key.
-  static std::unique_ptr<Model> load(const std::string& path);
+  static std::unique_ptr<Model> load(const std::string& path, const ModelLoadOptions& options = {});
 
   const GGUFFile& file() const { return *file_; }
   const ModelConfig& config() const { return config_; }

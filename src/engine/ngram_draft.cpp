@@ -1,0 +1,40 @@
+#include "engine/ngram_draft.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace kvserve {
+
+int64_t find_ngram_continuation(std::span<const int32_t> history, int64_t n) {
+  const auto size = static_cast<int64_t>(history.size());
+  if (n <= 0 || size <= n) return -1;
+  const auto pattern = history.subspan(static_cast<size_t>(size - n));
+  // Latest first: recent text predicts the next tokens best. The match must
+  // end before the pattern itself so that something follows it.
+  for (int64_t start = size - n - 1; start >= 0; --start) {
+    const auto candidate = history.subspan(static_cast<size_t>(start), static_cast<size_t>(n));
+    if (std::equal(candidate.begin(), candidate.end(), pattern.begin())) return start + n;
+  }
+  return -1;
+}
+
+NgramDrafter::NgramDrafter(int64_t max_ngram) : max_ngram_(max_ngram) {
+  if (max_ngram < 1) throw Error("the n-gram drafter needs max_ngram >= 1, got " + std::to_string(max_ngram));
+}
+
+void NgramDrafter::propose(std::span<const int32_t> history, int64_t k, Sampler&, DraftProposal& out) {
+  out.tokens.clear();
+  out.probs.clear();
+  if (k <= 0) return;
+  for (int64_t n = max_ngram_; n >= 1; --n) {
+    const int64_t from = find_ngram_continuation(history, n);
+    if (from < 0) continue;
+    const int64_t count = std::min<int64_t>(k, static_cast<int64_t>(history.size()) - from);
+    const auto begin = history.begin() + static_cast<std::ptrdiff_t>(from);
+    out.tokens.assign(begin, begin + static_cast<std::ptrdiff_t>(count));
+    return;
+  }
+}
+
+}  // namespace kvserve

@@ -1,0 +1,453 @@
+// Speculative decoding: greedy output identical to the target's, sampled
+// output distributed exactly as the target's (chi-square goodness of fit
+// against the exact distribution, also with deliberately bad drafts),
+// vocabulary checks and rollback bookkeeping.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "core/error.h"
+#include "engine/decoder.h"
+#include "engine/generate.h"
+#include "engine/ngram_draft.h"
+#include "engine/speculative.h"
+#include "model/synth.h"
+#include "test_util.h"
+
+using namespace kvserve;
+using kvserve::testing::TempFile;
+
+namespace {
+
+// tiny-llama (vocab 320) with `layers` blocks: drafts are its first layers.
+std::unique_ptr<Model> tiny_model(const TempFile& file, int layers, uint64_t seed, int max_layers = 0,
+                                  const std::string& preset = "tiny-llama") {
+  if (!std::filesystem::exists(file.path())) {
+    SynthOptions o;
+    o.preset = preset;
+    o.type = DType::F32;
+    o.output_path = file.path();
+    o.seed = seed;
+    o.layers = layers;
+    synthesize_model(o);
+  }
+  return Model::load(file.path(), ModelLoadOptions{.max_layers = max_layers});
+}
+
+std::vector<int32_t> prompt_of(int64_t n, int64_t vocab, int64_t salt) {
+  std::vector<int32_t> p;
+  for (int64_t i = 0; i < n; ++i) p.push_back(static_cast<int32_t>((i * 37 + salt) % vocab));
+  return p;
+}
+
+SamplingParams greedy() {
+  SamplingParams p;
+  p.temperature = 0;
+  return p;
+}
+
+std::vector<int32_t> plain_tokens(const Model& target, const Tokenizer& tok, std::span<const int32_t> prompt,
+                                  int64_t n, const SamplingParams& params) {
+  auto decoder = make_decoder("cached", target, 256);
+  Sampler sampler(params);
+  GenerateOptions o;
+  o.max_new_tokens = n;
+  o.stop_at_end_of_generation = false;
+  return generate(*decoder, sampler, tok, prompt, o, [](int32_t) { return true; }).tokens;
+}
+
+SpeculativeResult speculative_tokens(const Model& target, Drafter& drafter, const Tokenizer& tok,
+                                     std::span<const int32_t> prompt, int64_t n, int64_t k,
+                                     const SamplingParams& params, bool adaptive = false) {
+  auto decoder = make_decoder("cached", target, 256);
+  Sampler sampler(params);
+  SpeculativeOptions o;
+  o.draft_k = k;
+  o.adaptive_k = adaptive;
+  o.max_new_tokens = n;
+  o.stop_at_end_of_generation = false;
+  return generate_speculative(*decoder, drafter, sampler, tok, prompt, o, [](int32_t) { return true; });
+}
+
+// The kernels' OpenMP barriers dominate a tiny model's forward pass on a
+// busy machine: the statistical tests run thousands of them single-threaded.
+class SingleThreaded {
+ public:
+  SingleThreaded() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~SingleThreaded() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
+// A deliberately bad drafter: proposes uniformly random tokens and says so.
+class UniformDrafter : public Drafter {
+ public:
+  explicit UniformDrafter(int64_t vocab) : vocab_(vocab) {}
+  void propose(std::span<const int32_t>, int64_t k, Sampler& sampler, DraftProposal& out) override {
+    out.tokens.clear();
+    out.probs.assign(static_cast<size_t>(k * vocab_), 1.0f / static_cast<float>(vocab_));
+    for (int64_t i = 0; i < k; ++i)
+      out.tokens.push_back(static_cast<int32_t>(std::min<double>(sampler.next_uniform() * vocab_, vocab_ - 1)));
+  }
+  void commit(std::span<const int32_t>) override {}
+  const char* name() const override { return "uniform"; }
+
+ private:
+  int64_t vocab_;
+};
+
+}  // namespace
+
+TEST(SpecGreedy, TruncatedDraftMatchesTargetTokenForToken) {
+  SingleThreaded single_threaded;
+  TempFile f(".gguf");
+  auto target = tiny_model(f, 4, 7);
+  auto draft = tiny_model(f, 4, 7, 1);
+  const Tokenizer tok = Tokenizer::from_gguf(target->file());
+  for (int64_t salt : {1, 11, 50, 123}) {
+    const auto prompt = prompt_of(3 + salt % 9, 320, salt);
+    const auto want = plain_tokens(*target, tok, prompt, 40, greedy());
+    for (int64_t k : {1, 3, 6}) {
+      ModelDrafter drafter(*draft, 256);
+      const SpeculativeResult r = speculative_tokens(*target, drafter, tok, prompt, 40, k, greedy());
+      EXPECT_EQ(r.generation.tokens, want) << "salt " << salt << " k " << k;
+      EXPECT_GT(r.stats.target_passes, 0);
+      EXPECT_LE(r.stats.target_passes, 40);
+    }
+  }
+}
+
+TEST(SpecGreedy, NgramAndAdaptiveAndPenaltiesMatchTarget) {
+  SingleThreaded single_threaded;
+  TempFile f(".gguf");
+  auto target = tiny_model(f, 4, 7);
+  auto draft = tiny_model(f, 4, 7, 2);
+  const Tokenizer tok = Tokenizer::from_gguf(target->file());
+  SamplingParams penalized = greedy();
+  penalized.repetition_penalty = 1.3f;
+  penalized.frequency_penalty = 0.2f;
+  const std::vector<int32_t> prompt = {5, 9, 14, 5, 9, 14, 5, 9, 14, 5};
+  for (const SamplingParams& params : {greedy(), penalized}) {
+    const auto want = plain_tokens(*target, tok, prompt, 48, params);
+    NgramDrafter ngram;
+    const SpeculativeResult r = speculative_tokens(*target, ngram, tok, prompt, 48, 4, params);
+    EXPECT_EQ(r.generation.tokens, want);
+    EXPECT_GT(r.stats.proposed, 0);
+    ModelDrafter drafter(*draft, 256);
+    EXPECT_EQ(speculative_tokens(*target, drafter, tok, prompt, 48, 8, params, true).generation.tokens, want);
+  }
+}
+
+TEST(SpecGreedy, StopsAtTheEndOfTheContext) {
+  SingleThreaded single_threaded;
+  TempFile f(".gguf");
+  auto target = tiny_model(f, 4, 7);
+  auto draft = tiny_model(f, 4, 7, 1);
+  const Tokenizer tok = Tokenizer::from_gguf(target->file());
+  const auto prompt = prompt_of(20, 320, 3);
+  auto decoder = make_decoder("cached", *target, 24);
+  ModelDrafter drafter(*draft, 24);
+  Sampler sampler(greedy());
+  SpeculativeOptions o;
+  o.draft_k = 6;
+  o.max_new_tokens = 100;
+  o.stop_at_end_of_generation = false;
+  const auto r = generate_speculative(*decoder, drafter, sampler, tok, prompt, o, [](int32_t) { return true; });
+  EXPECT_EQ(r.generation.tokens.size(), 5u);  // 4 more fit in the cache, the 5th is sampled from the last logits
+  EXPECT_EQ(r.generation.tokens, plain_tokens(*target, tok, prompt, 5, greedy()));
+}
+
+namespace {
+
+struct ChiSquare {
+  double statistic = 0;
+  int degrees_of_freedom = 0;
+  double critical = 0;  // at significance 1e-3
+};
+
+// Goodness of fit of `counts` to `probs`. Bins expecting fewer than 5 draws
+// are pooled so that the chi-square approximation holds.
+ChiSquare chi_square(const std::vector<int64_t>& counts, const std::vector<double>& probs) {
+  int64_t n = 0;
+  for (const int64_t c : counts) n += c;
+  ChiSquare r;
+  double pooled_expected = 0, pooled_observed = 0;
+  int bins = 0;
+  for (size_t t = 0; t < probs.size(); ++t) {
+    const double expected = probs[t] * static_cast<double>(n);
+    if (expected < 5) {
+      pooled_expected += expected;
+      pooled_observed += static_cast<double>(counts[t]);
+      continue;
+    }
+    r.statistic += std::pow(static_cast<double>(counts[t]) - expected, 2) / expected;
+    ++bins;
+  }
+  if (pooled_expected > 0) {
+    r.statistic += std::pow(pooled_observed - pooled_expected, 2) / std::max(pooled_expected, 1e-9);
+    ++bins;
+  }
+  r.degrees_of_freedom = std::max(bins - 1, 1);
+  // Wilson-Hilferty: chi2_df quantile ~ df (1 - 2/(9 df) + z sqrt(2/(9 df)))^3, z(1 - 1e-3) = 3.090.
+  const double d = r.degrees_of_freedom, h = 2.0 / (9.0 * d);
+  r.critical = d * std::pow(1.0 - h + 3.090 * std::sqrt(h), 3);
+  return r;
+}
+
+std::vector<double> next_distribution(const Model& m, std::span<const int32_t> context, const SamplingParams& params) {
+  auto decoder = make_decoder("cached", m, 256);
+  std::span<const float> out = decoder->append(context);
+  std::vector<float> logits(out.begin(), out.end()), probs;
+  Sampler(params).distribution(logits, context, probs);
+  return {probs.begin(), probs.end()};
+}
+
+// The exact marginal of the second generated token: sum_t p(t) p(. | t).
+std::vector<double> second_token_distribution(const Model& m, std::span<const int32_t> prompt,
+                                              const SamplingParams& params) {
+  const std::vector<double> first = next_distribution(m, prompt, params);
+  std::vector<double> marginal(first.size(), 0.0);
+  std::vector<int32_t> context(prompt.begin(), prompt.end());
+  context.push_back(0);
+  for (size_t t = 0; t < first.size(); ++t) {
+    if (first[t] == 0) continue;
+    context.back() = static_cast<int32_t>(t);
+    const std::vector<double> second = next_distribution(m, context, params);
+    for (size_t u = 0; u < second.size(); ++u) marginal[u] += first[t] * second[u];
+  }
+  return marginal;
+}
+
+struct TokenCounts {
+  std::vector<int64_t> first, second;
+};
+
+// The first two tokens of `draws` independent speculative generations.
+TokenCounts speculative_counts(const Model& target, Drafter& drafter, std::span<const int32_t> prompt, int64_t k,
+                               const SamplingParams& params, int draws) {
+  const auto vocab = static_cast<size_t>(target.config().vocab_size);
+  TokenCounts counts{std::vector<int64_t>(vocab), std::vector<int64_t>(vocab)};
+  auto decoder = make_decoder("cached", target, 256);
+  Sampler sampler(params);
+  SpeculativeSession session(*decoder, drafter, sampler);
+  for (int i = 0; i < draws; ++i) {
+    session.start(prompt);
+    while (session.history().size() < prompt.size() + 2) session.step(k);
+    counts.first[static_cast<size_t>(session.history()[prompt.size()])] += 1;
+    counts.second[static_cast<size_t>(session.history()[prompt.size() + 1])] += 1;
+  }
+  return counts;
+}
+
+SamplingParams full_distribution() {
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = 2024;
+  return p;
+}
+
+void expect_fits(const std::vector<int64_t>& counts, const std::vector<double>& probs, const std::string& what) {
+  const ChiSquare c = chi_square(counts, probs);
+  EXPECT_LT(c.statistic, c.critical) << what << ": chi2 " << c.statistic << " with " << c.degrees_of_freedom
+                                     << " degrees of freedom";
+}
+
+class SpecDistribution : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    target_ = tiny_model(target_file_, 4, 7);
+    truncated_ = tiny_model(target_file_, 4, 7, 1);
+    random_draft_ = tiny_model(random_file_, 4, 99);  // same vocabulary, unrelated weights
+  }
+  static constexpr int kDraws = 4000;
+  const std::vector<int32_t> prompt_ = {17, 200, 45, 17, 200, 45, 17, 200};
+  SingleThreaded single_threaded_;
+  TempFile target_file_{".gguf"}, random_file_{".gguf"};
+  std::unique_ptr<Model> target_, truncated_, random_draft_;
+};
+
+}  // namespace
+
+TEST_F(SpecDistribution, PlainSamplingFitsTheExactDistribution) {
+  // The reference point: the sampler alone passes the same test.
+  const SamplingParams params = full_distribution();
+  const std::vector<double> p = next_distribution(*target_, prompt_, params);
+  auto decoder = make_decoder("cached", *target_, 256);
+  const std::span<const float> out = decoder->append(prompt_);
+  Sampler sampler(params);
+  std::vector<int64_t> counts(p.size());
+  std::vector<float> logits;
+  for (int i = 0; i < kDraws; ++i) {
+    logits.assign(out.begin(), out.end());
+    counts[static_cast<size_t>(sampler.sample(logits, prompt_))] += 1;
+  }
+  expect_fits(counts, p, "plain sampling");
+}
+
+TEST_F(SpecDistribution, TruncatedDraftKeepsTheTargetsFirstAndSecondTokenDistributions) {
+  for (const SamplingParams& params : {full_distribution(), SamplingParams{.seed = 5}}) {
+    ModelDrafter drafter(*truncated_, 256);
+    const TokenCounts c = speculative_counts(*target_, drafter, prompt_, 3, params, kDraws);
+    expect_fits(c.first, next_distribution(*target_, prompt_, params), "truncated draft, first token");
+    expect_fits(c.second, second_token_distribution(*target_, prompt_, params), "truncated draft, second token");
+  }
+}
+
+TEST_F(SpecDistribution, BadDraftsStillGiveTheTargetsDistribution) {
+  const SamplingParams params = full_distribution();
+  const std::vector<double> first = next_distribution(*target_, prompt_, params);
+  const std::vector<double> second = second_token_distribution(*target_, prompt_, params);
+  ModelDrafter random_weights(*random_draft_, 256);
+  TokenCounts c = speculative_counts(*target_, random_weights, prompt_, 3, params, kDraws);
+  expect_fits(c.first, first, "random-weight draft, first token");
+  expect_fits(c.second, second, "random-weight draft, second token");
+  UniformDrafter uniform(target_->config().vocab_size);
+  c = speculative_counts(*target_, uniform, prompt_, 2, params, kDraws);
+  expect_fits(c.first, first, "uniform draft, first token");
+  expect_fits(c.second, second, "uniform draft, second token");
+  NgramDrafter ngram;  // the prompt repeats, so it proposes 45 17 200 ...
+  c = speculative_counts(*target_, ngram, prompt_, 3, params, kDraws);
+  expect_fits(c.first, first, "n-gram draft, first token");
+  expect_fits(c.second, second, "n-gram draft, second token");
+}
+
+TEST_F(SpecDistribution, TheTestDetectsTheDraftsOwnDistribution) {
+  // Negative control: emitting the draft's samples unverified must fail.
+  const SamplingParams params = full_distribution();
+  const std::vector<double> p = next_distribution(*target_, prompt_, params);
+  const std::vector<double> q = next_distribution(*random_draft_, prompt_, params);
+  Sampler sampler(params);
+  std::vector<int64_t> counts(q.size());
+  const std::vector<float> qf(q.begin(), q.end());
+  for (int i = 0; i < kDraws; ++i) counts[static_cast<size_t>(draw_token(qf, sampler))] += 1;
+  const ChiSquare c = chi_square(counts, p);
+  EXPECT_GT(c.statistic, c.critical);
+}
+
+TEST(SpecVocabulary, MismatchedSizesAreRefusedNamingBoth) {
+  TempFile llama(".gguf"), qwen(".gguf");
+  auto target = tiny_model(llama, 2, 7);
+  auto draft = tiny_model(qwen, 2, 7, 0, "tiny-qwen2");
+  try {
+    check_same_vocabulary(*target, *draft);
+    FAIL() << "expected a vocabulary mismatch error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("384"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("320"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(check_same_vocabulary(*target, *tiny_model(llama, 2, 7, 1)));
+}
+
+TEST(SpecVocabulary, ADifferentTokenIsRefusedNamingIt) {
+  TempFile original(".gguf"), edited(".gguf");
+  auto target = tiny_model(original, 2, 7);
+  // Same file with one token's text changed in place (same length, so the
+  // GGUF layout stays valid): "<|im_start|>" becomes "<|im_stArt|>".
+  std::ifstream in(original.path(), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = bytes.find("<|im_start|>");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 7] = 'A';
+  std::ofstream(edited.path(), std::ios::binary) << bytes;
+  auto draft = Model::load(edited.path());
+  try {
+    check_same_vocabulary(*target, *draft);
+    FAIL() << "expected a vocabulary mismatch error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("<|im_stArt|>"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SpecRollback, DecodersHoldHistoryMinusThePendingToken) {
+  SingleThreaded single_threaded;
+  TempFile f(".gguf"), other(".gguf");
+  auto target = tiny_model(f, 4, 7);
+  auto bad_draft = tiny_model(other, 4, 99);  // mostly rejected: every round rolls back
+  auto decoder = make_decoder("cached", *target, 256);
+  ModelDrafter drafter(*bad_draft, 256);
+  SamplingParams params = full_distribution();
+  Sampler sampler(params);
+  SpeculativeSession session(*decoder, drafter, sampler);
+  const auto prompt = prompt_of(9, 320, 4);
+  session.start(prompt);
+  EXPECT_EQ(decoder->length(), 8);
+  EXPECT_EQ(drafter.decoder().length(), 8);
+  for (int round = 0; round < 12; ++round) {
+    const auto before = static_cast<int64_t>(session.history().size());
+    const auto produced = static_cast<int64_t>(session.step(4).size());
+    EXPECT_GE(produced, 1);
+    EXPECT_LE(produced, 5);
+    EXPECT_EQ(static_cast<int64_t>(session.history().size()), before + produced);
+    EXPECT_EQ(decoder->length(), before + produced - 1);
+    EXPECT_EQ(drafter.decoder().length(), before + produced - 1);
+  }
+  EXPECT_LT(session.stats().accepted, session.stats().proposed);  // rejections happened
+  EXPECT_EQ(session.stats().generated, session.stats().accepted + session.stats().target_passes);
+  // Restarting reuses both decoders from scratch.
+  session.start(prompt);
+  EXPECT_EQ(decoder->length(), 8);
+  EXPECT_EQ(drafter.decoder().length(), 8);
+}
+
+TEST(SpecNgram, ProposesTheContinuationOfTheLatestLongestMatch) {
+  const std::vector<int32_t> history = {1, 2, 3, 9, 1, 2, 3, 7, 8, 5, 2, 3};
+  EXPECT_EQ(find_ngram_continuation(history, 2), 7);  // "2 3" last seen before the end at 5..6
+  EXPECT_EQ(find_ngram_continuation(history, 3), -1);  // "5 2 3" never occurred before
+  EXPECT_EQ(find_ngram_continuation(history, 1), 7);
+  NgramDrafter ngram;
+  Sampler sampler(greedy());
+  DraftProposal out;
+  ngram.propose(history, 3, sampler, out);
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{7, 8, 5}));
+  EXPECT_TRUE(out.deterministic());
+  ngram.propose(history, 10, sampler, out);
+  EXPECT_EQ(out.tokens.size(), 5u);  // only what follows the match: 7 8 5 2 3
+  ngram.propose(std::vector<int32_t>{4, 5, 6}, 3, sampler, out);
+  EXPECT_TRUE(out.tokens.empty());
+  EXPECT_THROW(NgramDrafter(0), Error);
+}
+
+TEST(SpecModel, MaxLayersOutOfRangeIsRefused) {
+  TempFile f(".gguf");
+  auto m = tiny_model(f, 4, 7);
+  EXPECT_EQ(tiny_model(f, 4, 7, 2)->config().n_layers, 2);
+  EXPECT_EQ(tiny_model(f, 4, 7, 2)->weights().layers.size(), 2u);
+  EXPECT_THROW(Model::load(f.path(), ModelLoadOptions{.max_layers = 5}), Error);
+  EXPECT_THROW(Model::load(f.path(), ModelLoadOptions{.max_layers = -1}), Error);
+}
+
+namespace {
+
+void expect_real_model_greedy_match(const std::string& path, int draft_layers, int64_t n, int64_t k) {
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path << " (run scripts/fetch_models.sh)";
+  SingleThreaded single_threaded;
+  auto target = Model::load(path);
+  auto draft = Model::load(path, ModelLoadOptions{.max_layers = draft_layers});
+  const Tokenizer tok = Tokenizer::from_gguf(target->file());
+  const std::vector<int32_t> prompt = tok.encode("Once upon a time, there was a little", tok.add_bos());
+  const auto want = plain_tokens(*target, tok, prompt, n, greedy());
+  ModelDrafter drafter(*draft, 256);
+  const SpeculativeResult r = speculative_tokens(*target, drafter, tok, prompt, n, k, greedy());
+  EXPECT_EQ(r.generation.tokens, want);
+  NgramDrafter ngram;
+  EXPECT_EQ(speculative_tokens(*target, ngram, tok, prompt, n, k, greedy()).generation.tokens, want);
+}
+
+}  // namespace
+
+TEST(SpecRealModel, SmolLM2WithSixLayerDraftMatchesGreedy) {
+  expect_real_model_greedy_match(kvserve::testing::model_dir() + "/smollm2-135m-instruct-q4_1.gguf", 6, 24, 4);
+}
+
+TEST(SpecRealModel, Stories260KWithTwoLayerDraftMatchesGreedy) {
+  expect_real_model_greedy_match(kvserve::testing::model_dir() + "/stories260k.gguf", 2, 48, 4);
+}
