@@ -10,5 +10,6 @@ void register_convert(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_kv_size(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace kvserve::cli

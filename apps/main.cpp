@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   kvserve::cli::register_synth(app);
   kvserve::cli::register_kv_size(app);
   kvserve::cli::register_bench(app);
+  kvserve::cli::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
