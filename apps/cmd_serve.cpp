@@ -80,6 +80,9 @@ void serve(const ServeOptions& opt) {
   std::fprintf(stderr, "kvserve: %s; serving %s on http://%s:%d\n", template_note.c_str(),
                server_options.model_id.c_str(), opt.host.c_str(), port);
   server.listen();
+  // listen() also returns when serving failed; wake the watcher so that it
+  // shuts down (a no-op after a signal) and can be joined.
+  pthread_kill(watcher.native_handle(), SIGTERM);
   watcher.join();
   std::fprintf(stderr, "kvserve: stopped\n");
 }
