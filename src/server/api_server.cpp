@@ -162,12 +162,13 @@ void ApiServer::listen() { http_->listen_after_bind(); }
 
 void ApiServer::shutdown() {
   if (shut_down_.exchange(true)) return;
-  draining_ = true;  // requests still arriving on open connections get 503
-  http_->stop();     // no new connections; listen() returns once the handlers in flight are done
+  draining_ = true;  // from now on new generation requests get 503
   if (!jobs_.wait_until_empty(options_.shutdown_grace)) {
     jobs_.cancel_all();
     jobs_.wait_until_empty(std::chrono::minutes(1));
   }
+  // Only now: httplib ends the streams in progress when it stops.
+  http_->stop();  // listen() returns once the last handlers are done
   engine_.shutdown(false);
 }
 

@@ -44,9 +44,9 @@ class ApiServer {
   int bind();
   // Serves until shutdown(); returns once the requests in flight are answered.
   void listen();
-  // Stops accepting, lets requests in flight finish for the grace period,
-  // cancels the rest and shuts the engine down. Safe to call from any thread
-  // (a signal-watching one), more than once.
+  // Refuses new generation requests (503), lets those in flight finish for
+  // the grace period, cancels the rest, stops listening and shuts the engine
+  // down. Safe to call from any thread (a signal-watching one), more than once.
   void shutdown();
 
  private:

@@ -33,6 +33,14 @@ double number_in(const json& body, const char* name, double lo, double hi, doubl
   return x;
 }
 
+// A number in (0, hi]: zero has no meaning for top_p or a multiplicative penalty.
+double positive_up_to(const json& body, const char* name, double hi, double fallback) {
+  const json* v = field(body, name);
+  if (v && v->is_number() && (v->get<double>() <= 0 || v->get<double>() > hi))
+    throw invalid(name, std::string(name) + " must be in (0, " + json(hi).dump() + "], got " + v->dump());
+  return number_in(body, name, 0, hi, fallback);
+}
+
 int64_t integer_in(const json& body, const char* name, int64_t lo, int64_t hi, int64_t fallback) {
   const json* v = field(body, name);
   if (!v) return fallback;
@@ -171,14 +179,12 @@ GenerationRequest RequestParser::shared_settings(Endpoint endpoint, const json& 
   GenerationRequest r;
   SamplingParams& s = r.sampling;
   s.temperature = static_cast<float>(number_in(body, "temperature", 0, 2, s.temperature));
-  s.top_p = static_cast<float>(number_in(body, "top_p", 0, 1, s.top_p));
-  if (s.top_p == 0) throw invalid("top_p", "top_p must be in (0, 1], got 0");
+  s.top_p = static_cast<float>(positive_up_to(body, "top_p", 1, s.top_p));
   s.top_k = static_cast<int32_t>(integer_in(body, "top_k", -1, tokenizer_.vocab_size(), s.top_k));
   s.min_p = static_cast<float>(number_in(body, "min_p", 0, 1, s.min_p));
   s.presence_penalty = static_cast<float>(number_in(body, "presence_penalty", -2, 2, 0));
   s.frequency_penalty = static_cast<float>(number_in(body, "frequency_penalty", -2, 2, 0));
-  s.repetition_penalty = static_cast<float>(number_in(body, "repetition_penalty", 0, 10, 1));
-  if (s.repetition_penalty == 0) throw invalid("repetition_penalty", "repetition_penalty must be in (0, 10], got 0");
+  s.repetition_penalty = static_cast<float>(positive_up_to(body, "repetition_penalty", 10, 1));
   s.seed = seed_of(body);
   r.stop = stops_of(body);
   r.ignore_eos = boolean(body, "ignore_eos", false);
