@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <limits>
 #include <random>
 #include <string>
@@ -17,6 +20,7 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/quantize.h"
+#include "model/gguf.h"
 
 namespace kvserve {
 namespace {
@@ -67,14 +71,27 @@ class IsaGuard {
   Isa saved_;
 };
 
-// Allowed |error| relative to sum_c |w[r,c]| |x[c]|. Quantized types also
-// quantize the activations to 8 bits (per-element error up to max|x| / 254).
-double tolerance(DType type) {
+// Restores the activation precision when a test that switches it ends.
+class PrecisionGuard {
+ public:
+  PrecisionGuard() : saved_(activation_precision()) {}
+  ~PrecisionGuard() { set_activation_precision(saved_); }
+  PrecisionGuard(const PrecisionGuard&) = delete;
+  PrecisionGuard& operator=(const PrecisionGuard&) = delete;
+
+ private:
+  ActivationPrecision saved_;
+};
+
+// Allowed |error| relative to sum_c |w[r,c]| |x[c]|. With q8 activations the
+// quantized types also round the activations to 8 bits (per-element error up
+// to max|x| / 254); with f32 activations they are exact up to summation order.
+double tolerance(DType type, ActivationPrecision precision = activation_precision()) {
   switch (type) {
     case DType::F32: return 1e-5;
     case DType::F16:
     case DType::BF16: return 1e-3;
-    default: return 1e-2;
+    default: return precision == ActivationPrecision::kQ8 ? 1e-2 : 1e-5;
   }
 }
 
@@ -100,8 +117,11 @@ class KernelMatmul : public ::testing::TestWithParam<DType> {};
 TEST_P(KernelMatmul, EveryPathMatchesReferenceOnAwkwardShapes) {
   const DType type = GetParam();
   IsaGuard guard;
+  PrecisionGuard precision_guard;
   uint32_t seed = 1;
+  for (const ActivationPrecision precision : {ActivationPrecision::kF32, ActivationPrecision::kQ8})
   for (const Shape& s : awkward_shapes()) {
+    set_activation_precision(precision);
     const TestMatrix m = make_matrix(type, s.rows, s.cols, seed++);
     const std::vector<float> x = random_floats(static_cast<size_t>(s.n_tokens * s.cols), seed++);
     std::vector<float> expected(static_cast<size_t>(s.n_tokens * s.rows));
@@ -117,7 +137,8 @@ TEST_P(KernelMatmul, EveryPathMatchesReferenceOnAwkwardShapes) {
             magnitude += std::fabs(m.dequantized[r * s.cols + c]) * std::fabs(x[t * s.cols + c]);
           const size_t i = static_cast<size_t>(t * s.rows + r);
           ASSERT_NEAR(y[i], expected[i], tolerance(type) * magnitude)
-              << describe(type, isa, s) << ", token " << t << ", row " << r;
+              << describe(type, isa, s) << ", activations " << activation_precision_name(precision) << ", token "
+              << t << ", row " << r;
         }
       }
     }
@@ -129,8 +150,11 @@ TEST_P(KernelMatmul, EveryPathMatchesReferenceOnAwkwardShapes) {
 TEST_P(KernelMatmul, SimdPathsAgreeWithScalarPathClosely) {
   const DType type = GetParam();
   IsaGuard guard;
+  PrecisionGuard precision_guard;
   uint32_t seed = 1000;
+  for (const ActivationPrecision precision : {ActivationPrecision::kF32, ActivationPrecision::kQ8})
   for (const Shape& s : awkward_shapes()) {
+    set_activation_precision(precision);
     const TestMatrix m = make_matrix(type, s.rows, s.cols, seed++);
     const std::vector<float> x = random_floats(static_cast<size_t>(s.n_tokens * s.cols), seed++);
     std::vector<float> scalar(static_cast<size_t>(s.n_tokens * s.rows));
@@ -151,6 +175,44 @@ INSTANTIATE_TEST_SUITE_P(KernelTypes, KernelMatmul,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
+// The real model's weights (when present): SmolLM2's Q4_1 blocks and its Q8_0
+// token embedding, on every path. Set KVSERVE_TEST_MODEL to use another file.
+TEST(KernelMatmulRealModel, SmolLM2TensorsMatchReference) {
+  const char* from_env = std::getenv("KVSERVE_TEST_MODEL");
+  const std::string path =
+      from_env ? from_env : std::string(KVSERVE_SOURCE_DIR) + "/models/smollm2-135m-instruct-q4_1.gguf";
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    std::fclose(f);
+  } else {
+    GTEST_SKIP() << path << " not found";
+  }
+  const GGUFFile file(path);
+  IsaGuard guard;
+  for (const char* name : {"blk.0.ffn_gate.weight", "blk.0.attn_q.weight", "token_embd.weight"}) {
+    TensorView w = file.tensor(name);
+    w.ne[1] = std::min<int64_t>(w.ne[1], 2048);  // a prefix of the rows keeps the reference quick
+    std::vector<float> dequantized(static_cast<size_t>(w.cols()));
+    const int64_t n_tokens = 3;
+    const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * w.cols()), 99);
+    std::vector<float> expected(static_cast<size_t>(n_tokens * w.rows())), y(expected.size());
+    matmul_reference(w, x.data(), n_tokens, expected.data());
+    for (Isa isa : available_isas()) {
+      set_kernel_isa(isa);
+      matmul(w, x.data(), n_tokens, y.data());
+      for (int64_t r = 0; r < w.rows(); ++r) {
+        dequantize_row(w.type, w.row(r), dequantized.data(), w.cols());
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          double magnitude = 0;
+          for (int64_t c = 0; c < w.cols(); ++c) magnitude += std::fabs(dequantized[c] * x[t * w.cols() + c]);
+          const size_t i = static_cast<size_t>(t * w.rows() + r);
+          ASSERT_NEAR(y[i], expected[i], tolerance(w.type) * magnitude)
+              << name << " (" << dtype_name(w.type) << ") on " << isa_name(isa) << ", row " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(KernelMatmulErrors, UnsupportedTypeThrows) {
   std::vector<uint8_t> bytes(144);
   TensorView w;
@@ -168,6 +230,19 @@ TEST(KernelDispatch, NamesRoundTripAndUnknownNamesThrow) {
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) EXPECT_EQ(parse_isa(isa_name(isa)), isa);
   EXPECT_THROW(parse_isa("sse2"), Error);
   EXPECT_THROW(parse_isa(""), Error);
+}
+
+TEST(KernelDispatch, EnvironmentSettingChoosesPath) {
+  EXPECT_EQ(isa_from_setting(nullptr), best_isa());
+  EXPECT_EQ(isa_from_setting(""), best_isa());
+  EXPECT_EQ(isa_from_setting("scalar"), Isa::Scalar);
+  for (Isa isa : available_isas()) EXPECT_EQ(isa_from_setting(isa_name(isa)), isa);
+  EXPECT_THROW(isa_from_setting("neon"), Error);
+  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (!isa_available(isa)) {
+      EXPECT_THROW(isa_from_setting(isa_name(isa)), Error);
+    }
+  }
 }
 
 TEST(KernelDispatch, SetKernelIsaSwitchesActivePath) {

@@ -21,19 +21,10 @@ const KernelTable& table_for(Isa isa) {
   }
 }
 
-Isa initial_isa() {
-  const char* forced = std::getenv("KVSERVE_ISA");
-  if (!forced || !*forced) return best_isa();
-  const Isa isa = parse_isa(forced);
-  if (!isa_available(isa))
-    throw Error(std::string("KVSERVE_ISA=") + forced + ": this CPU or build cannot run that kernel path");
-  return isa;
-}
-
 // The one-time dispatch table: chosen on first use, switched only by
 // set_kernel_isa(). Atomic so that a switch is at least well-defined.
 std::atomic<const KernelTable*>& active_table_slot() {
-  static std::atomic<const KernelTable*> slot{&table_for(initial_isa())};
+  static std::atomic<const KernelTable*> slot{&table_for(isa_from_setting(std::getenv("KVSERVE_ISA")))};
   return slot;
 }
 
@@ -76,6 +67,14 @@ std::vector<Isa> available_isas() {
 
 Isa best_isa() { return available_isas().back(); }
 
+Isa isa_from_setting(const char* setting) {
+  if (!setting || !*setting) return best_isa();
+  const Isa isa = parse_isa(setting);
+  if (!isa_available(isa))
+    throw Error(std::string("KVSERVE_ISA=") + setting + ": this CPU or build cannot run that kernel path");
+  return isa;
+}
+
 Isa active_isa() { return active_kernel_table().isa; }
 
 void set_kernel_isa(Isa isa) {
@@ -83,6 +82,30 @@ void set_kernel_isa(Isa isa) {
     throw Error(std::string("kernel ISA ") + isa_name(isa) + " is not available on this CPU or build");
   active_table_slot().store(&table_for(isa), std::memory_order_release);
 }
+
+namespace {
+
+std::atomic<ActivationPrecision>& precision_slot() {
+  static std::atomic<ActivationPrecision> slot{[] {
+    const char* env = std::getenv("KVSERVE_ACTIVATIONS");
+    return env && *env ? parse_activation_precision(env) : ActivationPrecision::kF32;
+  }()};
+  return slot;
+}
+
+}  // namespace
+
+const char* activation_precision_name(ActivationPrecision p) { return p == ActivationPrecision::kF32 ? "f32" : "q8"; }
+
+ActivationPrecision parse_activation_precision(std::string_view name) {
+  if (name == "f32") return ActivationPrecision::kF32;
+  if (name == "q8") return ActivationPrecision::kQ8;
+  throw Error("unknown activation precision '" + std::string(name) + "' (expected f32 or q8)");
+}
+
+ActivationPrecision activation_precision() { return precision_slot().load(std::memory_order_relaxed); }
+
+void set_activation_precision(ActivationPrecision p) { precision_slot().store(p, std::memory_order_relaxed); }
 
 const KernelTable& active_kernel_table() { return *active_table_slot().load(std::memory_order_acquire); }
 

@@ -21,11 +21,31 @@ std::vector<Isa> available_isas();
 // The fastest available path.
 Isa best_isa();
 
+// The path a KVSERVE_ISA value selects: best_isa() for nullptr or "", else
+// the named path; throws kvserve::Error for an unknown or unavailable one.
+Isa isa_from_setting(const char* setting);
+
 // The path matmul() uses now. The first call reads KVSERVE_ISA and throws
 // kvserve::Error if it names an unknown or unavailable path.
 Isa active_isa();
 // Switches every later matmul() to `isa`; throws kvserve::Error if it is not
 // available. Not meant to race with running kernels (tests, benchmarks).
 void set_kernel_isa(Isa isa);
+
+// How matmuls over quantized weights (q4_0, q4_1, q8_0) treat activations.
+//  kF32 (default): weights are dequantized in registers and multiplied with
+//    the f32 activations: exact up to float rounding, so every decoder and
+//    batch shape computes the same logits and greedy output matches an
+//    independent f32/f64 implementation.
+//  kQ8: activations rounded to 8 bits per block of 32 (llama.cpp's scheme)
+//    for integer dot products: faster prefill, ~1e-2 relative error per
+//    matmul, and rounding flips that make batch shapes disagree slightly.
+enum class ActivationPrecision { kF32, kQ8 };
+const char* activation_precision_name(ActivationPrecision p);
+// Parses "f32" or "q8"; throws kvserve::Error otherwise.
+ActivationPrecision parse_activation_precision(std::string_view name);
+// The first call reads KVSERVE_ACTIVATIONS (f32 | q8).
+ActivationPrecision activation_precision();
+void set_activation_precision(ActivationPrecision p);
 
 }  // namespace kvserve

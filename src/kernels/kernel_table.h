@@ -85,9 +85,12 @@ struct KernelTable {
   MatmulRowsFn f32;
   MatmulRowsFn f16;
   MatmulRowsFn bf16;
-  MatmulRowsFn q4_0;
+  MatmulRowsFn q4_0;        // 8-bit activations (job.xq)
   MatmulRowsFn q4_1;
   MatmulRowsFn q8_0;
+  MatmulRowsFn q4_0_exact;  // f32 activations (job.x): weights dequantized in registers
+  MatmulRowsFn q4_1_exact;
+  MatmulRowsFn q8_0_exact;
 };
 
 // Which activations a weight type's kernels read (the same for every ISA, so
@@ -102,21 +105,24 @@ const KernelTable& avx512_kernel_table();
 // The table matmul() uses (see dispatch.h).
 const KernelTable& active_kernel_table();
 
-// Shape of one kernel call, RowDot::dot<R, N>(job, first_row, first_token,
-// out[R * N]) with out[r * N + i] = row first_row + r times token
-// first_token + i. Decode (one token) takes kRowsPerPass rows at once so that
-// independent accumulator chains hide the FMA and reduction latency of short
-// rows; prefill takes one row and kTokensPerPass tokens so that each loaded,
-// unpacked weight is used that many times.
+// Shape of one kernel call: RowDot::dot<R, N>(job, first_row, row_step,
+// first_token, out[R * N]) computes rows first_row + r * row_step (r < R)
+// times tokens first_token + i (i < N) into out[r * N + i].
+// Decode (one token) takes kRowsPerPass rows at once so that independent
+// accumulator chains hide the FMA and reduction latency of short rows; the
+// rows are far apart (row_step = a quarter of the thread's slice) so that each
+// is its own monotonic stream for the hardware prefetcher, which neighbouring
+// rows read in lockstep defeat. Prefill takes one row and kTokensPerPass
+// tokens so that each loaded, unpacked weight is used that many times.
 constexpr int kRowsPerPass = 4;
 constexpr int kTokensPerPass = 4;  // run_row_tiles' switch covers 1..4
 
 template <typename RowDot, int R, int N>
-void dot_and_store(const MatmulJob& job, int64_t first_row, int64_t first_token) {
+void dot_and_store(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token) {
   float out[R * N];
-  RowDot::template dot<R, N>(job, first_row, first_token, out);
+  RowDot::template dot<R, N>(job, first_row, row_step, first_token, out);
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < N; ++i) job.y[(first_token + i) * job.rows + first_row + r] = out[r * N + i];
+    for (int i = 0; i < N; ++i) job.y[(first_token + i) * job.rows + first_row + r * row_step] = out[r * N + i];
 }
 
 // Runs RowDot over rows [row_begin, row_end) and all tokens. For prefill the
@@ -125,9 +131,9 @@ void dot_and_store(const MatmulJob& job, int64_t first_row, int64_t first_token)
 template <typename RowDot>
 void run_row_tiles(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
   if (job.n_tokens == 1) {
-    int64_t r = row_begin;
-    for (; r + kRowsPerPass <= row_end; r += kRowsPerPass) dot_and_store<RowDot, kRowsPerPass, 1>(job, r, 0);
-    for (; r < row_end; ++r) dot_and_store<RowDot, 1, 1>(job, r, 0);
+    const int64_t step = (row_end - row_begin) / kRowsPerPass;
+    for (int64_t r = row_begin; r < row_begin + step; ++r) dot_and_store<RowDot, kRowsPerPass, 1>(job, r, step, 0);
+    for (int64_t r = row_begin + step * kRowsPerPass; r < row_end; ++r) dot_and_store<RowDot, 1, 1>(job, r, 1, 0);
     return;
   }
   constexpr size_t kTileBytes = 32 * 1024;
@@ -138,10 +144,10 @@ void run_row_tiles(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
       const int64_t n = std::min<int64_t>(kTokensPerPass, job.n_tokens - t);
       for (int64_t r = tile; r < tile_end; ++r) {
         switch (n) {
-          case 4: dot_and_store<RowDot, 1, 4>(job, r, t); break;
-          case 3: dot_and_store<RowDot, 1, 3>(job, r, t); break;
-          case 2: dot_and_store<RowDot, 1, 2>(job, r, t); break;
-          default: dot_and_store<RowDot, 1, 1>(job, r, t); break;
+          case 4: dot_and_store<RowDot, 1, 4>(job, r, 1, t); break;
+          case 3: dot_and_store<RowDot, 1, 3>(job, r, 1, t); break;
+          case 2: dot_and_store<RowDot, 1, 2>(job, r, 1, t); break;
+          default: dot_and_store<RowDot, 1, 1>(job, r, 1, t); break;
         }
       }
     }

@@ -29,19 +29,19 @@ void matmul_rows_scalar(const TensorView& w, const float* x, int64_t n_tokens, f
   }
 }
 
-MatmulRowsFn rows_kernel(const KernelTable& table, DType type) {
+MatmulRowsFn rows_kernel(const KernelTable& table, DType type, bool q8_activations) {
   switch (type) {
     case DType::F32: return table.f32;
     case DType::F16: return table.f16;
     case DType::BF16: return table.bf16;
-    case DType::Q4_0: return table.q4_0;
-    case DType::Q4_1: return table.q4_1;
-    case DType::Q8_0: return table.q8_0;
+    case DType::Q4_0: return q8_activations ? table.q4_0 : table.q4_0_exact;
+    case DType::Q4_1: return q8_activations ? table.q4_1 : table.q4_1_exact;
+    case DType::Q8_0: return q8_activations ? table.q8_0 : table.q8_0_exact;
     default: throw Error(std::string("matmul: weight type ") + dtype_name(type) + " is not supported");
   }
 }
 
-bool uses_q8_activations(DType type) { return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0; }
+bool is_block_quantized(DType type) { return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0; }
 
 // Below this many multiply-adds a second thread costs more than it saves.
 constexpr int64_t kMinWorkPerThread = 1 << 16;
@@ -75,10 +75,10 @@ void matmul_reference(const TensorView& w, const float* x, int64_t n_tokens, flo
 }
 
 void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
-  const MatmulRowsFn kernel = rows_kernel(active_kernel_table(), w.type);
-  const bool quantized = uses_q8_activations(w.type);
+  const bool quantized = is_block_quantized(w.type) && activation_precision() == ActivationPrecision::kQ8;
+  const MatmulRowsFn kernel = rows_kernel(active_kernel_table(), w.type, quantized);
   const Q8Order order = q8_order_for(w.type);
-  if (quantized && w.cols() % 32 != 0)
+  if (is_block_quantized(w.type) && w.cols() % 32 != 0)
     throw Error("matmul: " + w.name + " has " + std::to_string(w.cols()) + " columns, not a multiple of 32");
 
   MatmulJob job;

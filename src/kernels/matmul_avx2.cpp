@@ -40,13 +40,13 @@ template <typename Load>
 struct FloatRowDot {
   using Storage = typename Load::Storage;
   template <int R, int N>
-  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     const Storage* w[R];
     const float* x[N];
     __m256 acc0[R][N], acc1[R][N];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      w[r] = reinterpret_cast<const Storage*>(job.w + (first_row + r) * job.row_bytes);
+      w[r] = reinterpret_cast<const Storage*>(job.w + (first_row + r * row_step) * job.row_bytes);
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i) acc0[r][i] = acc1[r][i] = _mm256_setzero_ps();
     }
@@ -97,6 +97,17 @@ __m256 dot_u8_s8(__m256i w, __m256i a) {
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
 
+// A Q4 block's 32 weights as 4 x 8 floats in element order: q * d + offset.
+void widen_nibbles(const uint8_t* qs, __m256 d, __m256 offset, __m256 w[4]) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+  w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), d, offset);
+  w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), d, offset);
+  w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), d, offset);
+  w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), d, offset);
+}
+
 __m256i load_act(const Q8ActRow& a, int64_t block) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(a.qs + block * 32));
 }
@@ -131,7 +142,7 @@ struct Q4_1Format {
 template <typename Format>
 struct Q4RowDot {
   template <int R, int N>
-  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     using Block = typename Format::Block;
     const int64_t n_blocks = job.cols / 32;
     const __m256i scale_lanes = _mm256_set_epi32(2, 2, 2, 2, 0, 0, 0, 0);
@@ -144,7 +155,7 @@ struct Q4RowDot {
     for (int i = 0; i < N; ++i) a[i] = q8_act_row(job, first_token + i);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      blocks[r] = reinterpret_cast<const Block*>(job.w + (first_row + r) * job.row_bytes);
+      blocks[r] = reinterpret_cast<const Block*>(job.w + (first_row + r * row_step) * job.row_bytes);
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i) {
         acc[r][i] = _mm256_setzero_ps();
@@ -204,7 +215,7 @@ struct Q4RowDot {
 // carrying w's sign.
 struct Q8_0RowDot {
   template <int R, int N>
-  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     const BlockQ8_0* blocks[R];
     Q8ActRow a[N];
     __m256 acc[R][N];
@@ -212,7 +223,7 @@ struct Q8_0RowDot {
     for (int i = 0; i < N; ++i) a[i] = q8_act_row(job, first_token + i);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      blocks[r] = reinterpret_cast<const BlockQ8_0*>(job.w + (first_row + r) * job.row_bytes);
+      blocks[r] = reinterpret_cast<const BlockQ8_0*>(job.w + (first_row + r * row_step) * job.row_bytes);
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
     }
@@ -235,6 +246,69 @@ struct Q8_0RowDot {
   }
 };
 
+// f32 activations: a block's 32 weights are widened to 4 x 8 floats in
+// registers (w = q * d + offset) and reused by every token of the pass, so
+// the result equals dequantize-then-dot up to float summation order.
+struct ExactQ4_0 {
+  using Block = BlockQ4_0;
+  static void widen(const Block& b, __m256 w[4]) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+    widen_nibbles(b.qs, d, _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)), w);
+  }
+};
+struct ExactQ4_1 {
+  using Block = BlockQ4_1;
+  static void widen(const Block& b, __m256 w[4]) {
+    widen_nibbles(b.qs, _mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_set1_ps(_cvtsh_ss(b.m)), w);
+  }
+};
+struct ExactQ8_0 {
+  using Block = BlockQ8_0;
+  static void widen(const Block& b, __m256 w[4]) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+    for (int k = 0; k < 4; ++k) {
+      const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * k));
+      w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), d);
+    }
+  }
+};
+
+template <typename Format>
+struct ExactRowDot {
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
+    using Block = typename Format::Block;
+    const Block* blocks[R];
+    const float* x[N];
+    __m256 acc[R][N];
+#pragma GCC unroll 4
+    for (int i = 0; i < N; ++i) x[i] = job.x + (first_token + i) * job.cols;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      blocks[r] = reinterpret_cast<const Block*>(job.w + (first_row + r * row_step) * job.row_bytes);
+#pragma GCC unroll 4
+      for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < job.cols / 32; ++b) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        __m256 w[4];
+        Format::widen(blocks[r][b], w);
+#pragma GCC unroll 4
+        for (int i = 0; i < N; ++i) {
+          const float* xb = x[i] + b * 32;
+          __m256 a = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xb), acc[r][i]);
+          a = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xb + 8), a);
+          a = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xb + 16), a);
+          acc[r][i] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xb + 24), a);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < N; ++i) out[r * N + i] = horizontal_sum(acc[r][i]);
+  }
+};
+
 constexpr KernelTable kAvx2Table = {
     Isa::Avx2,
     run_row_tiles<FloatRowDot<F32Load>>,
@@ -243,6 +317,9 @@ constexpr KernelTable kAvx2Table = {
     run_row_tiles<Q4RowDot<Q4_0Format>>,
     run_row_tiles<Q4RowDot<Q4_1Format>>,
     run_row_tiles<Q8_0RowDot>,
+    run_row_tiles<ExactRowDot<ExactQ4_0>>,
+    run_row_tiles<ExactRowDot<ExactQ4_1>>,
+    run_row_tiles<ExactRowDot<ExactQ8_0>>,
 };
 
 }  // namespace

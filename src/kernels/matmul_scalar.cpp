@@ -11,9 +11,9 @@ namespace {
 template <typename ToFloat>
 struct FloatRowDot {
   template <int R, int N>
-  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     for (int r = 0; r < R; ++r) {
-      const auto* w = reinterpret_cast<const typename ToFloat::Storage*>(job.w + (first_row + r) * job.row_bytes);
+      const auto* w = reinterpret_cast<const typename ToFloat::Storage*>(job.w + (first_row + r * row_step) * job.row_bytes);
       float acc[N] = {};
       for (int64_t c = 0; c < job.cols; ++c) {
         const float wc = ToFloat::convert(w[c]);
@@ -77,10 +77,10 @@ int32_t block_dot(const BlockQ8_0& w, const int8_t* qx, Q8HalfOffsets at) { retu
 template <typename Block, Q8Order kOrder>
 struct QuantRowDot {
   template <int R, int N>
-  static void dot(const MatmulJob& job, int64_t first_row, int64_t first_token, float* out) {
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     const int64_t n_blocks = job.cols / 32;
     for (int r = 0; r < R; ++r) {
-      const auto* blocks = reinterpret_cast<const Block*>(job.w + (first_row + r) * job.row_bytes);
+      const auto* blocks = reinterpret_cast<const Block*>(job.w + (first_row + r * row_step) * job.row_bytes);
       for (int i = 0; i < N; ++i) {
         const Q8ActRow a = q8_act_row(job, first_token + i);
         float acc = 0;
@@ -94,6 +94,47 @@ struct QuantRowDot {
   }
 };
 
+// f32 activations: each weight block dequantized (as dequantize_row does),
+// then a plain float dot product.
+template <typename Block>
+struct ExactRowDot {
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
+    const int64_t n_blocks = job.cols / 32;
+    float w[32];
+    for (int r = 0; r < R; ++r) {
+      const auto* blocks = reinterpret_cast<const Block*>(job.w + (first_row + r * row_step) * job.row_bytes);
+      float acc[N] = {};
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        dequantize_block(blocks[b], w);
+        for (int i = 0; i < N; ++i) {
+          const float* x = job.x + (first_token + i) * job.cols + b * 32;
+          for (int j = 0; j < 32; ++j) acc[i] += w[j] * x[j];
+        }
+      }
+      for (int i = 0; i < N; ++i) out[r * N + i] = acc[i];
+    }
+  }
+  static void dequantize_block(const BlockQ4_0& blk, float* w) {
+    const float d = fp16_to_f32(blk.d);
+    for (int j = 0; j < 16; ++j) {
+      w[j] = static_cast<float>((blk.qs[j] & 0x0f) - 8) * d;
+      w[j + 16] = static_cast<float>((blk.qs[j] >> 4) - 8) * d;
+    }
+  }
+  static void dequantize_block(const BlockQ4_1& blk, float* w) {
+    const float d = fp16_to_f32(blk.d), m = fp16_to_f32(blk.m);
+    for (int j = 0; j < 16; ++j) {
+      w[j] = static_cast<float>(blk.qs[j] & 0x0f) * d + m;
+      w[j + 16] = static_cast<float>(blk.qs[j] >> 4) * d + m;
+    }
+  }
+  static void dequantize_block(const BlockQ8_0& blk, float* w) {
+    const float d = fp16_to_f32(blk.d);
+    for (int j = 0; j < 32; ++j) w[j] = static_cast<float>(blk.qs[j]) * d;
+  }
+};
+
 constexpr KernelTable kScalarTable = {
     Isa::Scalar,
     run_row_tiles<FloatRowDot<F32ToFloat>>,
@@ -102,6 +143,9 @@ constexpr KernelTable kScalarTable = {
     run_row_tiles<QuantRowDot<BlockQ4_0, Q8Order::NibblePairs>>,
     run_row_tiles<QuantRowDot<BlockQ4_1, Q8Order::NibblePairs>>,
     run_row_tiles<QuantRowDot<BlockQ8_0, Q8Order::Plain>>,
+    run_row_tiles<ExactRowDot<BlockQ4_0>>,
+    run_row_tiles<ExactRowDot<BlockQ4_1>>,
+    run_row_tiles<ExactRowDot<BlockQ8_0>>,
 };
 
 }  // namespace

@@ -21,7 +21,41 @@ void put_string(std::vector<uint8_t>& out, const std::string& s) {
   out.insert(out.end(), s.begin(), s.end());
 }
 
+// One scalar of type t, from the integer / float views GGUFFile fills.
+void put_scalar(std::vector<uint8_t>& out, GGUFType t, int64_t i, uint64_t u, double f) {
+  switch (t) {
+    case GGUFType::U8: put<uint8_t>(out, static_cast<uint8_t>(u)); break;
+    case GGUFType::I8: put<int8_t>(out, static_cast<int8_t>(i)); break;
+    case GGUFType::U16: put<uint16_t>(out, static_cast<uint16_t>(u)); break;
+    case GGUFType::I16: put<int16_t>(out, static_cast<int16_t>(i)); break;
+    case GGUFType::U32: put<uint32_t>(out, static_cast<uint32_t>(u)); break;
+    case GGUFType::I32: put<int32_t>(out, static_cast<int32_t>(i)); break;
+    case GGUFType::U64: put<uint64_t>(out, u); break;
+    case GGUFType::I64: put<int64_t>(out, i); break;
+    case GGUFType::F32: put<float>(out, static_cast<float>(f)); break;
+    case GGUFType::F64: put<double>(out, f); break;
+    case GGUFType::BOOL: put<uint8_t>(out, u != 0 ? 1 : 0); break;
+    case GGUFType::STRING: case GGUFType::ARRAY: check(false, "put_scalar takes numbers only"); break;
+  }
+}
+
 }  // namespace
+
+void GGUFWriter::set_value(const std::string& key, const GGUFValue& v) {
+  begin_kv(key, static_cast<uint32_t>(v.type));
+  if (v.type == GGUFType::STRING) return put_string(kv_bytes_, v.str);
+  if (v.type != GGUFType::ARRAY) return put_scalar(kv_bytes_, v.type, v.i, v.u, v.f);
+  put<uint32_t>(kv_bytes_, static_cast<uint32_t>(v.elem_type));
+  put<uint64_t>(kv_bytes_, v.array_size());
+  if (v.elem_type == GGUFType::STRING) {
+    for (const auto& s : v.strings) put_string(kv_bytes_, s);
+    return;
+  }
+  // Array numbers are kept as doubles: exact for every 32-bit type and for
+  // 64-bit integers below 2^53.
+  for (double x : v.numbers)
+    put_scalar(kv_bytes_, v.elem_type, static_cast<int64_t>(x), static_cast<uint64_t>(static_cast<int64_t>(x)), x);
+}
 
 void GGUFWriter::begin_kv(const std::string& key, uint32_t type) {
   put_string(kv_bytes_, key);

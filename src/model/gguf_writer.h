@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "model/gguf.h"
 
 namespace kvserve {
 
@@ -21,6 +22,8 @@ class GGUFWriter {
   void set_string_array(const std::string& key, const std::vector<std::string>& v);
   void set_f32_array(const std::string& key, const std::vector<float>& v);
   void set_i32_array(const std::string& key, const std::vector<int32_t>& v);
+  // Copies a value read by GGUFFile, keeping its exact type (used by `quantize`).
+  void set_value(const std::string& key, const GGUFValue& v);
 
   // ne[0] is the innermost dimension (GGUF order). `bytes` must hold exactly
   // the tensor's encoded size; it is copied.

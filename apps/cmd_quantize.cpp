@@ -1,0 +1,35 @@
+// `kvserve quantize IN.gguf OUT.gguf TYPE`: re-encode a model's weight matrices.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "apps/commands.h"
+#include "model/quantize_model.h"
+
+namespace kvserve::cli {
+namespace {
+
+struct QuantizeArgs {
+  std::string input, output, type;
+};
+
+void quantize(const QuantizeArgs& a) {
+  const DType target = parse_dtype(a.type);
+  const QuantizeReport r = quantize_model(a.input, a.output, target);
+  std::fprintf(stderr, "wrote %s: %d matrices as %s, %zu matrices kept; %.1f MiB -> %.1f MiB\n", a.output.c_str(),
+               r.converted, dtype_name(target), r.kept.size(), r.bytes_in / 1048576.0, r.bytes_out / 1048576.0);
+  for (const std::string& name : r.kept) std::fprintf(stderr, "  kept: %s\n", name.c_str());
+}
+
+}  // namespace
+
+void register_quantize(CLI::App& app) {
+  auto a = std::make_shared<QuantizeArgs>();
+  auto* cmd = app.add_subcommand("quantize", "Re-encode a model's weight matrices (f32, f16, bf16, q8_0, q4_0, q4_1)");
+  cmd->add_option("input", a->input, "Input GGUF model")->required();
+  cmd->add_option("output", a->output, "Output GGUF file")->required();
+  cmd->add_option("type", a->type, "Target type: f32, f16, bf16, q8_0, q4_0 or q4_1")->required();
+  cmd->callback([a] { quantize(*a); });
+}
+
+}  // namespace kvserve::cli
