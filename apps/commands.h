@@ -11,6 +11,7 @@ void register_synth(CLI::App& app);
 void register_kv_size(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_serve(CLI::App& app);
 void register_quantize(CLI::App& app);
 
 }  // namespace kvserve::cli

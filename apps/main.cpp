@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   kvserve::cli::register_kv_size(app);
   kvserve::cli::register_bench(app);
   kvserve::cli::register_perplexity(app);
+  kvserve::cli::register_serve(app);
   kvserve::cli::register_quantize(app);
   try {
     app.parse(argc, argv);

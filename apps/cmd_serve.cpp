@@ -1,0 +1,112 @@
+// `kvserve serve`: the OpenAI-compatible HTTP server (docs/server.md).
+// SIGINT / SIGTERM shut it down gracefully: stop accepting, let requests in
+// flight finish for a grace period, cancel the rest, exit 0.
+#include <omp.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "apps/commands.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "server/api_server.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvserve::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model = "models/smollm2-135m-instruct-q4_1.gguf";
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;
+  std::string alias;
+  int64_t max_queue = 64;
+  int64_t max_running = 16;
+  int64_t context = 4096;
+  int threads = 0;
+  double grace_seconds = 10;
+};
+
+// Blocks the shutdown signals in every thread (threads inherit the mask), so
+// that one watcher thread receives them with sigwait() and can do real work.
+sigset_t block_shutdown_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that hangs up must fail a write, not kill the server
+  return set;
+}
+
+void serve(const ServeOptions& opt) {
+  if (opt.threads < 0) throw Error("--threads must be >= 0, got " + std::to_string(opt.threads));
+  if (opt.threads > 0) omp_set_num_threads(opt.threads);
+  const sigset_t signals = block_shutdown_signals();
+
+  auto model = Model::load(opt.model);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+  std::string template_note;
+  ChatTemplate chat_template = ChatTemplate::for_model(model->file(), &template_note);
+  EngineOptions engine_options;
+  engine_options.max_context = opt.context;
+  engine_options.max_queue = opt.max_queue;
+  engine_options.max_running = opt.max_running;
+  Engine engine(*model, tokenizer, engine_options);
+
+  server::ServerOptions server_options;
+  server_options.host = opt.host;
+  server_options.port = opt.port;
+  server_options.api_key = opt.api_key;
+  server_options.model_id = opt.alias.empty() ? std::filesystem::path(opt.model).stem().string() : opt.alias;
+  server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
+  server::ApiServer server(engine, *model, tokenizer, std::move(chat_template), server_options);
+  const int port = server.bind();
+
+  std::thread watcher([&] {
+    int signal_number = 0;
+    sigwait(&signals, &signal_number);
+    std::fprintf(stderr, "kvserve: signal %d, shutting down\n", signal_number);
+    server.shutdown();
+  });
+  std::fprintf(stderr, "kvserve: %s; serving %s on http://%s:%d\n", template_note.c_str(),
+               server_options.model_id.c_str(), opt.host.c_str(), port);
+  server.listen();
+  // listen() also returns when serving failed; wake the watcher so that it
+  // shuts down (a no-op after a signal) and can be joined.
+  pthread_kill(watcher.native_handle(), SIGTERM);
+  watcher.join();
+  std::fprintf(stderr, "kvserve: stopped\n");
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto opt = std::make_shared<ServeOptions>();
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  cmd->add_option("-m,--model", opt->model, "GGUF model file")->capture_default_str();
+  cmd->add_option("--host", opt->host, "Address to bind")->capture_default_str();
+  cmd->add_option("--port", opt->port, "Port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
+  cmd->add_option("--api-key", opt->api_key, "Require Authorization: Bearer <key> (all but /health)");
+  cmd->add_option("--alias", opt->alias, "Model id reported by the API (default: the file name)");
+  cmd->add_option("--max-queue", opt->max_queue, "Waiting requests before 429")->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--max-running", opt->max_running, "Sequences decoded together")->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("-c,--ctx-size", opt->context, "Context size per sequence (capped at the model's)")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20))->capture_default_str();
+  cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--shutdown-grace", opt->grace_seconds, "Seconds requests may run on after SIGINT/SIGTERM")
+      ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  cmd->callback([opt] { serve(*opt); });
+}
+
+}  // namespace kvserve::cli

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Starts `kvserve serve` on a free loopback port with the real default model,
+# runs tests/openai_client_test.py (the PyPI `openai` client) against it, then
+# stops the server with SIGTERM and checks that it exits 0.
+# Usage: scripts/openai_client_test.sh [KVSERVE_BINARY] [MODEL]
+# Exits 77 (ctest's "skipped") when python3, the openai package or the model is missing.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${1:-$root/build/kvserve}
+model=${2:-$root/models/smollm2-135m-instruct-q4_1.gguf}
+
+python3 -c "import openai" 2>/dev/null || { echo "skipped: needs python3 with the openai package (pip install openai)"; exit 77; }
+[ -f "$model" ] || { echo "skipped: $model not found (run scripts/fetch_models.sh)"; exit 77; }
+
+log=$(mktemp)
+"$bin" serve -m "$model" --port 0 --api-key test-key -t 2 >"$log" 2>&1 &
+server=$!
+cleanup() { kill -TERM "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -f "$log"; }
+trap cleanup EXIT
+
+# --port 0 picks a free port; the server prints it once it listens.
+url=""
+for _ in $(seq 300); do
+  url=$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -1)
+  [ -n "$url" ] && break
+  kill -0 "$server" 2>/dev/null || { cat "$log"; echo "the server exited early"; exit 1; }
+  sleep 0.1
+done
+[ -n "$url" ] || { cat "$log"; echo "the server did not start"; exit 1; }
+
+KVSERVE_URL="$url/v1" KVSERVE_API_KEY=test-key python3 "$root/tests/openai_client_test.py"
+status=$?
+
+kill -TERM "$server"
+wait "$server"
+server_status=$?
+trap - EXIT
+cat "$log"
+rm -f "$log"
+[ "$server_status" -eq 0 ] || { echo "kvserve serve exited $server_status after SIGTERM"; exit 1; }
+exit "$status"

@@ -1,0 +1,175 @@
+#include "server/api_server.h"
+
+#include <httplib.h>
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "core/error.h"
+#include "server/api_error.h"
+#include "server/generation_response.h"
+#include "server/response_format.h"
+
+namespace kvserve::server {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr size_t kMaxBodyBytes = 16 << 20;
+constexpr time_t kKeepAliveSeconds = 2;
+// httplib 0.11 listens with a backlog of 5: a burst of clients overflows it
+// and the kernel resets some of them. bind() widens it.
+constexpr int kListenBacklog = 1024;  // also bounds how long listen() waits on idle connections at shutdown
+
+// The one place an error becomes an HTTP response.
+void write_error(httplib::Response& res, const ApiError& error) {
+  res.status = error.status();
+  if (error.status() == 429) res.set_header("Retry-After", "1");
+  res.set_content(dump_json(error_body(error)), "application/json");
+}
+
+void write_json(httplib::Response& res, const json& body) { res.set_content(dump_json(body), "application/json"); }
+
+json parse_body(const httplib::Request& req) { return json::parse(req.body); }
+
+}  // namespace
+
+ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokenizer, ChatTemplate chat_template,
+                     ServerOptions options)
+    : engine_(engine),
+      model_(model),
+      tokenizer_(tokenizer),
+      chat_template_(std::move(chat_template)),
+      options_(std::move(options)),
+      context_(std::min(engine.options().max_context, model.config().context_length)),
+      parser_(tokenizer_, chat_template_, context_),
+      http_(std::make_unique<httplib::Server>()) {
+  // Every waiting or running request holds an HTTP thread while it streams.
+  const auto threads = static_cast<size_t>(std::clamp<int64_t>(
+      engine.options().max_queue + engine.options().max_running + 8, 8, 512));
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(kMaxBodyBytes);
+  http_->set_keep_alive_timeout(kKeepAliveSeconds);
+  http_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_socket_ = sock;
+  });
+  install_routes();
+}
+
+ApiServer::~ApiServer() { shutdown(); }
+
+void ApiServer::install_routes() {
+  httplib::Server& s = *http_;
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+    write_error(res, classify_exception(error));
+  });
+  // httplib's own refusals (unknown route, oversized body) come with no body; give them the error shape too.
+  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string what = res.status == 404 ? "no route for " + req.method + " " + req.path
+                                               : "the request was refused (HTTP " + std::to_string(res.status) + ")";
+    write_error(res, ApiError(res.status, what));
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response&) {
+    check_api_key(req);
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  s.Post("/v1/completions", [this](const auto& req, auto& res) { handle_generation(Endpoint::kCompletions, req, res); });
+  s.Post("/v1/chat/completions", [this](const auto& req, auto& res) { handle_generation(Endpoint::kChat, req, res); });
+  s.Get("/v1/models", [this](const auto&, auto& res) { handle_models(res); });
+  s.Post("/tokenize", [this](const auto& req, auto& res) { handle_tokenize(req, res); });
+  s.Post("/detokenize", [this](const auto& req, auto& res) { handle_detokenize(req, res); });
+  s.Get("/health", [this](const auto&, auto& res) {
+    res.status = draining_ ? 503 : 200;
+    write_json(res, {{"status", draining_ ? "shutting down" : "ok"}});
+  });
+  s.Get("/metrics", [this](const auto&, auto& res) {
+    res.set_content(metrics_.render(engine_.metrics()), "text/plain; version=0.0.4");
+  });
+}
+
+void ApiServer::check_api_key(const httplib::Request& req) const {
+  if (options_.api_key.empty() || req.path == "/health") return;
+  if (req.get_header_value("Authorization") != "Bearer " + options_.api_key)
+    throw ApiError(401, "missing or wrong API key (send Authorization: Bearer <key>)", {}, "authentication_error");
+}
+
+void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  const Clock::time_point arrival = Clock::now();
+  if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
+  ParsedRequest parsed = parser_.parse(endpoint, parse_body(req));
+  ResponseFormatter formatter(tokenizer_, parsed, options_.model_id);
+  auto job = std::make_shared<GenerationJob>(engine_, metrics_, jobs_, std::move(parsed.requests), arrival);
+  if (parsed.stream) send_event_stream(std::move(job), std::move(formatter), parsed.include_usage, metrics_, res);
+  else send_whole_response(*job, formatter, res);
+}
+
+void ApiServer::handle_models(httplib::Response& res) const {
+  const ModelConfig& c = model_.config();
+  json model = {{"id", options_.model_id},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "kvserve"},
+                {"meta", {{"architecture", c.arch}, {"context_length", context_}, {"vocab_size", c.vocab_size},
+                          {"layers", c.n_layers}}}};
+  write_json(res, {{"object", "list"}, {"data", json::array({model})}});
+}
+
+void ApiServer::handle_tokenize(const httplib::Request& req, httplib::Response& res) const {
+  const json body = parse_body(req);
+  if (!body.is_object() || !body.contains("content") || !body["content"].is_string())
+    throw invalid("content", "content must be a string");
+  const json add_special = body.value("add_special", json(false));
+  const json with_pieces = body.value("with_pieces", json(false));
+  if (!add_special.is_boolean()) throw invalid("add_special", "add_special must be true or false");
+  if (!with_pieces.is_boolean()) throw invalid("with_pieces", "with_pieces must be true or false");
+  const std::vector<int32_t> ids =
+      tokenizer_.encode(body["content"].get<std::string>(), add_special.get<bool>() && tokenizer_.add_bos());
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    if (with_pieces.get<bool>()) tokens.push_back({{"id", id}, {"piece", tokenizer_.token_bytes(id)}});
+    else tokens.push_back(id);
+  }
+  write_json(res, {{"tokens", tokens}});
+}
+
+void ApiServer::handle_detokenize(const httplib::Request& req, httplib::Response& res) const {
+  const json body = parse_body(req);
+  if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+    throw invalid("tokens", "tokens must be a list of token ids");
+  std::vector<int32_t> ids;
+  for (const json& id : body["tokens"]) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tokenizer_.vocab_size())
+      throw invalid("tokens", "token ids must be integers in [0, " + std::to_string(tokenizer_.vocab_size()) + ")");
+    ids.push_back(id.get<int32_t>());
+  }
+  write_json(res, {{"content", tokenizer_.decode(ids)}});
+}
+
+int ApiServer::bind() {
+  const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)
+                                      : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
+  if (port < 0) throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port));
+  ::listen(listen_socket_, kListenBacklog);  // on a listening socket this only updates the backlog
+  return port;
+}
+
+void ApiServer::listen() { http_->listen_after_bind(); }
+
+void ApiServer::shutdown() {
+  if (shut_down_.exchange(true)) return;
+  draining_ = true;  // from now on new generation requests get 503
+  if (!jobs_.wait_until_empty(options_.shutdown_grace)) {
+    jobs_.cancel_all();
+    jobs_.wait_until_empty(std::chrono::minutes(1));
+  }
+  // Only now: httplib ends the streams in progress when it stops.
+  http_->stop();  // listen() returns once the last handlers are done
+  engine_.shutdown(false);
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,75 @@
+#pragma once
+// The OpenAI-compatible HTTP server over an Engine (see docs/server.md):
+// /v1/completions, /v1/chat/completions (both with SSE streaming),
+// /v1/models, /health, /tokenize, /detokenize and /metrics.
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "model/model.h"
+#include "server/generation_job.h"
+#include "server/request_parser.h"
+#include "server/server_metrics.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace kvserve::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;          // 0: any free port (bind() says which)
+  std::string api_key;      // when set, every endpoint but /health needs "Authorization: Bearer <key>"
+  std::string model_id;     // the id /v1/models reports and responses echo
+  std::chrono::milliseconds shutdown_grace{10000};  // how long shutdown() lets requests finish before cancelling them
+};
+
+class ApiServer {
+ public:
+  // The engine, model and tokenizer must outlive the server.
+  ApiServer(Engine& engine, const Model& model, const Tokenizer& tokenizer, ChatTemplate chat_template,
+            ServerOptions options);
+  ~ApiServer();
+  ApiServer(const ApiServer&) = delete;
+  ApiServer& operator=(const ApiServer&) = delete;
+
+  // Binds the listening socket; returns the port. Throws kvserve::Error when it cannot.
+  int bind();
+  // Serves until shutdown(); returns once the requests in flight are answered.
+  void listen();
+  // Refuses new generation requests (503), lets those in flight finish for
+  // the grace period, cancels the rest, stops listening and shuts the engine
+  // down. Safe to call from any thread (a signal-watching one), more than once.
+  void shutdown();
+
+ private:
+  void install_routes();
+  void check_api_key(const httplib::Request& req) const;
+  void handle_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void handle_models(httplib::Response& res) const;
+  void handle_tokenize(const httplib::Request& req, httplib::Response& res) const;
+  void handle_detokenize(const httplib::Request& req, httplib::Response& res) const;
+
+  Engine& engine_;
+  const Model& model_;
+  const Tokenizer& tokenizer_;
+  ChatTemplate chat_template_;
+  ServerOptions options_;
+  int64_t context_;
+  RequestParser parser_;
+  ServerMetrics metrics_;
+  JobRegistry jobs_;
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> shut_down_{false};
+  int listen_socket_ = -1;  // recorded while binding, to widen the listen backlog
+  std::unique_ptr<httplib::Server> http_;
+};
+
+}  // namespace kvserve::server

@@ -1,0 +1,72 @@
+#pragma once
+// One HTTP request's engine requests (one per choice) and the events they
+// send back. Engine callbacks only queue events; the HTTP thread takes them
+// with next(), so a slow client never holds up the engine thread.
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/server_metrics.h"
+
+namespace kvserve::server {
+
+using Clock = std::chrono::steady_clock;
+
+struct ChoiceEvent {
+  size_t choice = 0;
+  GenerationEvent event;
+};
+
+class GenerationJob;
+
+// The jobs in flight, so that shutdown can wait for them or cancel them.
+class JobRegistry {
+ public:
+  void add(GenerationJob* job);
+  void remove(GenerationJob* job);
+  void cancel_all();
+  // True when no job is left before the timeout.
+  bool wait_until_empty(std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable emptied_;
+  std::set<GenerationJob*> jobs_;
+};
+
+class GenerationJob {
+ public:
+  // Submits every request. Throws ApiError 429 when the engine's queue is
+  // full (the requests already submitted are cancelled first).
+  GenerationJob(Engine& engine, ServerMetrics& metrics, JobRegistry& registry, std::vector<GenerationRequest> requests,
+                Clock::time_point arrival);
+  ~GenerationJob();  // cancels whatever has not finished, freeing its KV blocks
+  GenerationJob(const GenerationJob&) = delete;
+  GenerationJob& operator=(const GenerationJob&) = delete;
+
+  // The next event of any choice, or nullopt when none came within timeout.
+  std::optional<ChoiceEvent> next(std::chrono::milliseconds timeout);
+  // Every choice's final event has been returned by next().
+  bool done() const { return finals_taken_ == ids_.size(); }
+  void cancel();
+  size_t choices() const { return ids_.size(); }
+
+ private:
+  struct Shared;
+  void submit_all(std::vector<GenerationRequest> requests);
+
+  Engine& engine_;
+  JobRegistry& registry_;
+  std::shared_ptr<Shared> shared_;  // also held by the engine callbacks, which may outlive the job
+  std::vector<RequestId> ids_;
+  size_t finals_taken_ = 0;
+};
+
+}  // namespace kvserve::server

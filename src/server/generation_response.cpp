@@ -1,0 +1,84 @@
+#include "server/generation_response.h"
+
+#include <httplib.h>
+
+#include "server/api_error.h"
+
+namespace kvserve::server {
+namespace {
+
+// How long an HTTP thread waits for an event before checking on its client.
+constexpr std::chrono::milliseconds kPollInterval{100};
+// A stream idle this long gets an SSE comment, so that a client that left
+// while its request waited in the queue is noticed (and cancelled) early.
+constexpr std::chrono::milliseconds kKeepAliveInterval{1000};
+
+class EventStreamWriter {
+ public:
+  EventStreamWriter(std::shared_ptr<GenerationJob> job, ResponseFormatter formatter, bool include_usage,
+                    ServerMetrics& metrics)
+      : job_(std::move(job)), formatter_(std::move(formatter)), include_usage_(include_usage), metrics_(metrics) {}
+
+  // One call of the chunked content provider: false ends the response.
+  bool pump(httplib::DataSink& sink) {
+    try {
+      std::optional<ChoiceEvent> ev = job_->next(kPollInterval);
+      if (!ev) return Clock::now() - last_write_ < kKeepAliveInterval || send(sink, ": keep-alive\n\n");
+      if (!send(sink, "data: " + dump_json(formatter_.chunk(*ev)) + "\n\n")) return false;
+      if (!job_->done()) return true;
+      if (include_usage_ && !send(sink, "data: " + dump_json(formatter_.usage_chunk()) + "\n\n")) return false;
+      if (!send(sink, "data: [DONE]\n\n")) return false;
+      sink.done();
+      return true;
+    } catch (const std::exception&) {  // nothing sensible can be sent mid-stream; end it
+      job_->cancel();
+      return false;
+    }
+  }
+
+  void release(bool success) {
+    if (!success) job_->cancel();
+  }
+
+ private:
+  bool send(httplib::DataSink& sink, const std::string& data) {
+    if (sink.write(data.data(), data.size())) {
+      last_write_ = Clock::now();
+      return true;
+    }
+    metrics_.client_disconnects++;
+    job_->cancel();
+    return false;
+  }
+
+  std::shared_ptr<GenerationJob> job_;
+  ResponseFormatter formatter_;
+  bool include_usage_;
+  ServerMetrics& metrics_;
+  Clock::time_point last_write_ = Clock::now();
+};
+
+}  // namespace
+
+void send_whole_response(GenerationJob& job, ResponseFormatter& formatter, httplib::Response& res) {
+  std::vector<ChoiceResult> results(job.choices());
+  while (!job.done())
+    if (std::optional<ChoiceEvent> ev = job.next(kPollInterval)) results[ev->choice].add(ev->event);
+  for (const ChoiceResult& r : results) {
+    if (r.finish_reason == "error") throw ApiError(500, "generation failed: " + r.error, {}, "server_error");
+    if (r.finish_reason == "cancelled")
+      throw ApiError(503, "the request was cancelled (the server is shutting down)", {}, "server_error");
+  }
+  res.set_content(dump_json(formatter.response(results)), "application/json");
+}
+
+void send_event_stream(std::shared_ptr<GenerationJob> job, ResponseFormatter formatter, bool include_usage,
+                       ServerMetrics& metrics, httplib::Response& res) {
+  auto writer = std::make_shared<EventStreamWriter>(std::move(job), std::move(formatter), include_usage, metrics);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream", [writer](size_t, httplib::DataSink& sink) { return writer->pump(sink); },
+      [writer](bool success) { writer->release(success); });
+}
+
+}  // namespace kvserve::server

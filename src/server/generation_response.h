@@ -1,0 +1,25 @@
+#pragma once
+// Sends a generation job's result: one JSON body, or a Server-Sent Events
+// stream with one `data:` chunk per engine event and `data: [DONE]` last.
+#include <memory>
+
+#include "server/generation_job.h"
+#include "server/response_format.h"
+#include "server/server_metrics.h"
+
+namespace httplib {
+struct Response;
+}
+
+namespace kvserve::server {
+
+// Waits for every choice to finish, then sets the response body. Throws
+// ApiError (500 for an engine error, 503 for a request cancelled by shutdown).
+void send_whole_response(GenerationJob& job, ResponseFormatter& formatter, httplib::Response& res);
+
+// Hands the job to a chunked content provider that writes events as they
+// come. A write that fails (the client went away) cancels the job at once.
+void send_event_stream(std::shared_ptr<GenerationJob> job, ResponseFormatter formatter, bool include_usage,
+                       ServerMetrics& metrics, httplib::Response& res);
+
+}  // namespace kvserve::server

@@ -1,0 +1,262 @@
+#include "server/request_parser.h"
+
+#include <random>
+
+#include "core/error.h"
+#include "server/api_error.h"
+
+namespace kvserve::server {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int64_t kMaxChoices = 16;           // n, and prompts x n, per request
+constexpr int64_t kMaxStops = 16;
+constexpr int64_t kMaxCompletionLogprobs = 5;  // OpenAI's limits
+constexpr int64_t kMaxChatLogprobs = 20;
+constexpr int64_t kCompletionsDefaultMaxTokens = 16;  // OpenAI's legacy default; chat runs to the context's end
+
+// The field, or nullptr when it is absent or null (null means "default" in OpenAI's API).
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string range_text(double lo, double hi) { return "[" + json(lo).dump() + ", " + json(hi).dump() + "]"; }
+
+double number_in(const json& body, const char* name, double lo, double hi, double fallback) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_number()) throw invalid(name, std::string(name) + " must be a number");
+  const double x = v->get<double>();
+  if (x < lo || x > hi) throw invalid(name, std::string(name) + " must be in " + range_text(lo, hi) + ", got " + v->dump());
+  return x;
+}
+
+// A number in (0, hi]: zero has no meaning for top_p or a multiplicative penalty.
+double positive_up_to(const json& body, const char* name, double hi, double fallback) {
+  const json* v = field(body, name);
+  if (v && v->is_number() && (v->get<double>() <= 0 || v->get<double>() > hi))
+    throw invalid(name, std::string(name) + " must be in (0, " + json(hi).dump() + "], got " + v->dump());
+  return number_in(body, name, 0, hi, fallback);
+}
+
+int64_t integer_in(const json& body, const char* name, int64_t lo, int64_t hi, int64_t fallback) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_number_integer()) throw invalid(name, std::string(name) + " must be an integer");
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi))
+    throw invalid(name, std::string(name) + " must be at most " + std::to_string(hi) + ", got " + v->dump());
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi)
+    throw invalid(name, std::string(name) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                            v->dump());
+  return x;
+}
+
+bool boolean(const json& body, const char* name, bool fallback) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_boolean()) throw invalid(name, std::string(name) + " must be true or false");
+  return v->get<bool>();
+}
+
+uint64_t seed_of(const json& body) {
+  const json* v = field(body, "seed");
+  if (!v) return std::random_device{}();
+  if (!v->is_number_integer()) throw invalid("seed", "seed must be an integer");
+  return v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
+}
+
+std::vector<std::string> stops_of(const json& body) {
+  const json* v = field(body, "stop");
+  if (!v) return {};
+  if (v->is_string()) {
+    if (v->get_ref<const std::string&>().empty()) throw invalid("stop", "a stop sequence must not be empty");
+    return {v->get<std::string>()};
+  }
+  if (!v->is_array()) throw invalid("stop", "stop must be a string or a list of strings");
+  if (static_cast<int64_t>(v->size()) > kMaxStops)
+    throw invalid("stop", "stop may hold at most " + std::to_string(kMaxStops) + " strings");
+  std::vector<std::string> out;
+  for (const json& s : *v) {
+    if (!s.is_string() || s.get_ref<const std::string&>().empty())
+      throw invalid("stop", "every stop sequence must be a non-empty string");
+    out.push_back(s.get<std::string>());
+  }
+  return out;
+}
+
+void reject_unsupported(const json& body) {
+  for (const char* name : {"suffix", "tools", "functions", "best_of"}) {
+    const json* v = field(body, name);
+    if (v && !(v->is_array() && v->empty()) && !(std::string(name) == "best_of" && *v == 1))
+      throw invalid(name, std::string(name) + " is not supported by this server");
+  }
+  const json* bias = field(body, "logit_bias");
+  if (bias && !(bias->is_object() && bias->empty())) throw invalid("logit_bias", "logit_bias is not supported by this server");
+  const json* format = field(body, "response_format");
+  if (format && !(format->is_object() && format->value("type", "") == "text"))
+    throw invalid("response_format", "only response_format {\"type\": \"text\"} is supported");
+}
+
+std::string message_content(const json& message, const std::string& param) {
+  auto it = message.find("content");
+  if (it == message.end() || it->is_null()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array()) throw invalid(param, param + " must be a string or a list of content parts");
+  std::string text;
+  for (const json& part : *it) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      throw invalid(param, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
+std::vector<int32_t> RequestParser::checked_tokens(const json& ids, const std::string& param) const {
+  std::vector<int32_t> out;
+  for (const json& id : ids) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tokenizer_.vocab_size())
+      throw invalid(param, "token ids must be integers in [0, " + std::to_string(tokenizer_.vocab_size()) + ")");
+    out.push_back(id.get<int32_t>());
+  }
+  return out;
+}
+
+RequestParser::Prompts RequestParser::completion_prompts(const json& prompt) const {
+  Prompts out;
+  auto add_text = [&](const std::string& text) {
+    out.tokens.push_back(tokenizer_.encode(text, tokenizer_.add_bos()));
+    out.texts.push_back(text);
+  };
+  auto add_ids = [&](const json& ids) {
+    out.tokens.push_back(checked_tokens(ids, "prompt"));
+    out.texts.push_back(tokenizer_.decode(out.tokens.back()));
+  };
+  const bool token_list = prompt.is_array() && !prompt.empty() && prompt[0].is_number();
+  if (prompt.is_string()) add_text(prompt.get<std::string>());
+  else if (token_list) add_ids(prompt);
+  else if (prompt.is_array() && !prompt.empty())
+    for (const json& p : prompt) {
+      if (p.is_string()) add_text(p.get<std::string>());
+      else if (p.is_array()) add_ids(p);
+      else throw invalid("prompt", "prompt must be a string, a list of strings, or a list of token ids");
+    }
+  else throw invalid("prompt", "prompt must be a non-empty string, list of strings, or list of token ids");
+  for (const auto& tokens : out.tokens)
+    if (tokens.empty()) throw invalid("prompt", "the prompt is empty");
+  return out;
+}
+
+std::vector<int32_t> RequestParser::chat_prompt(const json& messages, std::string* text) const {
+  if (!messages.is_array() || messages.empty()) throw invalid("messages", "messages must be a non-empty list");
+  ChatTemplateInputs in;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    const json& m = messages[i];
+    if (!m.is_object()) throw invalid(param, param + " must be an object");
+    if (!m.contains("role") || !m["role"].is_string()) throw invalid(param + ".role", param + ".role must be a string");
+    in.messages.push_back({{"role", m["role"]}, {"content", message_content(m, param + ".content")}});
+  }
+  in.bos_token = tokenizer_.bos_id() >= 0 ? tokenizer_.piece(tokenizer_.bos_id()) : "";
+  in.eos_token = tokenizer_.eos_id() >= 0 ? tokenizer_.piece(tokenizer_.eos_id()) : "";
+  std::string prompt;
+  try {
+    prompt = chat_template_.apply(in);
+  } catch (const Error& e) {
+    throw invalid("messages", e.what());
+  }
+  // Templates that write bos_token themselves already hold the BOS.
+  const bool has_bos = !in.bos_token.empty() && prompt.rfind(in.bos_token, 0) == 0;
+  if (text) *text = prompt;
+  return tokenizer_.encode(prompt, tokenizer_.add_bos() && !has_bos);
+}
+
+GenerationRequest RequestParser::shared_settings(Endpoint endpoint, const json& body, ParsedRequest& out) const {
+  GenerationRequest r;
+  SamplingParams& s = r.sampling;
+  s.temperature = static_cast<float>(number_in(body, "temperature", 0, 2, s.temperature));
+  s.top_p = static_cast<float>(positive_up_to(body, "top_p", 1, s.top_p));
+  s.top_k = static_cast<int32_t>(integer_in(body, "top_k", -1, tokenizer_.vocab_size(), s.top_k));
+  s.min_p = static_cast<float>(number_in(body, "min_p", 0, 1, s.min_p));
+  s.presence_penalty = static_cast<float>(number_in(body, "presence_penalty", -2, 2, 0));
+  s.frequency_penalty = static_cast<float>(number_in(body, "frequency_penalty", -2, 2, 0));
+  s.repetition_penalty = static_cast<float>(positive_up_to(body, "repetition_penalty", 10, 1));
+  s.seed = seed_of(body);
+  r.stop = stops_of(body);
+  r.ignore_eos = boolean(body, "ignore_eos", false);
+  out.n = integer_in(body, "n", 1, kMaxChoices, 1);
+  out.stream = boolean(body, "stream", false);
+  if (const json* options = field(body, "stream_options")) {
+    if (!options->is_object()) throw invalid("stream_options", "stream_options must be an object");
+    out.include_usage = boolean(*options, "include_usage", false);
+  }
+  if (endpoint == Endpoint::kChat) {
+    out.logprobs = boolean(body, "logprobs", false);
+    r.top_logprobs = static_cast<int32_t>(integer_in(body, "top_logprobs", 0, kMaxChatLogprobs, 0));
+    if (field(body, "top_logprobs") && !out.logprobs) throw invalid("top_logprobs", "top_logprobs needs logprobs: true");
+    if (!out.logprobs) r.top_logprobs = -1;
+  } else {
+    r.top_logprobs = static_cast<int32_t>(integer_in(body, "logprobs", 0, kMaxCompletionLogprobs, -1));
+    out.logprobs = r.top_logprobs >= 0;
+    out.echo = boolean(body, "echo", false);
+    if (out.echo && out.logprobs) throw invalid("echo", "echo together with logprobs is not supported (no prompt logprobs)");
+  }
+  if (const json* model = field(body, "model"); model && !model->is_string())
+    throw invalid("model", "model must be a string");
+  return r;
+}
+
+void RequestParser::fit_to_context(const std::vector<int32_t>& prompt, const json& body, Endpoint endpoint,
+                                   GenerationRequest& r) const {
+  const auto prompt_tokens = static_cast<int64_t>(prompt.size());
+  const char* prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
+  if (prompt_tokens >= context_)
+    throw invalid(prompt_param, "this model's context is " + std::to_string(context_) + " tokens, but the prompt has " +
+                                    std::to_string(prompt_tokens) + " tokens");
+  const int64_t room = context_ - prompt_tokens;
+  const char* name = field(body, "max_completion_tokens") && !field(body, "max_tokens") ? "max_completion_tokens" : "max_tokens";
+  const int64_t fallback = endpoint == Endpoint::kChat ? room : std::min(room, kCompletionsDefaultMaxTokens);
+  r.max_tokens = integer_in(body, name, 0, context_, fallback);
+  if (r.max_tokens > room)
+    throw invalid(name, "this model's context is " + std::to_string(context_) + " tokens; the prompt has " +
+                            std::to_string(prompt_tokens) + " and " + name + " asks for " + std::to_string(r.max_tokens));
+}
+
+ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
+  if (!body.is_object()) throw invalid("", "the request body must be a JSON object");
+  reject_unsupported(body);
+  ParsedRequest out;
+  out.endpoint = endpoint;
+  const GenerationRequest shared = shared_settings(endpoint, body, out);
+  Prompts prompts;
+  if (endpoint == Endpoint::kChat) {
+    const json* messages = field(body, "messages");
+    if (!messages) throw invalid("messages", "messages is required");
+    std::string text;
+    prompts.tokens.push_back(chat_prompt(*messages, &text));
+    prompts.texts.push_back(std::move(text));
+  } else {
+    const json* prompt = field(body, "prompt");
+    if (!prompt) throw invalid("prompt", "prompt is required");
+    prompts = completion_prompts(*prompt);
+  }
+  if (static_cast<int64_t>(prompts.tokens.size()) * out.n > kMaxChoices)
+    throw invalid("n", "prompts x n may be at most " + std::to_string(kMaxChoices));
+  for (auto& tokens : prompts.tokens) {
+    GenerationRequest r = shared;
+    fit_to_context(tokens, body, endpoint, r);
+    r.prompt = std::move(tokens);
+    for (int64_t j = 0; j < out.n; ++j) {
+      out.requests.push_back(r);
+      out.requests.back().sampling.seed = shared.sampling.seed + static_cast<uint64_t>(j);  // distinct choices
+    }
+  }
+  out.prompt_texts = std::move(prompts.texts);
+  return out;
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,58 @@
+#pragma once
+// Turns the JSON bodies of /v1/completions and /v1/chat/completions into
+// engine requests, checking every field and naming the one at fault
+// (throws ApiError with status 400).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvserve::server {
+
+enum class Endpoint { kCompletions, kChat };
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  // One engine request per choice: prompt i's choice j is requests[i * n + j].
+  std::vector<GenerationRequest> requests;
+  std::vector<std::string> prompt_texts;  // per prompt, for echo
+  int64_t n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions: the prompt text precedes the completion
+  bool logprobs = false;
+};
+
+class RequestParser {
+ public:
+  // context: tokens per sequence (prompt + completion) the engine allows.
+  RequestParser(const Tokenizer& tokenizer, const ChatTemplate& chat_template, int64_t context)
+      : tokenizer_(tokenizer), chat_template_(chat_template), context_(context) {}
+
+  ParsedRequest parse(Endpoint endpoint, const nlohmann::json& body) const;
+
+  // The prompt tokens of a chat conversation (the template applied).
+  std::vector<int32_t> chat_prompt(const nlohmann::json& messages, std::string* text) const;
+
+ private:
+  struct Prompts {
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::string> texts;
+  };
+  Prompts completion_prompts(const nlohmann::json& prompt) const;
+  std::vector<int32_t> checked_tokens(const nlohmann::json& ids, const std::string& param) const;
+  GenerationRequest shared_settings(Endpoint endpoint, const nlohmann::json& body, ParsedRequest& out) const;
+  void fit_to_context(const std::vector<int32_t>& prompt, const nlohmann::json& body, Endpoint endpoint,
+                      GenerationRequest& r) const;
+
+  const Tokenizer& tokenizer_;
+  const ChatTemplate& chat_template_;
+  int64_t context_;
+};
+
+}  // namespace kvserve::server

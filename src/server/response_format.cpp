@@ -1,0 +1,151 @@
+#include "server/response_format.h"
+
+#include <atomic>
+#include <chrono>
+
+namespace kvserve::server {
+namespace {
+
+using json = nlohmann::json;
+
+std::string next_response_id(Endpoint endpoint) {
+  static std::atomic<uint64_t> counter{0};
+  const auto stamp = std::chrono::system_clock::now().time_since_epoch().count();
+  return std::string(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(stamp % 1000000000) + "-" +
+         std::to_string(++counter);
+}
+
+json byte_values(const std::string& text) {
+  json out = json::array();
+  for (char c : text) out.push_back(static_cast<uint8_t>(c));
+  return out;
+}
+
+}  // namespace
+
+void ChoiceResult::add(const GenerationEvent& event) {
+  text += event.text;
+  logprobs.insert(logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+  prompt_tokens = event.prompt_tokens;
+  completion_tokens = event.completion_tokens;
+  if (event.finished) finish_reason = event.finish_reason, error = event.error;
+}
+
+ResponseFormatter::ResponseFormatter(const Tokenizer& tokenizer, const ParsedRequest& request, std::string model_id)
+    : tokenizer_(tokenizer),
+      endpoint_(request.endpoint),
+      id_(next_response_id(request.endpoint)),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
+      model_(std::move(model_id)),
+      echo_(request.echo),
+      logprobs_(request.logprobs),
+      n_(request.n),
+      prompt_texts_(request.prompt_texts),
+      started_(request.requests.size(), false),
+      text_offsets_(request.requests.size(), 0),
+      prompt_tokens_(request.requests.size(), 0),
+      completion_tokens_(request.requests.size(), 0) {}
+
+json ResponseFormatter::envelope(bool streaming) const {
+  const char* object = endpoint_ == Endpoint::kChat ? (streaming ? "chat.completion.chunk" : "chat.completion")
+                                                    : "text_completion";
+  return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
+}
+
+json ResponseFormatter::usage(const std::vector<int64_t>& prompt_tokens, const std::vector<int64_t>& completion_tokens) const {
+  int64_t prompt = 0, completion = 0;
+  for (size_t i = 0; i < prompt_tokens.size(); ++i) {
+    if (i % static_cast<size_t>(n_) == 0) prompt += prompt_tokens[i];  // the n choices of a prompt share it
+    completion += completion_tokens[i];
+  }
+  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+json ResponseFormatter::completion_logprobs(const std::vector<TokenLogprob>& logprobs, size_t choice) {
+  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (const TokenLogprob& lp : logprobs) {
+    const std::string piece = tokenizer_.token_bytes(lp.id);
+    out["tokens"].push_back(piece);
+    out["token_logprobs"].push_back(lp.logprob);
+    json top = json::object();
+    for (const auto& [id, value] : lp.top) top[tokenizer_.token_bytes(id)] = value;
+    out["top_logprobs"].push_back(top);
+    out["text_offset"].push_back(text_offsets_[choice]);
+    text_offsets_[choice] += piece.size();
+  }
+  return out;
+}
+
+json ResponseFormatter::chat_logprobs(const std::vector<TokenLogprob>& logprobs) const {
+  json content = json::array();
+  for (const TokenLogprob& lp : logprobs) {
+    const std::string piece = tokenizer_.token_bytes(lp.id);
+    json top = json::array();
+    for (const auto& [id, value] : lp.top) {
+      const std::string alt = tokenizer_.token_bytes(id);
+      top.push_back({{"token", alt}, {"logprob", value}, {"bytes", byte_values(alt)}});
+    }
+    content.push_back({{"token", piece}, {"logprob", lp.logprob}, {"bytes", byte_values(piece)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json ResponseFormatter::logprobs_json(const std::vector<TokenLogprob>& logprobs, size_t choice) {
+  if (!logprobs_) return nullptr;
+  return endpoint_ == Endpoint::kChat ? chat_logprobs(logprobs) : completion_logprobs(logprobs, choice);
+}
+
+json ResponseFormatter::choice_json(size_t index, const std::string& text, const std::vector<TokenLogprob>& logprobs,
+                                    const std::string& finish_reason, bool streaming) {
+  const bool first = !started_[index];
+  started_[index] = true;
+  json choice = {{"index", index}, {"logprobs", logprobs_json(logprobs, index)},
+                 {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}};
+  if (endpoint_ == Endpoint::kChat) {
+    json message = {{"content", text}};
+    if (first || !streaming) message["role"] = "assistant";
+    choice[streaming ? "delta" : "message"] = message;
+  } else {
+    const std::string& echo = echo_ && first ? prompt_texts_[index / static_cast<size_t>(n_)] : "";
+    choice["text"] = echo + text;
+  }
+  return choice;
+}
+
+json ResponseFormatter::response(const std::vector<ChoiceResult>& choices) const {
+  ResponseFormatter copy = *this;  // choice_json advances per-choice state; a response is built once
+  json out = envelope(false);
+  out["choices"] = json::array();
+  std::vector<int64_t> prompt(choices.size()), completion(choices.size());
+  for (size_t i = 0; i < choices.size(); ++i) {
+    out["choices"].push_back(copy.choice_json(i, choices[i].text, choices[i].logprobs, choices[i].finish_reason, false));
+    prompt[i] = choices[i].prompt_tokens;
+    completion[i] = choices[i].completion_tokens;
+  }
+  out["usage"] = usage(prompt, completion);
+  return out;
+}
+
+json ResponseFormatter::chunk(const ChoiceEvent& ev) {
+  const GenerationEvent& e = ev.event;
+  prompt_tokens_[ev.choice] = e.prompt_tokens;
+  completion_tokens_[ev.choice] = e.completion_tokens;
+  if (e.finished && (e.finish_reason == "error" || e.finish_reason == "cancelled")) {
+    const bool cancelled = e.finish_reason == "cancelled";
+    return {{"error", {{"message", cancelled ? "the request was cancelled (the server is shutting down)" : e.error},
+                       {"type", "server_error"}, {"param", nullptr}, {"code", cancelled ? 503 : 500}}}};
+  }
+  json out = envelope(true);
+  out["choices"] = json::array({choice_json(ev.choice, e.text, e.logprobs, e.finished ? e.finish_reason : "", true)});
+  return out;
+}
+
+json ResponseFormatter::usage_chunk() const {
+  json out = envelope(true);
+  out["choices"] = json::array();
+  out["usage"] = usage(prompt_tokens_, completion_tokens_);
+  return out;
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,65 @@
+#pragma once
+// OpenAI response shapes: whole responses (non-streaming), per-event chunks
+// (streaming), logprobs and usage, for both the completions and the chat
+// endpoints.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/generation_job.h"
+#include "server/request_parser.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvserve::server {
+
+// Everything one choice produced, gathered from its events.
+struct ChoiceResult {
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  std::string finish_reason;  // empty until the final event
+  std::string error;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+
+  void add(const GenerationEvent& event);
+};
+
+class ResponseFormatter {
+ public:
+  ResponseFormatter(const Tokenizer& tokenizer, const ParsedRequest& request, std::string model_id);
+
+  // The non-streaming response body.
+  nlohmann::json response(const std::vector<ChoiceResult>& choices) const;
+  // The streaming chunk for one engine event (an {"error": ...} object for a
+  // choice that failed or was cancelled).
+  nlohmann::json chunk(const ChoiceEvent& event);
+  // The last chunk when stream_options.include_usage is set: no choices, only usage.
+  nlohmann::json usage_chunk() const;
+
+ private:
+  nlohmann::json envelope(bool streaming) const;
+  nlohmann::json choice_json(size_t index, const std::string& text, const std::vector<TokenLogprob>& logprobs,
+                             const std::string& finish_reason, bool streaming);
+  nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs, size_t choice);
+  nlohmann::json completion_logprobs(const std::vector<TokenLogprob>& logprobs, size_t choice);
+  nlohmann::json chat_logprobs(const std::vector<TokenLogprob>& logprobs) const;
+  nlohmann::json usage(const std::vector<int64_t>& prompt_tokens, const std::vector<int64_t>& completion_tokens) const;
+
+  const Tokenizer& tokenizer_;
+  Endpoint endpoint_;
+  std::string id_;
+  int64_t created_;
+  std::string model_;
+  bool echo_;
+  bool logprobs_;
+  int64_t n_;
+  std::vector<std::string> prompt_texts_;
+  std::vector<bool> started_;            // per choice: its first chunk has gone out
+  std::vector<size_t> text_offsets_;     // per choice: bytes of text so far (completions logprobs)
+  std::vector<int64_t> prompt_tokens_;   // per choice, from its final event
+  std::vector<int64_t> completion_tokens_;
+};
+
+}  // namespace kvserve::server

@@ -1,0 +1,68 @@
+#include "server/server_metrics.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace kvserve::server {
+namespace {
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+void sample(std::string& out, const std::string& name, const char* type, const std::string& help, double value) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + number(value) + "\n";
+}
+
+}  // namespace
+
+void LatencyHistogram::observe(double seconds) {
+  size_t i = 0;
+  while (i < kBounds.size() && seconds > kBounds[i]) ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_micros_.fetch_add(std::llround(seconds * 1e6), std::memory_order_relaxed);
+}
+
+std::string LatencyHistogram::render(const std::string& name, const std::string& help) const {
+  std::string out = "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  int64_t cumulative = 0;
+  for (size_t i = 0; i <= kBounds.size(); ++i) {
+    cumulative += buckets_[i].load(std::memory_order_relaxed);
+    const std::string le = i < kBounds.size() ? number(kBounds[i]) : "+Inf";
+    out += name + "_bucket{le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_sum " + number(static_cast<double>(sum_micros_.load()) * 1e-6) + "\n";
+  out += name + "_count " + std::to_string(count_.load()) + "\n";
+  return out;
+}
+
+std::string ServerMetrics::render(const EngineMetrics& e) const {
+  std::string out;
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  sample(out, "kvserve_requests_running", "gauge", "Requests being decoded.", d(e.running));
+  sample(out, "kvserve_requests_waiting", "gauge", "Requests queued in the engine.", d(e.waiting));
+  sample(out, "kvserve_kv_blocks_total", "gauge", "KV cache blocks in the pool.", d(e.kv_blocks_total));
+  sample(out, "kvserve_kv_blocks_used", "gauge", "KV cache blocks held by sequences.", d(e.kv_blocks_used));
+  sample(out, "kvserve_kv_blocks_free", "gauge", "KV cache blocks free.", d(e.kv_blocks_free));
+  sample(out, "kvserve_kv_blocks_cached", "gauge", "Unreferenced KV blocks kept for prefix reuse.", d(e.kv_blocks_cached));
+  const double hit_rate = e.prefix_query_tokens > 0 ? d(e.prefix_hit_tokens) / d(e.prefix_query_tokens) : 0.0;
+  sample(out, "kvserve_prefix_cache_hit_rate", "gauge", "Prompt tokens found in the prefix cache / looked up.", hit_rate);
+  sample(out, "kvserve_prompt_tokens_total", "counter", "Prompt tokens computed.", d(e.prompt_tokens_total));
+  sample(out, "kvserve_generation_tokens_total", "counter", "Tokens generated.", d(e.generated_tokens_total));
+  sample(out, "kvserve_requests_finished_total", "counter", "Engine requests finished.", d(e.requests_finished));
+  sample(out, "kvserve_preemptions_total", "counter", "Sequences preempted for KV memory.", d(e.preemptions));
+  sample(out, "kvserve_requests_rejected_total", "counter", "Requests refused with 429 (queue full).",
+         d(requests_rejected.load()));
+  sample(out, "kvserve_client_disconnects_total", "counter", "Streams cancelled because the client went away.",
+         d(client_disconnects.load()));
+  out += time_to_first_token.render("kvserve_time_to_first_token_seconds",
+                                    "Request arrival to first generated text, per choice, measured in the server.");
+  out += inter_token_latency.render("kvserve_inter_token_latency_seconds",
+                                    "Time between generated tokens of one choice, measured in the server.");
+  return out;
+}
+
+}  // namespace kvserve::server

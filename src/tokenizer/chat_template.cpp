@@ -1,0 +1,508 @@
+// Evaluating chat templates: walks the AST from chat_template_parse.cpp with
+// JSON values, the way Jinja (with Hugging Face's settings) would.
+#include "tokenizer/chat_template.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <ctime>
+
+#include "core/error.h"
+#include "model/gguf.h"
+#include "tokenizer/chat_template_ast.h"
+
+namespace kvserve {
+
+using namespace chat_template_detail;
+
+struct ChatTemplate::Program {
+  std::string source;
+  std::vector<Node> nodes;
+};
+
+namespace {
+
+constexpr int64_t kMaxRange = 1 << 20;  // range() bound, so a bad template cannot exhaust memory
+
+const char* const kChatMlSource =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+bool truthy(const json& v) {
+  if (is_undefined(v) || v.is_null()) return false;
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number()) return v.get<double>() != 0;
+  if (v.is_string()) return !v.get_ref<const std::string&>().empty();
+  return !v.empty();
+}
+
+// Jinja's str(): Python spellings for booleans and None.
+std::string to_text(const json& v) {
+  if (is_undefined(v)) return "";
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
+  if (v.is_null()) return "None";
+  return v.dump();
+}
+
+const std::string& as_string(const json& v, const char* what) {
+  if (!v.is_string()) fail(std::string(what) + " needs a string, got " + (is_undefined(v) ? "undefined" : v.type_name()));
+  return v.get_ref<const std::string&>();
+}
+
+int64_t as_int(const json& v, const char* what) {
+  if (!v.is_number()) fail(std::string(what) + " needs a number");
+  return v.get<int64_t>();
+}
+
+std::string strip(const std::string& s, bool left, bool right) {
+  size_t b = 0, e = s.size();
+  while (left && b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (right && e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+std::string change_case(std::string s, int mode) {  // 0 lower, 1 upper, 2 capitalize, 3 title
+  bool word_start = true;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const bool up = mode == 1 || (mode == 2 && i == 0) || (mode == 3 && word_start);
+    s[i] = static_cast<char>(up ? std::toupper(c) : std::tolower(c));
+    word_start = std::isspace(c) != 0;
+  }
+  return s;
+}
+
+json split(const std::string& s, const json& sep) {
+  json out = json::array();
+  if (is_undefined(sep) || sep.is_null()) {
+    std::string word;
+    for (char c : s + " ")
+      if (!std::isspace(static_cast<unsigned char>(c))) word += c;
+      else if (!word.empty()) out.push_back(word), word.clear();
+    return out;
+  }
+  const std::string& d = as_string(sep, "split");
+  if (d.empty()) fail("split: empty separator");
+  size_t start = 0, at;
+  while ((at = s.find(d, start)) != std::string::npos) out.push_back(s.substr(start, at - start)), start = at + d.size();
+  out.push_back(s.substr(start));
+  return out;
+}
+
+json items_of(const json& obj) {
+  json out = json::array();
+  for (auto it = obj.begin(); it != obj.end(); ++it) out.push_back(json::array({it.key(), it.value()}));
+  return out;
+}
+
+json arithmetic(const std::string& op, const json& a, const json& b) {
+  if (op == "+" && a.is_string() && b.is_string()) return a.get<std::string>() + b.get<std::string>();
+  if (op == "+" && a.is_array() && b.is_array()) {
+    json out = a;
+    out.insert(out.end(), b.begin(), b.end());
+    return out;
+  }
+  if (!a.is_number() || !b.is_number())
+    fail("cannot apply '" + op + "' to " + (is_undefined(a) ? "undefined" : a.type_name()) + " and " +
+         (is_undefined(b) ? "undefined" : b.type_name()));
+  const bool ints = a.is_number_integer() && b.is_number_integer();
+  const double x = a.get<double>(), y = b.get<double>();
+  if ((op == "/" || op == "//" || op == "%") && y == 0) fail("division by zero");
+  if (op == "/") return x / y;
+  if (op == "//") return ints ? json(static_cast<int64_t>(std::floor(x / y))) : json(std::floor(x / y));
+  if (op == "%") return ints ? json(((a.get<int64_t>() % b.get<int64_t>()) + b.get<int64_t>()) % b.get<int64_t>())
+                             : json(x - y * std::floor(x / y));
+  if (ints) {
+    const int64_t i = a.get<int64_t>(), j = b.get<int64_t>();
+    return op == "+" ? i + j : op == "-" ? i - j : i * j;
+  }
+  return op == "+" ? x + y : op == "-" ? x - y : x * y;
+}
+
+bool contains(const json& haystack, const json& needle) {
+  if (haystack.is_string()) return haystack.get_ref<const std::string&>().find(as_string(needle, "in")) != std::string::npos;
+  if (haystack.is_array()) return std::find(haystack.begin(), haystack.end(), needle) != haystack.end();
+  if (haystack.is_object()) return needle.is_string() && haystack.contains(needle.get<std::string>());
+  return false;
+}
+
+json compare(const std::string& op, const json& a, const json& b) {
+  if (op == "==") return !is_undefined(a) && !is_undefined(b) ? a == b : is_undefined(a) && is_undefined(b);
+  if (op == "!=") return !compare("==", a, b).get<bool>();
+  if (op == "in") return contains(b, a);
+  const bool comparable = (a.is_number() && b.is_number()) || (a.is_string() && b.is_string());
+  if (!comparable) fail("cannot compare with '" + op + "'");
+  if (op == "<") return a < b;
+  if (op == ">") return b < a;
+  if (op == "<=") return !(b < a);
+  return !(a < b);
+}
+
+// Python-style index: negative counts from the end; returns false when out of range.
+bool normalize_index(int64_t& i, size_t size) {
+  if (i < 0) i += static_cast<int64_t>(size);
+  return i >= 0 && i < static_cast<int64_t>(size);
+}
+
+json subscript(const json& obj, const json& key) {
+  if (obj.is_object() && key.is_string()) {
+    auto it = obj.find(key.get<std::string>());
+    return it == obj.end() ? undefined() : *it;
+  }
+  if ((obj.is_array() || obj.is_string()) && key.is_number_integer()) {
+    int64_t i = key.get<int64_t>();
+    const size_t size = obj.is_array() ? obj.size() : obj.get_ref<const std::string&>().size();
+    if (!normalize_index(i, size)) return undefined();
+    return obj.is_array() ? obj[static_cast<size_t>(i)] : json(obj.get<std::string>().substr(static_cast<size_t>(i), 1));
+  }
+  return undefined();
+}
+
+json slice(const json& obj, const json& start, const json& stop, const json& step) {
+  const int64_t by = is_undefined(step) || step.is_null() ? 1 : as_int(step, "slice step");
+  if (by == 0) fail("slice step cannot be zero");
+  const bool is_text = obj.is_string();
+  if (!is_text && !obj.is_array()) fail("cannot slice a " + std::string(obj.type_name()));
+  const auto n = static_cast<int64_t>(is_text ? obj.get_ref<const std::string&>().size() : obj.size());
+  auto bound = [&](const json& v, int64_t fallback) {
+    if (is_undefined(v) || v.is_null()) return fallback;
+    int64_t i = as_int(v, "slice");
+    if (i < 0) i += n;
+    return std::clamp<int64_t>(i, by > 0 ? 0 : -1, by > 0 ? n : n - 1);
+  };
+  const int64_t from = bound(start, by > 0 ? 0 : n - 1), to = bound(stop, by > 0 ? n : -1);
+  json out = is_text ? json("") : json::array();
+  for (int64_t i = from; by > 0 ? i < to : i > to; i += by) {
+    if (is_text) out.get_ref<std::string&>() += obj.get_ref<const std::string&>()[static_cast<size_t>(i)];
+    else out.push_back(obj[static_cast<size_t>(i)]);
+  }
+  return out;
+}
+
+json string_method(const std::string& s, const std::string& name, const std::vector<json>& a) {
+  auto arg = [&](size_t i) { return i < a.size() ? a[i] : undefined(); };
+  if (name == "strip" || name == "lstrip" || name == "rstrip") return strip(s, name != "rstrip", name != "lstrip");
+  if (name == "lower") return change_case(s, 0);
+  if (name == "upper") return change_case(s, 1);
+  if (name == "capitalize") return change_case(s, 2);
+  if (name == "title") return change_case(s, 3);
+  if (name == "startswith") return s.rfind(as_string(arg(0), "startswith"), 0) == 0;
+  if (name == "endswith") {
+    const std::string& end = as_string(arg(0), "endswith");
+    return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+  }
+  if (name == "split") return split(s, arg(0));
+  if (name == "replace") {
+    const std::string& from = as_string(arg(0), "replace");
+    const std::string& to = as_string(arg(1), "replace");
+    if (from.empty()) return s;
+    std::string out;
+    size_t start = 0, at;
+    while ((at = s.find(from, start)) != std::string::npos) out += s.substr(start, at - start) + to, start = at + from.size();
+    return out + s.substr(start);
+  }
+  fail("unknown string method '" + name + "'");
+}
+
+json call_method(const json& self, const std::string& name, const std::vector<json>& a) {
+  if (self.is_string()) return string_method(self.get<std::string>(), name, a);
+  if (self.is_object()) {
+    if (name == "items") return items_of(self);
+    json out = json::array();
+    if (name == "keys" || name == "values") {
+      for (auto it = self.begin(); it != self.end(); ++it) out.push_back(name == "keys" ? json(it.key()) : it.value());
+      return out;
+    }
+    if (name == "get") {
+      const json found = subscript(self, a.empty() ? undefined() : a[0]);
+      return !is_undefined(found) ? found : a.size() > 1 ? a[1] : json(nullptr);
+    }
+  }
+  fail("unknown method '" + name + "' on " + (is_undefined(self) ? "undefined" : self.type_name()));
+}
+
+json length_of(const json& v) {
+  if (v.is_string()) return v.get_ref<const std::string&>().size();
+  if (v.is_array() || v.is_object()) return v.size();
+  fail("length of a value without one");
+}
+
+json apply_filter(const std::string& name, const json& v, const std::vector<json>& a) {
+  auto arg = [&](size_t i) { return i < a.size() ? a[i] : undefined(); };
+  if (name == "trim" || name == "strip") return strip(as_string(v, "trim"), true, true);
+  if (name == "length" || name == "count") return length_of(v);
+  if (name == "upper" || name == "lower" || name == "capitalize" || name == "title")
+    return string_method(as_string(v, name.c_str()), name, {});
+  if (name == "string") return to_text(v);
+  if (name == "safe") return v;
+  if (name == "tojson") return v.dump(is_undefined(arg(0)) ? -1 : static_cast<int>(as_int(arg(0), "tojson")));
+  if (name == "default" || name == "d") return is_undefined(v) || (truthy(arg(1)) && !truthy(v)) ? arg(0) : v;
+  if (name == "items") return items_of(v);
+  if (name == "int") return v.is_string() ? json(std::atoll(v.get<std::string>().c_str())) : json(as_int(v, "int"));
+  if (name == "first" || name == "last") {
+    if ((!v.is_array() && !v.is_string()) || length_of(v) == 0) return undefined();
+    return subscript(v, name == "first" ? 0 : -1);
+  }
+  if (name == "reverse") return slice(v, undefined(), undefined(), -1);
+  if (name == "list") return v.is_array() ? v : slice(v, undefined(), undefined(), 1);
+  if (name == "join") {
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? to_text(is_undefined(arg(0)) ? json("") : arg(0)) : "") + to_text(v[i]);
+    return out;
+  }
+  fail("unknown filter '" + name + "'");
+}
+
+bool apply_test(const std::string& name, const json& v) {
+  if (name == "defined") return !is_undefined(v);
+  if (name == "undefined") return is_undefined(v);
+  if (name == "none") return v.is_null();
+  if (name == "string") return v.is_string();
+  if (name == "number") return v.is_number();
+  if (name == "integer") return v.is_number_integer();
+  if (name == "float") return v.is_number_float();
+  if (name == "boolean") return v.is_boolean();
+  if (name == "true" || name == "false") return v.is_boolean() && v.get<bool>() == (name == "true");
+  if (name == "mapping") return v.is_object();
+  if (name == "sequence" || name == "iterable") return v.is_array() || v.is_string() || v.is_object();
+  if (name == "even" || name == "odd") return v.is_number_integer() && (v.get<int64_t>() % 2 == 0) == (name == "even");
+  fail("unknown test '" + name + "'");
+}
+
+class Renderer {
+ public:
+  explicit Renderer(json globals) { scopes_.push_back(std::move(globals)); }
+
+  std::string run(const std::vector<Node>& nodes) {
+    exec(nodes);
+    return std::move(out_);
+  }
+
+ private:
+  void exec(const std::vector<Node>& nodes) {
+    for (const Node& n : nodes) {
+      switch (n.kind) {
+        case Node::Kind::kText: out_ += n.text; break;
+        case Node::Kind::kOutput: out_ += to_text(eval(*n.expr)); break;
+        case Node::Kind::kIf: exec_if(n); break;
+        case Node::Kind::kFor: exec_for(n); break;
+        case Node::Kind::kSet: exec_set(n); break;
+      }
+    }
+  }
+
+  void exec_if(const Node& n) {
+    for (size_t i = 0; i < n.bodies.size(); ++i) {
+      if (i == n.conditions.size() || truthy(eval(*n.conditions[i]))) {
+        exec(n.bodies[i]);
+        return;
+      }
+    }
+  }
+
+  std::vector<json> iteration_items(const Node& n) {
+    const json seq = eval(*n.expr);
+    std::vector<json> all;
+    if (seq.is_object()) for (auto it = seq.begin(); it != seq.end(); ++it) all.push_back(it.key());
+    else if (seq.is_array()) all.assign(seq.begin(), seq.end());
+    else if (seq.is_string()) for (char c : seq.get<std::string>()) all.push_back(std::string(1, c));
+    else if (!is_undefined(seq) && !seq.is_null()) fail("cannot loop over a " + std::string(seq.type_name()));
+    if (!n.conditions[0]) return all;
+    std::vector<json> kept;
+    for (json& item : all) {
+      scopes_.push_back(json::object());
+      bind_loop_variables(n, item);
+      if (truthy(eval(*n.conditions[0]))) kept.push_back(std::move(item));
+      scopes_.pop_back();
+    }
+    return kept;
+  }
+
+  void bind_loop_variables(const Node& n, const json& item) {
+    if (n.names.size() == 1) {
+      scopes_.back()[n.names[0]] = item;
+      return;
+    }
+    if (!item.is_array() || item.size() != n.names.size()) fail("cannot unpack a loop item into " + std::to_string(n.names.size()) + " names");
+    for (size_t i = 0; i < n.names.size(); ++i) scopes_.back()[n.names[i]] = item[i];
+  }
+
+  void exec_for(const Node& n) {
+    const std::vector<json> items = iteration_items(n);
+    const auto count = static_cast<int64_t>(items.size());
+    for (int64_t i = 0; i < count; ++i) {
+      scopes_.push_back(json::object());
+      bind_loop_variables(n, items[static_cast<size_t>(i)]);
+      scopes_.back()["loop"] = {{"index", i + 1}, {"index0", i}, {"first", i == 0}, {"last", i + 1 == count},
+                                {"length", count}, {"revindex", count - i}, {"revindex0", count - i - 1}};
+      exec(n.bodies[0]);
+      scopes_.pop_back();
+    }
+    if (count == 0) exec(n.bodies[1]);
+  }
+
+  void exec_set(const Node& n) {
+    json value = eval(*n.expr);
+    if (n.names.size() == 1) {
+      scopes_.back()[n.names[0]] = std::move(value);
+      return;
+    }
+    for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
+      if (!scope->contains(n.names[0])) continue;
+      json& target = (*scope)[n.names[0]];
+      if (!target.is_object()) fail("cannot set an attribute of '" + n.names[0] + "'");
+      target[n.names[1]] = std::move(value);
+      return;
+    }
+    fail("'" + n.names[0] + "' is undefined");
+  }
+
+  json lookup(const std::string& name) const {
+    for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
+      auto it = scope->find(name);
+      if (it != scope->end()) return *it;
+    }
+    return undefined();
+  }
+
+  json eval(const Expr& e) {
+    switch (e.kind) {
+      case Expr::Kind::kLiteral: return e.value;
+      case Expr::Kind::kName: return lookup(e.name);
+      case Expr::Kind::kAttr: {
+        const json obj = eval(*e.args[0]);
+        return obj.is_object() ? subscript(obj, e.name) : undefined();
+      }
+      case Expr::Kind::kIndex: return subscript(eval(*e.args[0]), eval(*e.args[1]));
+      case Expr::Kind::kSlice:
+        return slice(eval(*e.args[0]), optional(e.args[1]), optional(e.args[2]), optional(e.args[3]));
+      case Expr::Kind::kCall: return eval_call(e);
+      case Expr::Kind::kFilter: return apply_filter(e.name, eval(*e.args[0]), eval_args(e));
+      case Expr::Kind::kTest: return apply_test(e.name, eval(*e.args[0]));
+      case Expr::Kind::kNot: return !truthy(eval(*e.args[0]));
+      case Expr::Kind::kNeg: return arithmetic("-", 0, eval(*e.args[0]));
+      case Expr::Kind::kBinary: return eval_binary(e);
+      case Expr::Kind::kList: return eval_list(e);
+      case Expr::Kind::kDict: return eval_dict(e);
+      case Expr::Kind::kIf:
+        if (truthy(eval(*e.args[0]))) return eval(*e.args[1]);
+        return e.args[2] ? eval(*e.args[2]) : undefined();
+    }
+    fail("unknown expression");
+  }
+
+  json optional(const ExprPtr& e) { return e ? eval(*e) : undefined(); }
+
+  json eval_list(const Expr& e) {
+    json out = json::array();
+    for (const ExprPtr& item : e.args) out.push_back(eval(*item));
+    return out;
+  }
+
+  json eval_dict(const Expr& e) {
+    json out = json::object();
+    for (size_t i = 0; i + 1 < e.args.size(); i += 2) out[as_string(eval(*e.args[i]), "dict key")] = eval(*e.args[i + 1]);
+    return out;
+  }
+
+  json eval_binary(const Expr& e) {
+    const std::string& op = e.name;
+    json left = eval(*e.args[0]);
+    if (op == "and") return truthy(left) ? eval(*e.args[1]) : left;
+    if (op == "or") return truthy(left) ? left : eval(*e.args[1]);
+    const json right = eval(*e.args[1]);
+    if (op == "~") return to_text(left) + to_text(right);
+    if (op == "+" || op == "-" || op == "*" || op == "/" || op == "//" || op == "%") return arithmetic(op, left, right);
+    return compare(op, left, right);
+  }
+
+  // Arguments after the first (the callee or the filtered value).
+  std::vector<json> eval_args(const Expr& e) {
+    std::vector<json> out;
+    for (size_t i = 1; i < e.args.size(); ++i) out.push_back(eval(*e.args[i]));
+    return out;
+  }
+
+  json eval_call(const Expr& e) {
+    const Expr& callee = *e.args[0];
+    std::vector<json> args = eval_args(e);
+    if (callee.kind == Expr::Kind::kAttr) return call_method(eval(*callee.args[0]), callee.name, args);
+    if (callee.kind != Expr::Kind::kName) fail("this value cannot be called");
+    const std::string& fn = callee.name;
+    if (fn == "raise_exception") fail(args.empty() ? "raise_exception()" : to_text(args[0]));
+    if (fn == "namespace" || fn == "dict") {
+      json out = json::object();
+      for (size_t i = 0; i < args.size(); ++i)
+        if (!e.keywords[i].empty()) out[e.keywords[i]] = args[i];
+      return out;
+    }
+    if (fn == "range") return range(args);
+    if (fn == "strftime_now") {
+      char buf[128];
+      const std::time_t now = std::time(nullptr);
+      std::tm tm{};
+      localtime_r(&now, &tm);
+      return std::string(buf, std::strftime(buf, sizeof buf, as_string(args.at(0), "strftime_now").c_str(), &tm));
+    }
+    fail("unknown function '" + fn + "'");
+  }
+
+  static json range(const std::vector<json>& a) {
+    if (a.empty() || a.size() > 2) fail("range takes one or two arguments");
+    const int64_t from = a.size() == 2 ? as_int(a[0], "range") : 0, to = as_int(a.back(), "range");
+    if (to - from > kMaxRange) fail("range too large");
+    json out = json::array();
+    for (int64_t i = from; i < to; ++i) out.push_back(i);
+    return out;
+  }
+
+  std::vector<json> scopes_;  // innermost last; every scope is a JSON object
+  std::string out_;
+};
+
+}  // namespace
+
+ChatTemplate ChatTemplate::parse(std::string_view source) {
+  auto program = std::make_shared<Program>();
+  program->source = std::string(source);
+  program->nodes = parse_template(source);
+  return ChatTemplate(std::move(program));
+}
+
+ChatTemplate ChatTemplate::chatml() { return parse(kChatMlSource); }
+
+ChatTemplate ChatTemplate::for_model(const GGUFFile& file, std::string* note) {
+  const std::string key = "tokenizer.chat_template";
+  auto say = [&](const std::string& text) {
+    if (note) *note = text;
+  };
+  if (!file.has(key)) {
+    say("the model has no " + key + "; using ChatML");
+    return chatml();
+  }
+  try {
+    ChatTemplate t = parse(file.get_string(key));
+    // A dry run catches templates that parse but use what apply() lacks.
+    ChatTemplateInputs probe;
+    probe.messages = json::array({{{"role", "user"}, {"content", "hello"}}});
+    t.apply(probe);
+    say("using the model's " + key);
+    return t;
+  } catch (const Error& e) {
+    say(std::string("the model's ") + key + " is not supported (" + e.what() + "); using ChatML");
+    return chatml();
+  }
+}
+
+std::string ChatTemplate::apply(const ChatTemplateInputs& inputs) const {
+  json globals = {{"messages", inputs.messages},
+                  {"add_generation_prompt", inputs.add_generation_prompt},
+                  {"bos_token", inputs.bos_token},
+                  {"eos_token", inputs.eos_token}};
+  return Renderer(std::move(globals)).run(program_->nodes);
+}
+
+const std::string& ChatTemplate::source() const { return program_->source; }
+
+}  // namespace kvserve

@@ -1,0 +1,144 @@
+// The Jinja-subset chat template interpreter on the template shapes real
+// models ship (SmolLM / ChatML, Qwen, Llama 3, Mistral) and on the language
+// features they use.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "model/gguf.h"
+#include "tokenizer/chat_template.h"
+#include "test_util.h"
+
+using namespace kvserve;
+using json = nlohmann::json;
+
+namespace {
+
+json conversation() {
+  return json::array({{{"role", "system"}, {"content", "Be brief."}},
+                      {{"role", "user"}, {"content", "Hi"}},
+                      {{"role", "assistant"}, {"content", "Hello!"}},
+                      {{"role", "user"}, {"content", "Bye"}}});
+}
+
+std::string render(const std::string& source, json messages, bool add_generation_prompt = true) {
+  ChatTemplateInputs in;
+  in.messages = std::move(messages);
+  in.add_generation_prompt = add_generation_prompt;
+  in.bos_token = "<s>";
+  in.eos_token = "</s>";
+  return ChatTemplate::parse(source).apply(in);
+}
+
+// The template SmolLM2-Instruct ships in its GGUF (and, but for the default
+// system prompt, Qwen2's).
+const char* const kSmolLm =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+const char* const kLlama3 =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+    "message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+
+const char* const kMistral =
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}";
+
+}  // namespace
+
+TEST(ChatTemplate, SmolLmAddsTheDefaultSystemPromptOnlyWithoutOne) {
+  EXPECT_EQ(render(kSmolLm, json::array({{{"role", "user"}, {"content", "Hi"}}})),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(render(kSmolLm, conversation(), false),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n");
+}
+
+TEST(ChatTemplate, Llama3TrimsContentAndPrependsBos) {
+  const json messages = json::array({{{"role", "user"}, {"content", "  Hi \n"}}});
+  EXPECT_EQ(render(kLlama3, messages),
+            "<s><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplate, MistralAlternatesAndRaises) {
+  const json ok = json::array({{{"role", "user"}, {"content", "Hi"}},
+                               {{"role", "assistant"}, {"content", "Hello"}},
+                               {{"role", "user"}, {"content", "Bye"}}});
+  EXPECT_EQ(render(kMistral, ok), "<s>[INST] Hi [/INST]Hello</s>[INST] Bye [/INST]");
+  try {
+    render(kMistral, conversation());
+    FAIL() << "expected raise_exception";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Conversation roles must alternate"), std::string::npos);
+  }
+}
+
+TEST(ChatTemplate, ChatMlFallback) {
+  ChatTemplateInputs in;
+  in.messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  EXPECT_EQ(ChatTemplate::chatml().apply(in), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, WhitespaceControlAndBlockTrimming) {
+  const std::string src =
+      "{%- for m in messages %}\n"
+      "    {%- if m.role == 'user' %}\n"
+      "U:{{ m.content }}\n"
+      "    {%- else %}\n"
+      "A:{{ m.content }}\n"
+      "    {%- endif %}\n"
+      "{%- endfor %}\n";
+  const json messages = json::array({{{"role", "user"}, {"content", "a"}}, {{"role", "assistant"}, {"content", "b"}}});
+  EXPECT_EQ(render(src, messages), "U:aA:b");
+  EXPECT_EQ(render("  {% if true %}\nx\n  {% endif %}\ny", json::array()), "x\ny");
+}
+
+TEST(ChatTemplate, ExpressionsFiltersTestsAndNamespaces) {
+  const json none = json::array();
+  EXPECT_EQ(render("{{ 1 + 2 * 3 }},{{ 7 // 2 }},{{ 7 % 3 }},{{ -2 }},{{ 1.5 }}", none), "7,3,1,-2,1.5");
+  EXPECT_EQ(render("{{ 'a' ~ 1 ~ true }}|{{ 'x' if false else 'y' }}|{{ none }}", none), "a1True|y|None");
+  EXPECT_EQ(render("{{ foo is defined }}{{ foo is not defined }}{{ 3 is odd }}{{ 'b' in 'abc' }}{{ 2 not in [1] }}", none),
+            "FalseTrueTrueTrueTrue");
+  EXPECT_EQ(render("{{ ' Ab '|trim|upper }}{{ [1,2,3]|length }}{{ foo|default('d') }}{{ ['a','b']|join('-') }}", none),
+            "AB3da-b");
+  EXPECT_EQ(render("{{ {'k': [1, 'x']}|tojson }}{{ 'a,b'.split(',')[1] }}{{ 'Hello'.startswith('He') }}", none),
+            "{\"k\":[1,\"x\"]}bTrue");
+  EXPECT_EQ(render("{{ messages[1:]|length }}{{ messages[-1].content }}{{ messages[::-1][0]['role'] }}", conversation()),
+            "3Byeuser");
+  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for m in messages if m.role == 'user' %}{% set ns.n = ns.n + 1 %}"
+                   "{{ loop.index }}/{{ loop.length }}{% if not loop.last %},{% endif %}{% endfor %}={{ ns.n }}",
+                   conversation()),
+            "1/2,2/2=2");
+  EXPECT_EQ(render("{% for k, v in {'a': 1}.items() %}{{ k }}{{ v }}{% else %}empty{% endfor %}"
+                   "{% for x in [] %}x{% else %}empty{% endfor %}",
+                   none),
+            "a1empty");
+  EXPECT_EQ(render("{# comment #}{% if 1 > 2 %}a{% elif 2 >= 2 and not false %}b{% else %}c{% endif %}", none), "b");
+}
+
+TEST(ChatTemplate, RejectsSyntaxOutsideTheSubset) {
+  for (const char* bad : {"{% macro m() %}{% endmacro %}", "{{ 1 + }}", "{% if x %}no end", "{{ 'open }}",
+                          "{% endfor %}", "{% for x in y %}{% endif %}"})
+    EXPECT_THROW(ChatTemplate::parse(bad), Error) << bad;
+  EXPECT_THROW(render("{{ 'a' + 1 }}", json::array()), Error);
+  EXPECT_THROW(render("{{ nothing.method() }}", json::array()), Error);
+}
+
+TEST(ChatTemplate, RealModelTemplateIsUsed) {
+  const std::string path = kvserve::testing::default_model_path();
+  if (path.empty()) GTEST_SKIP() << "the real model has not been fetched";
+  const GGUFFile file(path);
+  std::string note;
+  const ChatTemplate t = ChatTemplate::for_model(file, &note);
+  EXPECT_EQ(note, "using the model's tokenizer.chat_template");
+  ChatTemplateInputs in;
+  in.messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  EXPECT_EQ(t.apply(in), render(kSmolLm, in.messages));
+}
