@@ -19,7 +19,7 @@
 #include "test_util.h"
 
 using namespace kvserve;
-using kvserve::testing::TempFile;
+using kvserve::test_util::TempFile;
 
 namespace {
 
@@ -266,7 +266,7 @@ TEST_F(BatchingTest, CancelMidGenerationReturnsAllBlocks) {
 }
 
 TEST(PagedBatchingRealModel, SmolLM2ConcurrentGreedyEqualsAlone) {
-  const std::string path = kvserve::testing::default_model_path();
+  const std::string path = kvserve::test_util::default_model_path();
   if (path.empty()) GTEST_SKIP() << "the SmolLM2 model is not in models/";
   auto model = Model::load(path);
   const Tokenizer tok = Tokenizer::from_gguf(model->file());

@@ -132,7 +132,7 @@ TEST(ChatTemplate, RejectsSyntaxOutsideTheSubset) {
 }
 
 TEST(ChatTemplate, RealModelTemplateIsUsed) {
-  const std::string path = kvserve::testing::default_model_path();
+  const std::string path = kvserve::test_util::default_model_path();
   if (path.empty()) GTEST_SKIP() << "the real model has not been fetched";
   const GGUFFile file(path);
   std::string note;

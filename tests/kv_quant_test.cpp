@@ -22,7 +22,7 @@
 #include "test_util.h"
 
 using namespace kvserve;
-using kvserve::testing::TempFile;
+using kvserve::test_util::TempFile;
 
 namespace {
 
@@ -365,7 +365,7 @@ TEST(KvQuant, DecoderWithHalfPrecisionCacheKeepsGreedyTokens) {
 }
 
 TEST(KvQuant, DecoderWithBlockQuantizedCacheStaysClose) {
-  if (kvserve::testing::skip_slow()) GTEST_SKIP() << "slow under the sanitizers";
+  if (kvserve::test_util::skip_slow()) GTEST_SKIP() << "slow under the sanitizers";
   TempFile f(".gguf");
   auto m = synth_model(f, "smollm2-135m", 2, DType::BF16);  // head size 64
   // Random weights give flat logits, so greedy ties can flip; the logits must stay close.

@@ -31,7 +31,7 @@ CommandResult run_kvserve(const std::string& args) {
 }
 
 std::string stories_model() {
-  const std::string p = kvserve::testing::model_dir() + "/stories260k.gguf";
+  const std::string p = kvserve::test_util::model_dir() + "/stories260k.gguf";
   return std::filesystem::exists(p) ? p : "";
 }
 

@@ -14,7 +14,7 @@
 #include "test_util.h"
 
 using namespace kvserve;
-using kvserve::testing::TempFile;
+using kvserve::test_util::TempFile;
 
 namespace {
 
@@ -61,7 +61,7 @@ TEST(Quantize, KeepsMetadataAndConvertsMatrices) {
 }
 
 TEST(Quantize, Q8CopyOfStories260KGeneratesTheSameGreedyText) {
-  const std::string dir = kvserve::testing::shared_models_dir();
+  const std::string dir = kvserve::test_util::shared_models_dir();
   if (!std::filesystem::exists(dir + "/stories260K.bin")) GTEST_SKIP() << "no stories260K.bin";
   TempFile f32(".gguf"), q8(".gguf"), q4(".gguf");
   Llama2cOptions o;

@@ -52,7 +52,7 @@ void expect_greedy_matches(Decoder& decoder, const json& c) {
 class SmolLM2 : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = kvserve::testing::default_model_path();
+    path_ = kvserve::test_util::default_model_path();
     if (path_.empty()) GTEST_SKIP() << "default model not fetched (run scripts/fetch_models.sh)";
     model_ = Model::load(path_);
     reference_ = load_reference("smollm2_reference.json");
@@ -115,9 +115,9 @@ TEST_F(SmolLM2, RealModelNaiveAndCachedAgree) {
 }
 
 TEST(Stories260K, RealModelConvertedMatchesLlama2cReference) {
-  const std::string dir = kvserve::testing::shared_models_dir();
+  const std::string dir = kvserve::test_util::shared_models_dir();
   if (!std::filesystem::exists(dir + "/stories260K.bin")) GTEST_SKIP() << "no " << dir << "/stories260K.bin";
-  kvserve::testing::TempFile out(".gguf");
+  kvserve::test_util::TempFile out(".gguf");
   Llama2cOptions o;
   o.checkpoint_path = dir + "/stories260K.bin";
   o.tokenizer_path = dir + "/tok512.bin";

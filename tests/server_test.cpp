@@ -49,7 +49,7 @@ class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     signal(SIGPIPE, SIG_IGN);  // as `kvserve serve` does: a vanished client fails a write
-    model_file_ = new kvserve::testing::TempFile(".gguf");
+    model_file_ = new kvserve::test_util::TempFile(".gguf");
     SynthOptions o;
     o.preset = "tiny-llama";
     o.type = DType::F32;
@@ -142,7 +142,7 @@ class ServerTest : public ::testing::Test {
             {"temperature", 0.9}, {"seed", 42}, {"ignore_eos", true}};
   }
 
-  static kvserve::testing::TempFile* model_file_;
+  static kvserve::test_util::TempFile* model_file_;
   static Model* model_;
   static Tokenizer* tokenizer_;
   std::unique_ptr<Engine> engine_;
@@ -151,7 +151,7 @@ class ServerTest : public ::testing::Test {
   int port_ = 0;
 };
 
-kvserve::testing::TempFile* ServerTest::model_file_ = nullptr;
+kvserve::test_util::TempFile* ServerTest::model_file_ = nullptr;
 Model* ServerTest::model_ = nullptr;
 Tokenizer* ServerTest::tokenizer_ = nullptr;
 

@@ -20,7 +20,7 @@
 #include "test_util.h"
 
 using namespace kvserve;
-using kvserve::testing::TempFile;
+using kvserve::test_util::TempFile;
 
 namespace {
 
@@ -445,9 +445,9 @@ void expect_real_model_greedy_match(const std::string& path, int draft_layers, i
 }  // namespace
 
 TEST(SpecRealModel, SmolLM2WithSixLayerDraftMatchesGreedy) {
-  expect_real_model_greedy_match(kvserve::testing::model_dir() + "/smollm2-135m-instruct-q4_1.gguf", 6, 24, 4);
+  expect_real_model_greedy_match(kvserve::test_util::model_dir() + "/smollm2-135m-instruct-q4_1.gguf", 6, 24, 4);
 }
 
 TEST(SpecRealModel, Stories260KWithTwoLayerDraftMatchesGreedy) {
-  expect_real_model_greedy_match(kvserve::testing::model_dir() + "/stories260k.gguf", 2, 48, 4);
+  expect_real_model_greedy_match(kvserve::test_util::model_dir() + "/stories260k.gguf", 2, 48, 4);
 }

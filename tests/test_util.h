@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace kvserve::testing {
+namespace kvserve::test_util {
 
 // A file path under the system temp dir, removed when the object dies.
 class TempFile {
@@ -62,4 +62,4 @@ inline std::string shared_models_dir() {
 // the sanitizer run (they ran in the Release suite).
 inline bool skip_slow() { return std::getenv("KVSERVE_SKIP_SLOW") != nullptr; }
 
-}  // namespace kvserve::testing
+}  // namespace kvserve::test_util

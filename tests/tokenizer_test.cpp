@@ -4,6 +4,8 @@
 // (SentencePiece) vocabularies against independently computed ids.
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -441,13 +443,10 @@ TEST(TokenizerLoad, RejectsBadMetadata) {
 
 // ---- Real vocabularies (skipped when the files are absent) ----
 
-std::string model_dir() {
-  const char* env = std::getenv("KVSERVE_MODEL_DIR");
-  return env && *env ? env : KVSERVE_SOURCE_DIR "/models";
-}
+using ::kvserve::test_util::model_dir;
 
 std::optional<std::string> find_model_file(const std::string& name) {
-  for (const std::string& dir : {model_dir(), std::string(KVSERVE_SOURCE_DIR "/shared/models")}) {
+  for (const std::string& dir : {model_dir(), ::kvserve::test_util::shared_models_dir()}) {
     if (std::filesystem::exists(dir + "/" + name)) return dir + "/" + name;
   }
   return std::nullopt;
