@@ -17,6 +17,9 @@
 using namespace kvserve;
 using kvserve::test_util::TempFile;
 
+using ::kvserve::test_util::CommandResult;
+using ::kvserve::test_util::run_kvserve;
+
 namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
@@ -43,24 +46,6 @@ void expect_error_containing(const std::function<void()>& fn, const std::string&
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
-}
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-CommandResult run_kvserve(const std::string& args) {
-  const std::string command = std::string(KVSERVE_BINARY) + " " + args + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return result;
-  char buf[4096];
-  size_t n = 0;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) result.output.append(buf, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
 }
 
 }  // namespace

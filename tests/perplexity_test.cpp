@@ -10,25 +10,10 @@
 
 #include "test_util.h"
 
+using ::kvserve::test_util::CommandResult;
+using ::kvserve::test_util::run_kvserve;
+
 namespace {
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-CommandResult run_kvserve(const std::string& args) {
-  const std::string command = std::string(KVSERVE_BINARY) + " " + args + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return result;
-  char buf[4096];
-  size_t n = 0;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) result.output.append(buf, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 std::string stories_model() {
   const std::string p = kvserve::test_util::model_dir() + "/stories260k.gguf";

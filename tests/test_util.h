@@ -2,6 +2,7 @@
 // Helpers shared by the tests: temporary files and model locations.
 #include <cstdint>
 #include <cstdio>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
@@ -56,6 +57,25 @@ inline std::string shared_models_dir() {
   const std::string beside = std::string(KVSERVE_SOURCE_DIR) + "/../shared/models";
   const std::string above = std::string(KVSERVE_SOURCE_DIR) + "/../../shared/models";
   return std::filesystem::exists(beside) || !std::filesystem::exists(above) ? beside : above;
+}
+
+// The kvserve binary's exit code and its stdout + stderr.
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+inline CommandResult run_kvserve(const std::string& args) {
+  const std::string command = std::string(KVSERVE_BINARY) + " " + args + " 2>&1";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return result;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) result.output.append(buf, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
 }
 
 // Tests that take more than a few seconds unoptimized skip themselves under

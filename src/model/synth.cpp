@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "kernels/quantize.h"
 #include "model/gguf_writer.h"
 
@@ -170,36 +171,16 @@ class BpeBuilder {
 // ---------------------------------------------------------------------------
 // Deterministic normal random numbers
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// xoshiro256** seeded through splitmix64, with Box-Muller normals.
+// Box-Muller normals from the project's seeded generator.
 class NormalRng {
  public:
-  explicit NormalRng(uint64_t seed) {
-    for (uint64_t& s : state_) s = splitmix64(seed);
-  }
-  uint64_t next() {
-    const uint64_t result = rotl(state_[1] * 5, 7) * 9;
-    const uint64_t t = state_[1] << 17;
-    state_[2] ^= state_[0];
-    state_[3] ^= state_[1];
-    state_[1] ^= state_[2];
-    state_[0] ^= state_[3];
-    state_[2] ^= t;
-    state_[3] = rotl(state_[3], 45);
-    return result;
-  }
+  explicit NormalRng(uint64_t seed) : rng_(seed) {}
   // Fills out[0..n) with independent standard normals times `scale`.
   void fill_normal(float* out, int64_t n, float scale) {
     constexpr double kTwoPi = 6.283185307179586;
     for (int64_t i = 0; i < n; i += 2) {
-      const double u1 = (static_cast<double>(next() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-      const double u2 = static_cast<double>(next() >> 11) * 0x1.0p-53;
+      const double u1 = 1.0 - rng_.next_uniform();  // (0, 1]: log(u1) stays finite
+      const double u2 = rng_.next_uniform();
       const double radius = std::sqrt(-2.0 * std::log(u1));
       out[i] = static_cast<float>(radius * std::cos(kTwoPi * u2)) * scale;
       if (i + 1 < n) out[i + 1] = static_cast<float>(radius * std::sin(kTwoPi * u2)) * scale;
@@ -207,8 +188,7 @@ class NormalRng {
   }
 
  private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t state_[4];
+  Xoshiro256 rng_;
 };
 
 uint64_t tensor_seed(uint64_t seed, const std::string& name) {

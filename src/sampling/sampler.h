@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "sampling/rng.h"
+#include "core/rng.h"
 
 namespace kvserve {
 

@@ -1,11 +1,19 @@
 #pragma once
-// Seeded pseudo-random generator for sampling: xoshiro256** with its state
-// expanded from one 64-bit seed by splitmix64. Each sampler owns one, so a
-// request's draws depend only on its seed (no global state, no
+// Seeded pseudo-random generator: xoshiro256** with its state expanded from
+// one 64-bit seed by splitmix64. Each user owns one (a sampler, the weight
+// synthesizer), so draws depend only on the seed (no global state, no
 // std::random_device) and replay identically.
 #include <cstdint>
 
 namespace kvserve {
+
+// One step of splitmix64: advances `state` and returns a well-mixed value.
+inline uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
 
 class Xoshiro256 {
  public:
@@ -34,12 +42,6 @@ class Xoshiro256 {
 
  private:
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  static uint64_t splitmix64(uint64_t& x) {
-    uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
 
   uint64_t state_[4];
 };
