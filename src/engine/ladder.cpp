@@ -224,6 +224,7 @@ class EngineCollector {
   EventCallback callback(size_t i) {
     return [this, i](const GenerationEvent& ev) {
       std::lock_guard lock(mutex_);
+      engine_threads_ = omp_get_max_threads();  // callbacks run on the engine's thread
       if (first_token_s_[i] < 0 && !ev.tokens.empty()) {
         first_token_s_[i] = seconds_since(start_);
         done_.notify_all();
@@ -248,6 +249,7 @@ class EngineCollector {
   std::vector<std::vector<int32_t>> tokens() { std::lock_guard lock(mutex_); return tokens_; }
   std::vector<double> first_token_s() { std::lock_guard lock(mutex_); return first_token_s_; }
   std::string error() { std::lock_guard lock(mutex_); return error_; }
+  int engine_threads() { std::lock_guard lock(mutex_); return engine_threads_; }
 
  private:
   std::mutex mutex_;
@@ -256,6 +258,7 @@ class EngineCollector {
   std::vector<double> first_token_s_;
   size_t finished_ = 0;
   std::string error_;
+  int engine_threads_ = 0;
   Clock::time_point start_;
 };
 
@@ -293,7 +296,8 @@ void run_engine(LadderRung& rung, const Model& model, const Tokenizer& tokenizer
   const EngineMetrics m = engine.metrics();
   // Query rows the engine computed: prompt tokens not found in the prefix
   // cache, and every generated token but each request's last (never fed back).
-  rung.attention_rows = rung.full_attention_rows = m.prompt_tokens_total + m.generated_tokens_total - m.requests_finished;
+  // (requests_finished may lag the last event, so count the requests instead.)
+  rung.attention_rows = rung.full_attention_rows = m.prompt_tokens_total + m.generated_tokens_total - n;
   rung.kv_bytes = peak_blocks * PagedKVStorage::bytes_per_block(model.config().n_layers, eo.block_size, model.config().kv_dim());
   rung.outputs = collector.tokens();
   rung.measured_requests = n;
@@ -302,6 +306,8 @@ void run_engine(LadderRung& rung, const Model& model, const Tokenizer& tokenizer
   std::sort(ttft.begin(), ttft.end());
   rung.ttft_p50_s = ttft[ttft.size() / 2];
   rung.prefix_hit_tokens = m.prefix_hit_tokens;
+  // The engine thread's OpenMP team follows OMP_NUM_THREADS, not this thread's setting.
+  rung.threads = collector.engine_threads();
   if (prefix_caching)
     rung.note = std::to_string(m.prefix_hit_tokens) + " of " + std::to_string(m.prefix_query_tokens) +
                 " prompt tokens found in the prefix cache; the other requests were submitted once the first had "

@@ -114,7 +114,10 @@ RgbImage plot_ladder(const LadderResult& result) {
   constexpr int kWidth = 900, kHeight = 460, kLeft = 40, kRight = 20, kTop = 60, kBottom = 70;
   constexpr uint32_t kInk = 0x202020, kBar = 0x3070C0, kScaledBar = 0x90B0D8, kGrid = 0xE0E0E0;
   RgbImage image(kWidth, kHeight, 0xFFFFFF);
-  image.draw_text(kLeft, 14, "KVSERVE LADDER: OUTPUT TOKENS/S, LOG SCALE (" + result.model_name + ")", kInk, 2);
+  image.draw_text(kLeft, 10, "KVSERVE LADDER: OUTPUT TOKENS/S (LOG SCALE)", kInk, 2);
+  image.draw_text(kLeft, 32, result.model_name + ", " + std::to_string(result.requests) + " REQUESTS X " +
+                                 std::to_string(result.prompt_len) + " PROMPT + " + std::to_string(result.gen_len) +
+                                 " GENERATED TOKENS", kInk);
   if (result.rungs.empty()) return image;
   double lo = 1e30, hi = 0;
   for (const LadderRung& r : result.rungs) {
