@@ -13,5 +13,6 @@ void register_bench(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_quantize(CLI::App& app);
+void register_ladder(CLI::App& app);
 
 }  // namespace kvserve::cli

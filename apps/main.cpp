@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   kvserve::cli::register_perplexity(app);
   kvserve::cli::register_serve(app);
   kvserve::cli::register_quantize(app);
+  kvserve::cli::register_ladder(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
