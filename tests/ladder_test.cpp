@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 using namespace kvserve;
-using kvserve::testing::TempFile;
+using kvserve::test_util::TempFile;
 
 namespace {
 
