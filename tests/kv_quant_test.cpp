@@ -77,14 +77,15 @@ struct TypedRows {
 };
 
 // The same rows copied into separately allocated blocks of block_size tokens,
-// each token row padded to an odd stride, the table in position order.
+// each token row padded past its size (by 16 bytes: rows must stay aligned for
+// their element type, as every real cache keeps them), the table in position order.
 struct BlockTableRows {
   std::vector<std::vector<uint8_t>> storage;
   std::vector<const uint8_t*> table;
   KVRows rows;
 
   BlockTableRows(const TypedRows& src, int64_t n_kv, int64_t block_size) {
-    const size_t stride = src.row_bytes + 13;
+    const size_t stride = src.row_bytes + 16;
     const int64_t n_blocks = (n_kv + block_size - 1) / block_size;
     storage.resize(static_cast<size_t>(n_blocks));
     // Allocated last block first so that block addresses do not follow positions.

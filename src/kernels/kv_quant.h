@@ -55,7 +55,8 @@ void dequantize_kv_row(KVType type, const uint8_t* src, float* dst, int64_t n);
 struct KVRows {
   KVType type = KVType::F32;
   int64_t block_size = 0;           // tokens per block
-  size_t token_stride = 0;          // bytes from one token's row to the next inside a block
+  size_t token_stride = 0;          // bytes from one token's row to the next inside a block; a
+                                    // multiple of 4 (blocks 4-byte aligned) so f32 / fp16 fields load aligned
   const uint8_t* const* blocks = nullptr;  // block base addresses in position order
 
   const uint8_t* token(int64_t pos) const {
