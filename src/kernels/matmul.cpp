@@ -46,7 +46,34 @@ bool is_block_quantized(DType type) { return type == DType::Q4_0 || type == DTyp
 // Below this many multiply-adds a second thread costs more than it saves.
 constexpr int64_t kMinWorkPerThread = 1 << 16;
 
+// Per-thread scratch reused across calls: a decode step makes ~200 matmul
+// calls, and a fresh allocation in each showed up as page faults and memsets.
+struct MatmulScratch {
+  AlignedBuffer<uint8_t> q8_activations;
+  std::vector<float> block_sums;
+};
+
+uint8_t* q8_scratch(MatmulScratch& scratch, size_t bytes) {
+  if (scratch.q8_activations.size() < bytes) scratch.q8_activations.resize(bytes);
+  return scratch.q8_activations.data();
+}
+
+// The exact Q4 kernels fold a block's offset as offset * sum(x), so they need
+// the block sums of x.
+bool needs_block_sums(DType type, bool q8_activations) {
+  return !q8_activations && (type == DType::Q4_0 || type == DType::Q4_1);
+}
+
 }  // namespace
+
+void x_block_sum_pairs(const float* x, int64_t cols, float* pairs) {
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    float sum = 0;
+    for (int j = 0; j < 32; ++j) sum += x[b * 32 + j];
+    pairs[2 * b] = 0.0f;
+    pairs[2 * b + 1] = sum;
+  }
+}
 
 void quantize_q8_activations(const float* x, int64_t cols, Q8Order order, uint8_t* dst) {
   auto* qs = reinterpret_cast<int8_t*>(dst);
@@ -89,17 +116,34 @@ void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
   job.n_tokens = n_tokens;
   job.x = x;
   job.y = y;
-  AlignedBuffer<uint8_t> xq(quantized ? static_cast<size_t>(n_tokens) * q8_act_row_bytes(job.cols) : 0);
-  job.xq = xq.data();
+  thread_local MatmulScratch scratch;
+  uint8_t* const xq = quantized ? q8_scratch(scratch, static_cast<size_t>(n_tokens) * q8_act_row_bytes(job.cols)) : nullptr;
+  job.xq = xq;
+  const bool block_sums = needs_block_sums(w.type, quantized);
+  const int64_t sum_floats = x_block_sum_floats(job.cols);
+  if (block_sums) scratch.block_sums.resize(static_cast<size_t>(n_tokens * sum_floats));
+  // A plain pointer: inside the parallel region `scratch` would name each
+  // worker thread's own (empty) thread_local copy.
+  float* const sums = scratch.block_sums.data();
+  job.x_block_sums = sums;
+
+  // Per-token preparation of the activations (8-bit quantization or block
+  // sums). One token is prepared before the parallel region: splitting it
+  // would cost an OpenMP barrier for a few hundred adds.
+  const auto prepare_token = [&](int64_t t) {
+    if (quantized) quantize_q8_activations(x + t * job.cols, job.cols, order, xq + t * q8_act_row_bytes(job.cols));
+    if (block_sums) x_block_sum_pairs(x + t * job.cols, job.cols, sums + t * sum_floats);
+  };
+  const bool prepare_in_region = n_tokens > 1 && (quantized || block_sums);
+  if (n_tokens == 1) prepare_token(0);
 
   const int64_t work = job.rows * job.cols * n_tokens;
   const int max_threads = static_cast<int>(std::clamp<int64_t>(work / kMinWorkPerThread, 1, omp_get_max_threads()));
 #pragma omp parallel num_threads(max_threads)
   {
-    if (quantized) {
+    if (prepare_in_region) {
 #pragma omp for schedule(static)
-      for (int64_t t = 0; t < n_tokens; ++t)
-        quantize_q8_activations(x + t * job.cols, job.cols, order, xq.data() + t * q8_act_row_bytes(job.cols));
+      for (int64_t t = 0; t < n_tokens; ++t) prepare_token(t);
     }
     // One contiguous slice of rows per thread, so each streams its own part of W.
     const int64_t n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
