@@ -3,8 +3,10 @@
 #include <exception>
 
 #include "apps/commands.h"
+#include "kernels/openmp_wait.h"
 
 int main(int argc, char** argv) {
+  kvserve::reexec_with_passive_openmp_wait(argv);
   CLI::App app{"kvserve: an LLM inference engine and server"};
   app.require_subcommand(1);
   kvserve::cli::register_info(app);

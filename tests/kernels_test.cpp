@@ -171,6 +171,38 @@ TEST_P(KernelMatmul, SimdPathsAgreeWithScalarPathClosely) {
   }
 }
 
+// matmul_shared_input runs several products in one parallel region; each
+// must equal its own matmul() bit for bit (same kernels, same row slices per
+// product), for mixed types, odd row counts and both activation precisions.
+TEST(KernelMatmulShared, EqualsSeparateMatmulsForMixedTypes) {
+  IsaGuard guard;
+  PrecisionGuard precision_guard;
+  const int64_t cols = 96;
+  const TestMatrix a = make_matrix(DType::Q4_1, 33, cols, 71), b = make_matrix(DType::Q8_0, 7, cols, 72),
+                   c = make_matrix(DType::F32, 100, cols, 73), d = make_matrix(DType::Q4_0, 1, cols, 74);
+  const TestMatrix* matrices[] = {&a, &b, &c, &d};
+  for (const ActivationPrecision precision : {ActivationPrecision::kF32, ActivationPrecision::kQ8})
+  for (Isa isa : available_isas())
+  for (const int64_t n_tokens : {1, 5}) {
+    set_activation_precision(precision);
+    set_kernel_isa(isa);
+    const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * cols), 75);
+    std::vector<std::vector<float>> shared(4), separate(4);
+    std::vector<MatmulProduct> products;
+    for (size_t i = 0; i < 4; ++i) {
+      const auto size = static_cast<size_t>(n_tokens * matrices[i]->view.rows());
+      shared[i].assign(size, std::numeric_limits<float>::quiet_NaN());
+      separate[i].assign(size, 0.0f);
+      products.push_back({&matrices[i]->view, shared[i].data()});
+      matmul(matrices[i]->view, x.data(), n_tokens, separate[i].data());
+    }
+    matmul_shared_input(products, x.data(), n_tokens);
+    for (size_t i = 0; i < 4; ++i)
+      EXPECT_EQ(shared[i], separate[i]) << "product " << i << " on " << isa_name(isa) << ", tokens " << n_tokens
+                                        << ", activations " << activation_precision_name(precision);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(KernelTypes, KernelMatmul,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });

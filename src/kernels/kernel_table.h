@@ -70,8 +70,20 @@ struct MatmulJob {
   int64_t n_tokens = 0;
   const float* x = nullptr;       // n_tokens x cols (float weight types)
   const uint8_t* xq = nullptr;    // n_tokens Q8ActRows of q8_act_row_bytes(cols) (quantized types)
+  // f32 activations against Q4 weights: per token, per 32-column block, the
+  // pair {0, sum of the block's x} (see x_block_sum_pairs), which the weight
+  // offset multiplies.
+  const float* x_block_sums = nullptr;
   float* y = nullptr;             // n_tokens x rows
 };
+
+// Floats one token takes in MatmulJob::x_block_sums.
+static inline int64_t x_block_sum_floats(int64_t cols) { return cols / 32 * 2; }
+
+// {0, sum(x[32 b .. 32 b + 31])} for every block b of one token. The zero
+// lane lets a kernel multiply-add a weight block's [d, offset] scales by the
+// pair in one instruction: lane 1 collects offset * sum(x), lane 0 stays 0.
+void x_block_sum_pairs(const float* x, int64_t cols, float* pairs);
 
 static inline Q8ActRow q8_act_row(const MatmulJob& job, int64_t token) {
   const uint8_t* base = job.xq + static_cast<size_t>(token) * q8_act_row_bytes(job.cols);

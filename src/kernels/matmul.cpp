@@ -3,7 +3,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -46,7 +48,33 @@ bool is_block_quantized(DType type) { return type == DType::Q4_0 || type == DTyp
 // Below this many multiply-adds a second thread costs more than it saves.
 constexpr int64_t kMinWorkPerThread = 1 << 16;
 
+// Activation buffers of one product.
+struct MatmulScratch {
+  AlignedBuffer<uint8_t> q8_activations;
+  std::vector<float> block_sums;
+};
+
+uint8_t* q8_scratch(MatmulScratch& scratch, size_t bytes) {
+  if (scratch.q8_activations.size() < bytes) scratch.q8_activations.resize(bytes);
+  return scratch.q8_activations.data();
+}
+
+// The exact Q4 kernels fold a block's offset as offset * sum(x), so they need
+// the block sums of x.
+bool needs_block_sums(DType type, bool q8_activations) {
+  return !q8_activations && (type == DType::Q4_0 || type == DType::Q4_1);
+}
+
 }  // namespace
+
+void x_block_sum_pairs(const float* x, int64_t cols, float* pairs) {
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    float sum = 0;
+    for (int j = 0; j < 32; ++j) sum += x[b * 32 + j];
+    pairs[2 * b] = 0.0f;
+    pairs[2 * b + 1] = sum;
+  }
+}
 
 void quantize_q8_activations(const float* x, int64_t cols, Q8Order order, uint8_t* dst) {
   auto* qs = reinterpret_cast<int8_t*>(dst);
@@ -74,38 +102,92 @@ void matmul_reference(const TensorView& w, const float* x, int64_t n_tokens, flo
   matmul_rows_scalar(w, x, n_tokens, y, 0, w.rows(), row);
 }
 
-void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
-  const bool quantized = is_block_quantized(w.type) && activation_precision() == ActivationPrecision::kQ8;
-  const MatmulRowsFn kernel = rows_kernel(active_kernel_table(), w.type, quantized);
-  const Q8Order order = q8_order_for(w.type);
-  if (is_block_quantized(w.type) && w.cols() % 32 != 0)
-    throw Error("matmul: " + w.name + " has " + std::to_string(w.cols()) + " columns, not a multiple of 32");
+namespace {
 
+constexpr size_t kMaxSharedProducts = 8;
+
+// One product of a matmul_shared_input() call, with its prepared activations.
+struct PreparedProduct {
   MatmulJob job;
-  job.w = w.data;
-  job.row_bytes = w.row_bytes();
-  job.cols = w.cols();
-  job.rows = w.rows();
-  job.n_tokens = n_tokens;
-  job.x = x;
-  job.y = y;
-  AlignedBuffer<uint8_t> xq(quantized ? static_cast<size_t>(n_tokens) * q8_act_row_bytes(job.cols) : 0);
-  job.xq = xq.data();
+  MatmulRowsFn kernel = nullptr;
+  Q8Order order = Q8Order::Plain;
+  bool quantized = false;   // 8-bit activations in job.xq
+  bool block_sums = false;  // block sums of x in job.x_block_sums
+  uint8_t* xq = nullptr;
+  float* sums = nullptr;
 
-  const int64_t work = job.rows * job.cols * n_tokens;
-  const int max_threads = static_cast<int>(std::clamp<int64_t>(work / kMinWorkPerThread, 1, omp_get_max_threads()));
-#pragma omp parallel num_threads(max_threads)
-  {
-    if (quantized) {
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < n_tokens; ++t)
-        quantize_q8_activations(x + t * job.cols, job.cols, order, xq.data() + t * q8_act_row_bytes(job.cols));
-    }
-    // One contiguous slice of rows per thread, so each streams its own part of W.
-    const int64_t n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
+  void prepare_token(int64_t t) const {
+    const float* xt = job.x + t * job.cols;
+    if (quantized) quantize_q8_activations(xt, job.cols, order, xq + t * q8_act_row_bytes(job.cols));
+    if (block_sums) x_block_sum_pairs(xt, job.cols, sums + t * x_block_sum_floats(job.cols));
+  }
+  // This thread's contiguous slice of rows, so each thread streams its own part of W.
+  void run_slice(int64_t thread, int64_t n_threads) const {
     const int64_t slice = (job.rows + n_threads - 1) / n_threads;
     const int64_t r0 = std::min(job.rows, thread * slice), r1 = std::min(job.rows, r0 + slice);
     if (r0 < r1) kernel(job, r0, r1);
+  }
+};
+
+PreparedProduct prepare_product(const MatmulProduct& p, const float* x, int64_t n_tokens, MatmulScratch& scratch) {
+  const TensorView& w = *p.w;
+  if (is_block_quantized(w.type) && w.cols() % 32 != 0)
+    throw Error("matmul: " + w.name + " has " + std::to_string(w.cols()) + " columns, not a multiple of 32");
+  PreparedProduct out;
+  out.quantized = is_block_quantized(w.type) && activation_precision() == ActivationPrecision::kQ8;
+  out.kernel = rows_kernel(active_kernel_table(), w.type, out.quantized);
+  out.order = q8_order_for(w.type);
+  out.block_sums = needs_block_sums(w.type, out.quantized);
+  out.job = {w.data, w.row_bytes(), w.cols(), w.rows(), n_tokens, x, nullptr, nullptr, p.y};
+  if (out.quantized) out.xq = q8_scratch(scratch, static_cast<size_t>(n_tokens) * q8_act_row_bytes(w.cols()));
+  if (out.block_sums) {
+    scratch.block_sums.resize(static_cast<size_t>(n_tokens * x_block_sum_floats(w.cols())));
+    out.sums = scratch.block_sums.data();
+  }
+  out.job.xq = out.xq;
+  out.job.x_block_sums = out.sums;
+  return out;
+}
+
+}  // namespace
+
+void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
+  const MatmulProduct product{&w, y};
+  matmul_shared_input(std::span(&product, 1), x, n_tokens);
+}
+
+void matmul_shared_input(std::span<const MatmulProduct> products, const float* x, int64_t n_tokens) {
+  // One scratch per product and thread of the caller, reused across calls: a
+  // decode step makes ~100 calls, and fresh allocations showed up as page
+  // faults and memsets.
+  thread_local std::vector<MatmulScratch> scratch;
+  if (scratch.size() < products.size()) scratch.resize(products.size());
+  if (products.size() > kMaxSharedProducts) throw Error("matmul_shared_input: too many products");
+  std::array<PreparedProduct, kMaxSharedProducts> prepared_storage;
+  const std::span<PreparedProduct> prepared(prepared_storage.data(), products.size());
+  int64_t work = 0;
+  for (size_t i = 0; i < products.size(); ++i) {
+    prepared[i] = prepare_product(products[i], x, n_tokens, scratch[i]);
+    work += prepared[i].job.rows * prepared[i].job.cols * n_tokens;
+  }
+  // One token is prepared here: splitting it across threads would cost an
+  // OpenMP barrier for a few hundred operations.
+  const bool prepare_in_region = n_tokens > 1;
+  if (n_tokens == 1)
+    for (const PreparedProduct& p : prepared) p.prepare_token(0);
+
+  const int max_threads = static_cast<int>(std::clamp<int64_t>(work / kMinWorkPerThread, 1, omp_get_max_threads()));
+#pragma omp parallel num_threads(max_threads)
+  {
+    if (prepare_in_region) {
+      for (const PreparedProduct& p : prepared) {
+        if (!p.quantized && !p.block_sums) continue;
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < n_tokens; ++t) p.prepare_token(t);
+      }
+    }
+    const int64_t n_threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    for (const PreparedProduct& p : prepared) p.run_slice(thread, n_threads);
   }
 }
 

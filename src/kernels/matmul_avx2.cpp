@@ -97,17 +97,6 @@ __m256 dot_u8_s8(__m256i w, __m256i a) {
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
 
-// A Q4 block's 32 weights as 4 x 8 floats in element order: q * d + offset.
-void widen_nibbles(const uint8_t* qs, __m256 d, __m256 offset, __m256 w[4]) {
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
-  w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), d, offset);
-  w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), d, offset);
-  w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), d, offset);
-  w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), d, offset);
-}
-
 __m256i load_act(const Q8ActRow& a, int64_t block) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(a.qs + block * 32));
 }
@@ -246,66 +235,108 @@ struct Q8_0RowDot {
   }
 };
 
-// f32 activations: a block's 32 weights are widened to 4 x 8 floats in
-// registers (w = q * d + offset) and reused by every token of the pass, so
-// the result equals dequantize-then-dot up to float summation order.
+// f32 activations. A block's weights are w = d * q + offset with small
+// integers q, so it contributes d * sum(q * x) + offset * sum(x): q is widened
+// to exact floats, the block dot sum(q * x) is scaled by d once, and the
+// offset multiplies the block sum of x that matmul() computed once per call.
+// That saves the per-weight dequantizing FMA (w = d * q + offset) of the
+// plain form; rounding differs from dequantize-then-dot only by float
+// summation order (plus offset * sum(x) cancelling part of d * sum(q * x)).
+
+// The 32 nibbles of a Q4 block as exact floats in element order: zero-extended
+// bytes hold a low nibble (elements 0..15) and a high nibble (16..31).
+void widen_nibbles_exact(const uint8_t* qs, __m256 q[4]) {
+  const __m256i bytes0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs)));
+  const __m256i bytes8 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8)));
+  const __m256i low = _mm256_set1_epi32(0x0f);
+  q[0] = _mm256_cvtepi32_ps(_mm256_and_si256(bytes0, low));
+  q[1] = _mm256_cvtepi32_ps(_mm256_and_si256(bytes8, low));
+  q[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(bytes0, 4));  // a byte >> 4 is its high nibble
+  q[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(bytes8, 4));
+}
+
+// Each format: widen(block, q) and scales(block) = [d, offset, 0, 0].
 struct ExactQ4_0 {
   using Block = BlockQ4_0;
-  static void widen(const Block& b, __m256 w[4]) {
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
-    widen_nibbles(b.qs, d, _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)), w);
+  static constexpr bool kHasOffset = true;
+  static void widen(const Block& b, __m256 q[4]) { widen_nibbles_exact(b.qs, q); }
+  static __m128 scales(const Block& b) {
+    const uint64_t d = b.d;
+    return _mm_mul_ps(fp16x4_to_f32(d | d << 16), _mm_setr_ps(1.0f, -8.0f, 0.0f, 0.0f));  // offset = -8 d
   }
 };
 struct ExactQ4_1 {
   using Block = BlockQ4_1;
-  static void widen(const Block& b, __m256 w[4]) {
-    widen_nibbles(b.qs, _mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_set1_ps(_cvtsh_ss(b.m)), w);
+  static constexpr bool kHasOffset = true;
+  static void widen(const Block& b, __m256 q[4]) { widen_nibbles_exact(b.qs, q); }
+  static __m128 scales(const Block& b) {
+    const uint64_t d = b.d, m = b.m;
+    return fp16x4_to_f32(d | m << 16);
   }
 };
 struct ExactQ8_0 {
   using Block = BlockQ8_0;
-  static void widen(const Block& b, __m256 w[4]) {
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
-    for (int k = 0; k < 4; ++k) {
-      const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * k));
-      w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), d);
-    }
+  static constexpr bool kHasOffset = false;
+  static void widen(const Block& b, __m256 q[4]) {
+    for (int k = 0; k < 4; ++k)
+      q[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * k))));
   }
+  static __m128 scales(const Block& b) { return fp16x4_to_f32(b.d); }
 };
+
+// sum(q * x) over one 32-element block.
+__m256 block_dot_exact(const __m256 q[4], const float* x) {
+  __m256 s = _mm256_mul_ps(q[0], _mm256_loadu_ps(x));
+  s = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(x + 8), s);
+  s = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(x + 16), s);
+  return _mm256_fmadd_ps(q[3], _mm256_loadu_ps(x + 24), s);
+}
 
 template <typename Format>
 struct ExactRowDot {
   template <int R, int N>
   static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     using Block = typename Format::Block;
+    const int64_t n_blocks = job.cols / 32;
     const Block* blocks[R];
     const float* x[N];
+    const float* x_sums[N];
     __m256 acc[R][N];
+    __m128 offsets[R][N];  // lane 1 collects offset * sum(x)
 #pragma GCC unroll 4
-    for (int i = 0; i < N; ++i) x[i] = job.x + (first_token + i) * job.cols;
+    for (int i = 0; i < N; ++i) {
+      x[i] = job.x + (first_token + i) * job.cols;
+      x_sums[i] = job.x_block_sums + (first_token + i) * x_block_sum_floats(job.cols);
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       blocks[r] = reinterpret_cast<const Block*>(job.w + (first_row + r * row_step) * job.row_bytes);
 #pragma GCC unroll 4
-      for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
+      for (int i = 0; i < N; ++i) {
+        acc[r][i] = _mm256_setzero_ps();
+        offsets[r][i] = _mm_setzero_ps();
+      }
     }
-    for (int64_t b = 0; b < job.cols / 32; ++b) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        __m256 w[4];
-        Format::widen(blocks[r][b], w);
+        __m256 q[4];
+        Format::widen(blocks[r][b], q);
+        const __m128 scales = Format::scales(blocks[r][b]);
+        const __m256 d = _mm256_broadcastss_ps(scales);
 #pragma GCC unroll 4
         for (int i = 0; i < N; ++i) {
-          const float* xb = x[i] + b * 32;
-          __m256 a = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xb), acc[r][i]);
-          a = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xb + 8), a);
-          a = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xb + 16), a);
-          acc[r][i] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xb + 24), a);
+          acc[r][i] = _mm256_fmadd_ps(block_dot_exact(q, x[i] + b * 32), d, acc[r][i]);
+          if constexpr (Format::kHasOffset) {
+            const __m128 sum_pair = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(x_sums[i] + 2 * b)));
+            offsets[r][i] = _mm_fmadd_ps(scales, sum_pair, offsets[r][i]);
+          }
         }
       }
     }
     for (int r = 0; r < R; ++r)
-      for (int i = 0; i < N; ++i) out[r * N + i] = horizontal_sum(acc[r][i]);
+      for (int i = 0; i < N; ++i)
+        out[r * N + i] = horizontal_sum(acc[r][i]) + _mm_cvtss_f32(_mm_movehdup_ps(offsets[r][i]));
   }
 };
 

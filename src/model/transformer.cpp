@@ -52,9 +52,8 @@ void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& c
   const int64_t dim = cfg_.dim, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
   const int64_t pos0 = cache.size();
   for (int64_t t = 0; t < n; ++t) rmsnorm(x_.data() + t * dim, w.attn_norm.data(), dim, cfg_.norm_eps, xn_.data() + t * dim);
-  matmul(w.wq, xn_.data(), n, q_.data());
-  matmul(w.wk, xn_.data(), n, k_.data());
-  matmul(w.wv, xn_.data(), n, v_.data());
+  const MatmulProduct qkv[] = {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}};
+  matmul_shared_input(qkv, xn_.data(), n);
   add_bias(q_.data(), n, w.bq);
   add_bias(k_.data(), n, w.bk);
   add_bias(v_.data(), n, w.bv);
@@ -93,8 +92,8 @@ void Transformer::ffn_block(int64_t layer, int64_t n) {
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
   const int64_t dim = cfg_.dim;
   for (int64_t t = 0; t < n; ++t) rmsnorm(x_.data() + t * dim, w.ffn_norm.data(), dim, cfg_.norm_eps, xn_.data() + t * dim);
-  matmul(w.w_gate, xn_.data(), n, gate_.data());
-  matmul(w.w_up, xn_.data(), n, up_.data());
+  const MatmulProduct gate_up[] = {{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}};
+  matmul_shared_input(gate_up, xn_.data(), n);
   silu_mul(gate_.data(), up_.data(), n * cfg_.ffn_dim);
   matmul(w.w_down, gate_.data(), n, proj_.data());
   add_inplace(x_.data(), proj_.data(), n * dim);

@@ -1,0 +1,21 @@
+#pragma once
+// How idle OpenMP threads wait between parallel regions.
+//
+// libgomp's default is to spin ~300k iterations at every barrier before
+// sleeping. A decode step has ~120 parallel regions; when another process
+// holds one of the cores, the spinning thread burns the slice the descheduled
+// thread needs, and 2 threads on a loaded 2-core host fell to ~2 tokens/s
+// (25 with OMP_WAIT_POLICY=passive). libgomp reads OMP_WAIT_POLICY and
+// GOMP_SPINCOUNT once, in a constructor that runs when the library is loaded,
+// i.e. before main(), so setenv() in main() is too late.
+
+namespace kvserve {
+
+// Unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, sets
+// OMP_WAIT_POLICY=passive and re-executes this program (/proc/self/exe, same
+// argv) so libgomp starts with it. Call first thing in main(). Returns normally
+// when nothing needs doing or the re-exec fails (the program then runs with
+// libgomp's defaults).
+void reexec_with_passive_openmp_wait(char** argv);
+
+}  // namespace kvserve
