@@ -1,6 +1,9 @@
 // The HTTP server end to end: an ApiServer on a free loopback port over the
 // tiny synthesized model, driven by httplib::Client.
 #include <gtest/gtest.h>
+
+#include <future>
+#include <optional>
 #include <httplib.h>
 #include <signal.h>
 
@@ -373,14 +376,26 @@ TEST_F(ServerTest, CustomFullQueueGets429WithRetryAfter) {
   std::thread waiting([&] { post_stream("/v1/completions", body, hold(nullptr)); });
   for (int i = 0; i < 500 && metrics()["kvserve_requests_waiting"] < 1; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  auto refused = post("/v1/completions", greedy_completion(2));
+  // The tiny model may finish the held streams quickly, so a single probe can
+  // land in a free slot: probe in concurrent bursts until one is refused.
+  std::optional<httplib::Result> refused;
+  for (int attempt = 0; attempt < 40 && !refused; ++attempt) {
+    std::vector<std::future<httplib::Result>> burst;
+    for (int i = 0; i < 3; ++i)
+      burst.push_back(std::async(std::launch::async, [&] { return post("/v1/completions", greedy_completion(2)); }));
+    for (auto& f : burst) {
+      httplib::Result r = f.get();
+      if (r && r->status == 429 && !refused) refused.emplace(std::move(r));
+    }
+  }
   release = true;
   running.join();
   waiting.join();
-  ASSERT_TRUE(refused);
-  EXPECT_EQ(refused->status, 429);
-  EXPECT_EQ(refused->get_header_value("Retry-After"), "1");
-  EXPECT_EQ(json::parse(refused->body)["error"]["type"], "rate_limit_error");
+  ASSERT_TRUE(refused.has_value());
+  const httplib::Response& response = **refused;
+  EXPECT_EQ(response.status, 429);
+  EXPECT_EQ(response.get_header_value("Retry-After"), "1");
+  EXPECT_EQ(json::parse(response.body)["error"]["type"], "rate_limit_error");
 }
 
 TEST_F(ServerTest, ConcurrentStreamsWithEarlyDisconnects) {
