@@ -13,6 +13,7 @@
 
 using namespace kvserve;
 using kvserve::test_util::TempFile;
+using kvserve::test_util::relative_error;
 
 namespace {
 
@@ -24,15 +25,6 @@ std::unique_ptr<Model> tiny_model(const TempFile& file, const std::string& prese
   o.seed = 7;
   synthesize_model(o);
   return Model::load(file.path());
-}
-
-double max_relative_diff(std::span<const float> a, std::span<const float> b) {
-  double diff = 0, mag = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
-    mag = std::max(mag, static_cast<double>(std::fabs(b[i])));
-  }
-  return diff / mag;
 }
 
 std::vector<int32_t> prompt_of(int64_t n, int64_t vocab) {
@@ -51,8 +43,8 @@ void expect_decoders_agree(const Model& m, int64_t prompt_len, int steps) {
   std::span<const float> a = naive->append(tokens), b = cached->append(tokens), c = cached_ref->append(tokens);
   for (int s = 0; s < steps; ++s) {
     std::vector<float> la(a.begin(), a.end()), lb(b.begin(), b.end()), lc(c.begin(), c.end());
-    EXPECT_LT(max_relative_diff(lb, la), 1e-4) << "prompt " << prompt_len << " step " << s;
-    EXPECT_LT(max_relative_diff(lc, la), 1e-4) << "prompt " << prompt_len << " step " << s;
+    EXPECT_LT(relative_error(lb, la), 1e-4) << "prompt " << prompt_len << " step " << s;
+    EXPECT_LT(relative_error(lc, la), 1e-4) << "prompt " << prompt_len << " step " << s;
     const int32_t ta = argmax(la), tb = argmax(lb);
     ASSERT_EQ(ta, tb) << "prompt " << prompt_len << " step " << s;
     a = naive->append(std::span<const int32_t>(&ta, 1));
@@ -146,7 +138,7 @@ TEST(Decoder, AppendAllGivesEveryPositionsLogits) {
     one_by_one->append(std::span<const int32_t>(p).first(4));
     for (size_t i = 4; i < p.size(); ++i) {
       auto l = one_by_one->append(std::span<const int32_t>(&p[i], 1));
-      EXPECT_LT(max_relative_diff(rows.subspan((i - 4) * vocab, vocab), l), 1e-5) << kind << " row " << i;
+      EXPECT_LT(relative_error(rows.subspan((i - 4) * vocab, vocab), l), 1e-5) << kind << " row " << i;
     }
   }
 }
@@ -166,7 +158,7 @@ TEST(Decoder, TruncateRollsBack) {
     d->truncate(8);
     EXPECT_EQ(d->length(), 8);
     auto got = d->append(std::span<const int32_t>(p).subspan(8));
-    EXPECT_LT(max_relative_diff(got, expected), 1e-5) << kind;
+    EXPECT_LT(relative_error(got, expected), 1e-5) << kind;
     EXPECT_THROW(d->truncate(13), Error);
   }
 }

@@ -2,6 +2,8 @@
 // two-pass softmax on adversarial rows.
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include <cmath>
 #include <limits>
 #include <random>
@@ -13,24 +15,10 @@
 
 using namespace kvserve;
 
+using ::kvserve::test_util::random_vector;
+using ::kvserve::test_util::relative_error;
+
 namespace {
-
-std::vector<float> random_vector(size_t n, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// max |a - b| / max |b|: the error relative to the output's magnitude.
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, mag = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
-    mag = std::max(mag, static_cast<double>(std::fabs(b[i])));
-  }
-  return diff / mag;
-}
 
 struct Case {
   int64_t n_kv;       // context length

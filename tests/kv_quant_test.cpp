@@ -24,25 +24,12 @@
 using namespace kvserve;
 using kvserve::test_util::TempFile;
 
+using ::kvserve::test_util::random_vector;
+using ::kvserve::test_util::relative_error;
+
 namespace {
 
 constexpr KVType kAllTypes[] = {KVType::F32, KVType::F16, KVType::BF16, KVType::Q8_0, KVType::FP8, KVType::Q4_0};
-
-std::vector<float> random_vector(size_t n, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, mag = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
-    mag = std::max(mag, static_cast<double>(std::fabs(b[i])));
-  }
-  return diff / mag;
-}
 
 // Runs fn once per available kernel ISA, restoring the active one after.
 template <typename Fn>

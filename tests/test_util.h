@@ -1,12 +1,17 @@
 #pragma once
 // Helpers shared by the tests: temporary files and model locations.
-#include <cstdint>
-#include <cstdio>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,6 +62,24 @@ inline std::string shared_models_dir() {
   const std::string beside = std::string(KVSERVE_SOURCE_DIR) + "/../shared/models";
   const std::string above = std::string(KVSERVE_SOURCE_DIR) + "/../../shared/models";
   return std::filesystem::exists(beside) || !std::filesystem::exists(above) ? beside : above;
+}
+
+// n normal floats with standard deviation `scale`.
+inline std::vector<float> random_vector(size_t n, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// max |a - b| / max |b|: the error relative to the output's magnitude.
+inline double relative_error(std::span<const float> a, std::span<const float> b) {
+  double diff = 0, mag = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    mag = std::max(mag, static_cast<double>(std::fabs(b[i])));
+  }
+  return diff / mag;
 }
 
 // The kvserve binary's exit code and its stdout + stderr.
