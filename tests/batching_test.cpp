@@ -95,12 +95,7 @@ void wait_idle(const Engine& engine) {
 class BatchingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    SynthOptions o;
-    o.preset = "tiny-llama";
-    o.type = DType::F32;
-    o.output_path = file_.path();
-    o.seed = 3;
-    synthesize_model(o);
+    ::kvserve::test_util::write_synth_model(file_.path(), "tiny-llama", DType::F32, 3);
     model_ = Model::load(file_.path());
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
   }

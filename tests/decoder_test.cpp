@@ -18,12 +18,7 @@ using kvserve::test_util::relative_error;
 namespace {
 
 std::unique_ptr<Model> tiny_model(const TempFile& file, const std::string& preset, DType type) {
-  SynthOptions o;
-  o.preset = preset;
-  o.type = type;
-  o.output_path = file.path();
-  o.seed = 7;
-  synthesize_model(o);
+  ::kvserve::test_util::write_synth_model(file.path(), preset, type, 7);
   return Model::load(file.path());
 }
 

@@ -43,11 +43,7 @@ Collected run_request(Engine& engine, GenerationRequest r) {
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    SynthOptions o;
-    o.preset = "tiny-llama";
-    o.type = DType::F32;
-    o.output_path = file_.path();
-    synthesize_model(o);
+    ::kvserve::test_util::write_synth_model(file_.path(), "tiny-llama");
     model_ = Model::load(file_.path());
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
   }

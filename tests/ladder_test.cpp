@@ -19,11 +19,7 @@ namespace {
 class LadderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    SynthOptions o;
-    o.preset = "tiny-llama";
-    o.type = DType::F32;
-    o.output_path = model_.path();
-    synthesize_model(o);
+    ::kvserve::test_util::write_synth_model(model_.path(), "tiny-llama");
   }
   LadderOptions small() const {
     LadderOptions o;

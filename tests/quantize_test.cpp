@@ -34,11 +34,7 @@ std::vector<int32_t> greedy(const Model& m, std::vector<int32_t> prompt, int n) 
 
 TEST(Quantize, KeepsMetadataAndConvertsMatrices) {
   TempFile src(".gguf"), dst(".gguf");
-  SynthOptions o;
-  o.preset = "tiny-qwen2";
-  o.type = DType::F32;
-  o.output_path = src.path();
-  synthesize_model(o);
+  ::kvserve::test_util::write_synth_model(src.path(), "tiny-qwen2");
   const QuantizeReport r = quantize_model(src.path(), dst.path(), DType::Q4_1);
   EXPECT_GT(r.converted, 0);
   GGUFFile a(src.path()), b(dst.path());
@@ -83,11 +79,7 @@ TEST(Quantize, Q8CopyOfStories260KGeneratesTheSameGreedyText) {
 
 TEST(Quantize, RejectsUnsupportedTargets) {
   TempFile src(".gguf"), dst(".gguf");
-  SynthOptions o;
-  o.preset = "tiny-llama";
-  o.type = DType::F32;
-  o.output_path = src.path();
-  synthesize_model(o);
+  ::kvserve::test_util::write_synth_model(src.path(), "tiny-llama");
   EXPECT_THROW(quantize_model(src.path(), dst.path(), DType::Q6_K), Error);
   EXPECT_THROW(quantize_model("/nonexistent.gguf", dst.path(), DType::Q8_0), Error);
 }

@@ -53,11 +53,7 @@ class ServerTest : public ::testing::Test {
   static void SetUpTestSuite() {
     signal(SIGPIPE, SIG_IGN);  // as `kvserve serve` does: a vanished client fails a write
     model_file_ = new kvserve::test_util::TempFile(".gguf");
-    SynthOptions o;
-    o.preset = "tiny-llama";
-    o.type = DType::F32;
-    o.output_path = model_file_->path();
-    synthesize_model(o);
+    ::kvserve::test_util::write_synth_model(model_file_->path(), "tiny-llama");
     model_ = Model::load(model_file_->path()).release();
     tokenizer_ = new Tokenizer(Tokenizer::from_gguf(model_->file()));
   }

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "model/synth.h"
+
 namespace kvserve::test_util {
 
 // A file path under the system temp dir, removed when the object dies.
@@ -80,6 +82,18 @@ inline double relative_error(std::span<const float> a, std::span<const float> b)
     mag = std::max(mag, static_cast<double>(std::fabs(b[i])));
   }
   return diff / mag;
+}
+
+// Writes a random-weight model of a `kvserve synth` preset to `path` (the
+// tests' tiny models).
+inline void write_synth_model(const std::string& path, const std::string& preset = "tiny-llama",
+                              DType type = DType::F32, uint64_t seed = 1) {
+  SynthOptions o;
+  o.preset = preset;
+  o.type = type;
+  o.output_path = path;
+  o.seed = seed;
+  synthesize_model(o);
 }
 
 // The kvserve binary's exit code and its stdout + stderr.
