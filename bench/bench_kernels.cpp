@@ -5,13 +5,11 @@
 // types; --decode-only skips the 64-token runs.
 // Numbers are best-of-N wall times; the machine may be shared, so rerun when
 // a number looks off.
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -22,6 +20,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/matmul.h"
 #include "kernels/quantize.h"
+#include "kernels/read_bandwidth.h"
 
 namespace kvserve {
 namespace {
@@ -45,54 +44,6 @@ double best_time(Fn&& fn, double budget_s = 0.3) {
     best = std::min(best, seconds_since(t0));
   }
   return best;
-}
-
-// Sums a buffer front to back with four independent 256-bit accumulators,
-// so the loop is limited by the memory system, not by the add chain. (One
-// sequential stream per thread measured fastest here; several streams in
-// lockstep read slower.)
-__attribute__((target("avx2"))) uint64_t sum_bytes_avx2(const uint8_t* p, size_t n) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 128 <= n; i += 128) {
-    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
-    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
-    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
-    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
-  }
-  alignas(32) uint64_t lanes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
-  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
-}
-
-uint64_t sum_bytes(const uint8_t* p, size_t n) {
-  if (cpu_features().avx2) return sum_bytes_avx2(p, n);
-  uint64_t s = 0;
-  for (size_t i = 0; i + 8 <= n; i += 8) {
-    uint64_t v;
-    std::memcpy(&v, p + i, 8);
-    s += v;
-  }
-  return s;
-}
-
-// GB/s reading the buffer with `threads` threads. It is read in 64 MiB
-// slices, each split among the threads and timed on its own, and the best
-// slice counts: the same best-of-many rule as the matmul timings (a slice
-// takes about as long as one cold matmul), so outside load biases neither.
-double read_bandwidth(const AlignedBuffer<uint8_t>& buf, int threads) {
-  constexpr size_t kSlice = size_t{64} << 20;
-  volatile uint64_t sink = 0;
-  double best = 1e30;
-  for (size_t offset = 0; offset + kSlice <= buf.size(); offset += kSlice) {
-    const size_t part = kSlice / static_cast<size_t>(threads);
-    const auto start = Clock::now();
-    uint64_t total = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-    total += sum_bytes(buf.data() + offset + part * static_cast<size_t>(omp_get_thread_num()), part);
-    best = std::min(best, seconds_since(start));
-    sink = sink + total;
-  }
-  return static_cast<double>(kSlice) / best / 1e9;
 }
 
 struct Shape {
@@ -226,7 +177,7 @@ double print_bandwidth(const kvserve::AlignedBuffer<uint8_t>& buf, int threads) 
   std::printf("## Read bandwidth (1 GiB buffer in 64 MiB slices, best slice of several passes)\n\n| threads | GB/s |\n|---|---|\n");
   double best[2] = {0, 0};
   for (int round = 0; round < kRounds; ++round)
-    for (int t : {1, 2}) best[t - 1] = std::max(best[t - 1], read_bandwidth(buf, t));
+    for (int t : {1, 2}) best[t - 1] = std::max(best[t - 1], read_bandwidth_gbps(buf.data(), buf.size(), t));
   for (int t : {1, 2}) std::printf("| %d | %.1f |\n", t, best[t - 1]);
   return best[std::min(threads, 2) - 1];
 }
@@ -259,7 +210,7 @@ void print_paired_decode(const kvserve::AlignedBuffer<uint8_t>& buf, int max_thr
     omp_set_num_threads(threads);
     std::vector<double> q4_1_ratio, q8_0_ratio;
     for (int round = 1; round <= kPairedRounds; ++round) {
-      const double read = read_bandwidth(buf, threads);
+      const double read = read_bandwidth_gbps(buf.data(), buf.size(), threads);
       const double a = decode_gbs(DType::Q4_1, q4_1), b = decode_gbs(DType::Q8_0, q8_0);
       q4_1_ratio.push_back(a / read);
       q8_0_ratio.push_back(b / read);
