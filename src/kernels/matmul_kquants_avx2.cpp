@@ -1,0 +1,310 @@
+// AVX2 + FMA + F16C kernels for Q5_0 and the K-quants (Q4_K, Q5_K, Q6_K).
+//
+// f32 activations: each weight block is dequantized in registers (exact
+// float q times the sub-block scale, minus the sub-block min), eight values
+// per vector, then FMA'd with every token's x: the same products as the
+// scalar reference, summed in a different order.
+//
+// 8-bit activations (Q8Order::Plain, blocks of 32): per 32 values an exact
+// integer dot (maddubs u8 x s8 -> s16 pairs, madd -> s32), times the
+// integer sub-block scale where the type has one, then scaled in float by
+// d * dx. Every s16 intermediate is bounded below 32767 (see each format).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/half.h"
+#include "kernels/kernel_table.h"
+
+namespace kvserve {
+namespace {
+
+float horizontal_sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+__m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+__m256i load_act(const int8_t* qx) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(qx)); }
+// Eight bytes zero-extended to eight int32 lanes.
+__m256i widen8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+__m256i mask_bytes(__m256i v, int m) { return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(m))); }
+
+// sum over 32 bytes of unsigned w * signed a, as 8 int32 lanes.
+__m256i dot_u8_s8(__m256i w, __m256i a) { return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1)); }
+
+// Bit j of `bits` (j < 32) as 0x10 in byte j: byte j takes input byte j / 8,
+// keeps bit j % 8, and compares.
+__m256i bits_to_0x10_bytes(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  return mask_bytes(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), 0x10);
+}
+
+// The 32 unsigned 5-bit q of a Q5_0 block as bytes in element order.
+__m256i q5_0_bytes(const BlockQ5_0& b) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+  const __m256i nibbles = mask_bytes(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), 0x0f);
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  return _mm256_or_si256(nibbles, bits_to_0x10_bytes(qh));
+}
+
+// Q4_K / Q5_K sub-block scales as floats: d * sc[j] and dmin * m[j], j < 8.
+struct KSubScales {
+  alignas(32) float scale[8];
+  alignas(32) float min[8];
+};
+template <typename Block>
+KSubScales k_sub_scales(const Block& b) {
+  alignas(8) uint8_t sc[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    const KScaleMin sm = kquant_scale_min(b.scales, j);
+    sc[j] = sm.scale;
+    m[j] = sm.min;
+  }
+  KSubScales out;
+  _mm256_store_ps(out.scale, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(widen8(sc))));
+  _mm256_store_ps(out.min, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), _mm256_cvtepi32_ps(widen8(m))));
+  return out;
+}
+
+// The fifth bits of Q5_K chunk k (values 64k .. 64k + 63), as 0x10 per byte:
+// qh[l] bit 2k for value 64k + l, bit 2k + 1 for 64k + 32 + l. Shifting 16-bit
+// lanes keeps bit 4 of each byte within its byte for these shift counts.
+__m256i q5_k_high(__m256i qh, int bit) {
+  const __m256i moved = bit <= 4 ? _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - bit))
+                                 : _mm256_srl_epi16(qh, _mm_cvtsi32_si128(bit - 4));
+  return mask_bytes(moved, 0x10);
+}
+
+// ---- f32 activations: dequantize to w[kValues / 8] vectors -------------
+
+struct ExactQ5_0 {
+  using Block = BlockQ5_0;
+  static constexpr int kValues = kQK4_0;
+  static void dequantize(const Block& b, __m256* w) {
+    alignas(32) uint8_t q[32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q), q5_0_bytes(b));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+    const __m256 offset = _mm256_set1_ps(-16.0f * _cvtsh_ss(b.d));
+    for (int k = 0; k < 4; ++k) w[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(widen8(q + 8 * k)), d, offset);
+  }
+};
+
+// Q4_K (kBits 4) and Q5_K (kBits 5): value = d sc_j q - dmin m_j.
+template <typename BlockT, int kBits>
+struct ExactK {
+  using Block = BlockT;
+  static constexpr int kValues = kQK_K;
+  static void dequantize(const Block& b, __m256* w) {
+    const KSubScales s = k_sub_scales(b);
+    const __m256i low = _mm256_set1_epi32(0x0f);
+    for (int k = 0; k < 4; ++k) {
+      const __m256 sc_lo = _mm256_set1_ps(s.scale[2 * k]), sc_hi = _mm256_set1_ps(s.scale[2 * k + 1]);
+      const __m256 m_lo = _mm256_set1_ps(s.min[2 * k]), m_hi = _mm256_set1_ps(s.min[2 * k + 1]);
+      for (int p = 0; p < 4; ++p) {
+        const __m256i bytes = widen8(b.qs + 32 * k + 8 * p);
+        __m256i q_lo = _mm256_and_si256(bytes, low), q_hi = _mm256_srli_epi32(bytes, 4);
+        if constexpr (kBits == 5) {
+          const __m256i h = widen8(b.qh + 8 * p);
+          q_lo = _mm256_or_si256(q_lo, _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi32(1)), 4));
+          q_hi = _mm256_or_si256(q_hi, _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * k + 1)), _mm256_set1_epi32(1)), 4));
+        }
+        w[8 * k + p] = _mm256_fmsub_ps(_mm256_cvtepi32_ps(q_lo), sc_lo, m_lo);
+        w[8 * k + 4 + p] = _mm256_fmsub_ps(_mm256_cvtepi32_ps(q_hi), sc_hi, m_hi);
+      }
+    }
+  }
+};
+using ExactQ4_K = ExactK<BlockQ4_K, 4>;
+using ExactQ5_K = ExactK<BlockQ5_K, 5>;
+
+// Q6_K: value 128h + 32g + l = d * scales[(128h + 32g + l) / 16] * (q - 32).
+struct ExactQ6_K {
+  using Block = BlockQ6_K;
+  static constexpr int kValues = kQK_K;
+  static void dequantize(const Block& b, __m256* w) {
+    const float d = _cvtsh_ss(b.d);
+    const __m256i low = _mm256_set1_epi32(0x0f), two = _mm256_set1_epi32(3), bias = _mm256_set1_epi32(32);
+    for (int h = 0; h < 2; ++h) {
+      for (int p = 0; p < 4; ++p) {
+        const __m256i a = widen8(b.ql + 64 * h + 8 * p), c = widen8(b.ql + 64 * h + 32 + 8 * p);
+        const __m256i qh = widen8(b.qh + 32 * h + 8 * p);
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(a, low), _mm256_slli_epi32(_mm256_and_si256(qh, two), 4)),
+            _mm256_or_si256(_mm256_and_si256(c, low), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 2), two), 4)),
+            _mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 4), two), 4)),
+            _mm256_or_si256(_mm256_srli_epi32(c, 4), _mm256_slli_epi32(_mm256_srli_epi32(qh, 6), 4))};
+        for (int g = 0; g < 4; ++g) {
+          const int first = 128 * h + 32 * g + 8 * p;
+          const __m256 scale = _mm256_set1_ps(d * static_cast<float>(b.scales[first / 16]));
+          w[first / 8] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[g], bias)), scale);
+        }
+      }
+    }
+  }
+};
+
+template <typename Format>
+struct ExactRowDot {
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
+    using Block = typename Format::Block;
+    constexpr int kVectors = Format::kValues / 8;
+    const int64_t n_blocks = job.cols / Format::kValues;
+    const Block* blocks[R];
+    const float* x[N];
+    __m256 acc0[R][N], acc1[R][N];
+    for (int i = 0; i < N; ++i) x[i] = job.x + (first_token + i) * job.cols;
+    for (int r = 0; r < R; ++r) {
+      blocks[r] = reinterpret_cast<const Block*>(job.w + (first_row + r * row_step) * job.row_bytes);
+      for (int i = 0; i < N; ++i) acc0[r][i] = acc1[r][i] = _mm256_setzero_ps();
+    }
+    __m256 w[kVectors];
+    for (int64_t b = 0; b < n_blocks; ++b) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        Format::dequantize(blocks[r][b], w);
+#pragma GCC unroll 4
+        for (int i = 0; i < N; ++i) {
+          const float* xb = x[i] + b * Format::kValues;
+          for (int k = 0; k < kVectors; k += 2) {
+            acc0[r][i] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xb + 8 * k), acc0[r][i]);
+            acc1[r][i] = _mm256_fmadd_ps(w[k + 1], _mm256_loadu_ps(xb + 8 * k + 8), acc1[r][i]);
+          }
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < N; ++i) out[r * N + i] = horizontal_sum(_mm256_add_ps(acc0[r][i], acc1[r][i]));
+  }
+};
+
+// ---- 8-bit activations ---------------------------------------------------
+//
+// Each format: q8_block(block, qx, scales, acc, offset) adds the block's
+// float-scaled dot to acc (8 lanes) and its offset term to `offset`.
+
+// Q5_0: q <= 31, so maddubs pairs stay below 2 * 31 * 127.
+struct Q8Q5_0 {
+  using Block = BlockQ5_0;
+  static constexpr int kValues = kQK4_0;
+  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float& offset) {
+    const float d = _cvtsh_ss(b.d);
+    const __m256 dot = _mm256_cvtepi32_ps(dot_u8_s8(q5_0_bytes(b), load_act(qx)));
+    acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * sc[0].d), acc);
+    offset -= 16.0f * d * sc[0].s;
+  }
+};
+
+// Q4_K / Q5_K: maddubs pairs <= 2 * 31 * 127; madd by the 6-bit scale gives
+// int32 sc * dot directly.
+template <typename BlockT, int kBits>
+struct Q8K {
+  using Block = BlockT;
+  static constexpr int kValues = kQK_K;
+  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float& offset) {
+    const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i bytes = load32(b.qs + 32 * k);
+      __m256i q[2] = {mask_bytes(bytes, 0x0f), mask_bytes(_mm256_srli_epi16(bytes, 4), 0x0f)};
+      if constexpr (kBits == 5) {
+        const __m256i qh = load32(b.qh);
+        q[0] = _mm256_or_si256(q[0], q5_k_high(qh, 2 * k));
+        q[1] = _mm256_or_si256(q[1], q5_k_high(qh, 2 * k + 1));
+      }
+      for (int half = 0; half < 2; ++half) {
+        const int j = 2 * k + half;
+        const KScaleMin sm = kquant_scale_min(b.scales, j);
+        const __m256i pairs = _mm256_maddubs_epi16(q[half], load_act(qx + 32 * j));
+        const __m256i dot = _mm256_madd_epi16(pairs, _mm256_set1_epi16(sm.scale));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * sc[j].d), acc);
+        offset -= dmin * static_cast<float>(sm.min) * sc[j].s;
+      }
+    }
+  }
+};
+
+// Q6_K: pairs = maddubs(q, qx) - maddubs(32, qx), i.e. (q - 32) qx summed in
+// pairs: |pairs| <= 2 * 32 * 127; madd by the signed 8-bit scales (lanes 0..7
+// the first 16 values, 8..15 the second) gives int32 sc * dot.
+struct Q8Q6_K {
+  using Block = BlockQ6_K;
+  static constexpr int kValues = kQK_K;
+  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float&) {
+    const float d = _cvtsh_ss(b.d);
+    const __m256i bias = _mm256_set1_epi8(32);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i a = load32(b.ql + 64 * h), c = load32(b.ql + 64 * h + 32), qh = load32(b.qh + 32 * h);
+      const __m256i q[4] = {
+          _mm256_or_si256(mask_bytes(a, 0x0f), mask_bytes(_mm256_slli_epi16(qh, 4), 0x30)),
+          _mm256_or_si256(mask_bytes(c, 0x0f), mask_bytes(_mm256_slli_epi16(qh, 2), 0x30)),
+          _mm256_or_si256(mask_bytes(_mm256_srli_epi16(a, 4), 0x0f), mask_bytes(qh, 0x30)),
+          _mm256_or_si256(mask_bytes(_mm256_srli_epi16(c, 4), 0x0f), mask_bytes(_mm256_srli_epi16(qh, 2), 0x30))};
+      for (int g = 0; g < 4; ++g) {
+        const int j = 4 * h + g;  // activation block: values 32 j .. 32 j + 31
+        const __m256i x = load_act(qx + 32 * j);
+        const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], x), _mm256_maddubs_epi16(bias, x));
+        const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(b.scales[2 * j + 1]), _mm_set1_epi16(b.scales[2 * j]));
+        const __m256i dot = _mm256_madd_epi16(pairs, scales);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * sc[j].d), acc);
+      }
+    }
+  }
+};
+
+template <typename Format>
+struct Q8RowDot {
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
+    using Block = typename Format::Block;
+    constexpr int kSubBlocks = Format::kValues / 32;
+    const int64_t n_blocks = job.cols / Format::kValues;
+    const Block* blocks[R];
+    Q8ActRow a[N];
+    __m256 acc[R][N];
+    float offset[R][N];
+    for (int i = 0; i < N; ++i) a[i] = q8_act_row(job, first_token + i);
+    for (int r = 0; r < R; ++r) {
+      blocks[r] = reinterpret_cast<const Block*>(job.w + (first_row + r * row_step) * job.row_bytes);
+      for (int i = 0; i < N; ++i) {
+        acc[r][i] = _mm256_setzero_ps();
+        offset[r][i] = 0.0f;
+      }
+    }
+    for (int64_t b = 0; b < n_blocks; ++b) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int i = 0; i < N; ++i)
+          Format::q8_block(blocks[r][b], a[i].qs + b * Format::kValues, a[i].scales + b * kSubBlocks, acc[r][i],
+                           offset[r][i]);
+    }
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < N; ++i) out[r * N + i] = horizontal_sum(acc[r][i]) + offset[r][i];
+  }
+};
+
+template <typename Q8Format, typename ExactFormat>
+constexpr QuantKernels kernels_for() {
+  return {run_row_tiles<Q8RowDot<Q8Format>>, run_row_tiles<ExactRowDot<ExactFormat>>};
+}
+
+constexpr KQuantKernels kAvx2KQuants = {
+    kernels_for<Q8Q5_0, ExactQ5_0>(),
+    kernels_for<Q8K<BlockQ4_K, 4>, ExactQ4_K>(),
+    kernels_for<Q8K<BlockQ5_K, 5>, ExactQ5_K>(),
+    kernels_for<Q8Q6_K, ExactQ6_K>(),
+};
+
+}  // namespace
+
+const KQuantKernels& avx2_kquant_kernels() { return kAvx2KQuants; }
+
+}  // namespace kvserve
