@@ -98,14 +98,14 @@ struct QuantKernels {
   MatmulRowsFn q8;
   MatmulRowsFn exact;
 };
-// Q5_0 and the K-quants, defined per ISA in matmul_kquants_<isa>.cpp (the
-// AVX-512 table reuses the AVX2 ones; see docs/kernels.md).
+// Q5_0 and the K-quants, defined per ISA in matmul_kquants_<isa>.cpp.
 struct KQuantKernels {
   QuantKernels q5_0, q4_k, q5_k, q6_k;
 };
 const KQuantKernels& scalar_kquant_kernels();
 #if KVSERVE_HAVE_SIMD
 const KQuantKernels& avx2_kquant_kernels();
+const KQuantKernels& avx512_kquant_kernels();
 #endif
 
 struct KernelTable {
