@@ -317,7 +317,8 @@ TEST_P(KQuantMatmul, EveryPathMatchesReference) {
               magnitude += std::fabs(m.dequantized[r * s.cols + c]) * std::fabs(x[t * s.cols + c]);
             ASSERT_GT(magnitude, 0.0) << "all-zero test input";
             const size_t i = static_cast<size_t>(t * s.rows + r);
-            ASSERT_NEAR(y[i], expected[i], tolerance * magnitude) << describe(type, isa, precision, s) << ", token " << t << ", row " << r;
+            ASSERT_NEAR(y[i], expected[i], tolerance * magnitude)
+                << describe(type, isa, precision, s) << ", token " << t << ", row " << r;
           }
       }
     }
@@ -348,14 +349,18 @@ TEST_P(KQuantMatmul, SimdPathsAgreeWithScalarPath) {
             for (int64_t c = 0; c < s.cols; ++c)
               magnitude += std::fabs(m.dequantized[r * s.cols + c]) * std::fabs(x[t * s.cols + c]);
             const size_t i = static_cast<size_t>(t * s.rows + r);
-            ASSERT_NEAR(y[i], scalar[i], 1e-5 * magnitude) << describe(type, isa, precision, s) << ", token " << t << ", row " << r;
+            ASSERT_NEAR(y[i], scalar[i], 1e-5 * magnitude)
+                << describe(type, isa, precision, s) << ", token " << t << ", row " << r;
           }
       }
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(KQuantTypes, KQuantMatmul, ::testing::Values(DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
-                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(KQuantTypes, KQuantMatmul,
+                         ::testing::Values(DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(dtype_name(info.param));
+                         });
 
 // ---- Load-time validation ----------------------------------------------------
 

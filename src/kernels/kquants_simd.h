@@ -24,11 +24,15 @@ static inline float horizontal_sum(__m256 v) {
 static inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 static inline __m256i load_act(const int8_t* qx) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(qx)); }
 // Eight bytes zero-extended to eight int32 lanes.
-static inline __m256i widen8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+static inline __m256i widen8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
 static inline __m256i mask_bytes(__m256i v, int m) { return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(m))); }
 
 // sum over 32 bytes of unsigned w * signed a, as 8 int32 lanes.
-static inline __m256i dot_u8_s8(__m256i w, __m256i a) { return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1)); }
+static inline __m256i dot_u8_s8(__m256i w, __m256i a) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
+}
 
 // Bit j of `bits` (j < 32) as 0x10 in byte j: byte j takes input byte j / 8,
 // keeps bit j % 8, and compares.

@@ -56,6 +56,12 @@ struct ExactQ5_0 {
   }
 };
 
+// Bit `bit` of each int32 lane as 16 or 0 (a Q5_K fifth bit).
+__m256i bit_as_16(__m256i lanes, int bit) {
+  const __m256i one = _mm256_and_si256(_mm256_srl_epi32(lanes, _mm_cvtsi32_si128(bit)), _mm256_set1_epi32(1));
+  return _mm256_slli_epi32(one, 4);
+}
+
 // Q4_K (kBits 4) and Q5_K (kBits 5): value = d sc_j q - dmin m_j.
 template <typename BlockT, int kBits>
 struct ExactK {
@@ -72,8 +78,8 @@ struct ExactK {
         __m256i q_lo = _mm256_and_si256(bytes, low), q_hi = _mm256_srli_epi32(bytes, 4);
         if constexpr (kBits == 5) {
           const __m256i h = widen8(b.qh + 8 * p);
-          q_lo = _mm256_or_si256(q_lo, _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi32(1)), 4));
-          q_hi = _mm256_or_si256(q_hi, _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * k + 1)), _mm256_set1_epi32(1)), 4));
+          q_lo = _mm256_or_si256(q_lo, bit_as_16(h, 2 * k));
+          q_hi = _mm256_or_si256(q_hi, bit_as_16(h, 2 * k + 1));
         }
         w[8 * k + p] = _mm256_fmsub_ps(_mm256_cvtepi32_ps(q_lo), sc_lo, m_lo);
         w[8 * k + 4 + p] = _mm256_fmsub_ps(_mm256_cvtepi32_ps(q_hi), sc_hi, m_hi);

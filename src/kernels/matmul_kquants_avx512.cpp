@@ -78,7 +78,8 @@ struct VnniQ6_K {
         const __m256i x = load_act(qx + 32 * j);
         const __m256i dot = _mm256_sub_epi32(dpbusd(q[g], x), dpbusd(bias, x));
         const float scale = d * sc[j].d;
-        const __m256 scales = _mm256_set_m128(_mm_set1_ps(scale * b.scales[2 * j + 1]), _mm_set1_ps(scale * b.scales[2 * j]));
+        const __m256 scales =
+            _mm256_set_m128(_mm_set1_ps(scale * b.scales[2 * j + 1]), _mm_set1_ps(scale * b.scales[2 * j]));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scales, acc);
       }
     }

@@ -76,7 +76,8 @@ struct Q8RowDot {
     constexpr int kSubBlocks = Format::kValues / 32;
     const int64_t n_blocks = job.cols / Format::kValues;
     for (int r = 0; r < R; ++r) {
-      const auto* blocks = reinterpret_cast<const typename Format::Block*>(job.w + (first_row + r * row_step) * job.row_bytes);
+      const uint8_t* row = job.w + (first_row + r * row_step) * job.row_bytes;
+      const auto* blocks = reinterpret_cast<const typename Format::Block*>(row);
       for (int i = 0; i < N; ++i) {
         const Q8ActRow a = q8_act_row(job, first_token + i);
         float acc = 0;
@@ -95,7 +96,8 @@ struct ExactRowDot {
     const int64_t n_blocks = job.cols / Format::kValues;
     float w[Format::kValues];
     for (int r = 0; r < R; ++r) {
-      const auto* blocks = reinterpret_cast<const typename Format::Block*>(job.w + (first_row + r * row_step) * job.row_bytes);
+      const uint8_t* row = job.w + (first_row + r * row_step) * job.row_bytes;
+      const auto* blocks = reinterpret_cast<const typename Format::Block*>(row);
       float acc[N] = {};
       for (int64_t b = 0; b < n_blocks; ++b) {
         Format::dequantize(blocks[b], w);

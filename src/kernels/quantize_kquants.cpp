@@ -123,7 +123,8 @@ void dequantize_block_q5_k(const BlockQ5_K& b, float* y) {
 
 void dequantize_block_q6_k(const BlockQ6_K& b, float* y) {
   const float d = fp16_to_f32(b.d);
-  for (int i = 0; i < kQK_K; ++i) y[i] = d * static_cast<float>(b.scales[i / 16]) * static_cast<float>(q6_k_value(b, i) - 32);
+  for (int i = 0; i < kQK_K; ++i)
+    y[i] = d * static_cast<float>(b.scales[i / 16]) * static_cast<float>(q6_k_value(b, i) - 32);
 }
 
 // ggml's quantize_row_q5_0_ref rule: d = (value of largest magnitude) / -16.
