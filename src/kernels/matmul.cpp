@@ -69,10 +69,12 @@ uint8_t* q8_scratch(MatmulScratch& scratch, size_t bytes) {
   return scratch.q8_activations.data();
 }
 
-// The exact Q4 kernels fold a block's offset as offset * sum(x), so they need
-// the block sums of x (Q5_0 and the K-quants dequantize in registers instead).
+// The exact Q4_0/Q4_1/Q4_K/Q5_K kernels fold a 32-value block's offset as
+// offset * sum(x), so they need the block sums of x (Q5_0 and Q6_K
+// dequantize in registers instead).
 bool needs_block_sums(DType type, bool q8_activations) {
-  return !q8_activations && (type == DType::Q4_0 || type == DType::Q4_1);
+  return !q8_activations &&
+         (type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q4_K || type == DType::Q5_K);
 }
 
 }  // namespace

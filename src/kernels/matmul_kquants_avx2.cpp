@@ -62,34 +62,6 @@ __m256i bit_as_16(__m256i lanes, int bit) {
   return _mm256_slli_epi32(one, 4);
 }
 
-// Q4_K (kBits 4) and Q5_K (kBits 5): value = d sc_j q - dmin m_j.
-template <typename BlockT, int kBits>
-struct ExactK {
-  using Block = BlockT;
-  static constexpr int kValues = kQK_K;
-  static void dequantize(const Block& b, __m256* w) {
-    const KSubScales s = k_sub_scales(b);
-    const __m256i low = _mm256_set1_epi32(0x0f);
-    for (int k = 0; k < 4; ++k) {
-      const __m256 sc_lo = _mm256_set1_ps(s.scale[2 * k]), sc_hi = _mm256_set1_ps(s.scale[2 * k + 1]);
-      const __m256 m_lo = _mm256_set1_ps(s.min[2 * k]), m_hi = _mm256_set1_ps(s.min[2 * k + 1]);
-      for (int p = 0; p < 4; ++p) {
-        const __m256i bytes = widen8(b.qs + 32 * k + 8 * p);
-        __m256i q_lo = _mm256_and_si256(bytes, low), q_hi = _mm256_srli_epi32(bytes, 4);
-        if constexpr (kBits == 5) {
-          const __m256i h = widen8(b.qh + 8 * p);
-          q_lo = _mm256_or_si256(q_lo, bit_as_16(h, 2 * k));
-          q_hi = _mm256_or_si256(q_hi, bit_as_16(h, 2 * k + 1));
-        }
-        w[8 * k + p] = _mm256_fmsub_ps(_mm256_cvtepi32_ps(q_lo), sc_lo, m_lo);
-        w[8 * k + 4 + p] = _mm256_fmsub_ps(_mm256_cvtepi32_ps(q_hi), sc_hi, m_hi);
-      }
-    }
-  }
-};
-using ExactQ4_K = ExactK<BlockQ4_K, 4>;
-using ExactQ5_K = ExactK<BlockQ5_K, 5>;
-
 // Q6_K: value 128h + 32g + l = d * scales[(128h + 32g + l) / 16] * (q - 32).
 struct ExactQ6_K {
   using Block = BlockQ6_K;
@@ -148,6 +120,78 @@ struct ExactRowDot {
     }
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < N; ++i) out[r * N + i] = horizontal_sum(_mm256_add_ps(acc0[r][i], acc1[r][i]));
+  }
+};
+
+// Q4_K / Q5_K with f32 activations in the offset form: sub-block j adds
+// d sc_j sum(q x) - dmin m_j sum(x_j), with sum(x_j) from job.x_block_sums
+// ({0, sum} per 32 values), so a weight costs a widen and one FMA per token
+// instead of a dequantizing FMA plus the dot's.
+template <typename BlockT, int kBits>
+struct KOffsetRowDot {
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
+    const int64_t n_blocks = job.cols / kQK_K;
+    const BlockT* blocks[R];
+    const float* x[N];
+    const float* sums[N];
+    __m256 acc[R][N], offsets[R][N];  // offsets: odd lanes collect dmin m_j sum(x_j)
+    for (int i = 0; i < N; ++i) {
+      x[i] = job.x + (first_token + i) * job.cols;
+      sums[i] = job.x_block_sums + (first_token + i) * x_block_sum_floats(job.cols);
+    }
+    for (int r = 0; r < R; ++r) {
+      blocks[r] = reinterpret_cast<const BlockT*>(job.w + (first_row + r * row_step) * job.row_bytes);
+      for (int i = 0; i < N; ++i) acc[r][i] = offsets[r][i] = _mm256_setzero_ps();
+    }
+    const __m256i first_pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    const __m256i second_pairs = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const BlockT& blk = blocks[r][b];
+        const KSubScales s = k_sub_scales(blk);
+        const __m256 mins = _mm256_load_ps(s.min);
+        const __m256 min_lo = _mm256_permutevar8x32_ps(mins, first_pairs);
+        const __m256 min_hi = _mm256_permutevar8x32_ps(mins, second_pairs);
+#pragma GCC unroll 4
+        for (int i = 0; i < N; ++i) {
+          const float* pairs = sums[i] + 16 * b;
+          offsets[r][i] = _mm256_fmadd_ps(min_lo, _mm256_loadu_ps(pairs), offsets[r][i]);
+          offsets[r][i] = _mm256_fmadd_ps(min_hi, _mm256_loadu_ps(pairs + 8), offsets[r][i]);
+        }
+        for (int k = 0; k < 4; ++k) {
+          __m256 q[8];  // q[p]: values 64k + 8p .. (sub-block 2k); q[4 + p]: 64k + 32 + 8p .. (2k + 1)
+          for (int p = 0; p < 4; ++p) {
+            const __m256i bytes = widen8(blk.qs + 32 * k + 8 * p);
+            __m256i lo = _mm256_and_si256(bytes, _mm256_set1_epi32(0x0f)), hi = _mm256_srli_epi32(bytes, 4);
+            if constexpr (kBits == 5) {
+              const __m256i h = widen8(blk.qh + 8 * p);
+              lo = _mm256_or_si256(lo, bit_as_16(h, 2 * k));
+              hi = _mm256_or_si256(hi, bit_as_16(h, 2 * k + 1));
+            }
+            q[p] = _mm256_cvtepi32_ps(lo);
+            q[4 + p] = _mm256_cvtepi32_ps(hi);
+          }
+          const __m256 scale_lo = _mm256_set1_ps(s.scale[2 * k]), scale_hi = _mm256_set1_ps(s.scale[2 * k + 1]);
+#pragma GCC unroll 4
+          for (int i = 0; i < N; ++i) {
+            const float* xk = x[i] + b * kQK_K + 64 * k;
+            acc[r][i] = _mm256_fmadd_ps(dot32(q, xk), scale_lo, acc[r][i]);
+            acc[r][i] = _mm256_fmadd_ps(dot32(q + 4, xk + 32), scale_hi, acc[r][i]);
+          }
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < N; ++i) out[r * N + i] = horizontal_sum(acc[r][i]) - horizontal_sum(offsets[r][i]);
+  }
+  // sum(q[v] * x[8v ..]) over 32 values, as 8 lanes.
+  static __m256 dot32(const __m256* q, const float* x) {
+    __m256 d = _mm256_mul_ps(q[0], _mm256_loadu_ps(x));
+    d = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(x + 8), d);
+    d = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(x + 16), d);
+    return _mm256_fmadd_ps(q[3], _mm256_loadu_ps(x + 24), d);
   }
 };
 
@@ -228,8 +272,8 @@ constexpr QuantKernels kernels_for() {
 
 constexpr KQuantKernels kAvx2KQuants = {
     kernels_for<Q8Q5_0, ExactQ5_0>(),
-    kernels_for<Q8K<BlockQ4_K, 4>, ExactQ4_K>(),
-    kernels_for<Q8K<BlockQ5_K, 5>, ExactQ5_K>(),
+    {run_row_tiles<Q8RowDot<Q8K<BlockQ4_K, 4>>>, run_row_tiles<KOffsetRowDot<BlockQ4_K, 4>>},
+    {run_row_tiles<Q8RowDot<Q8K<BlockQ5_K, 5>>>, run_row_tiles<KOffsetRowDot<BlockQ5_K, 5>>},
     kernels_for<Q8Q6_K, ExactQ6_K>(),
 };
 
