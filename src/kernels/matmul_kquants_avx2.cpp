@@ -28,8 +28,9 @@ struct KSubScales {
   alignas(32) float scale[8];
   alignas(32) float min[8];
 };
+// Always inlined: as a call it spilled the kernel's vector registers per block.
 template <typename Block>
-KSubScales k_sub_scales(const Block& b) {
+[[gnu::always_inline]] inline KSubScales k_sub_scales(const Block& b) {
   alignas(8) uint8_t sc[8], m[8];
   for (int j = 0; j < 8; ++j) {
     const KScaleMin sm = kquant_scale_min(b.scales, j);
@@ -62,29 +63,62 @@ __m256i bit_as_16(__m256i lanes, int bit) {
   return _mm256_slli_epi32(one, 4);
 }
 
-// Q6_K: value 128h + 32g + l = d * scales[(128h + 32g + l) / 16] * (q - 32).
-struct ExactQ6_K {
-  using Block = BlockQ6_K;
-  static constexpr int kValues = kQK_K;
-  static void dequantize(const Block& b, __m256* w) {
-    const float d = _cvtsh_ss(b.d);
+// Q6_K with f32 activations: value 128h + 32g + l is d * scales[(128h + 32g + l) / 16] * (q - 32).
+// Per 16 values (one scale) a float dot of (q - 32) with x, scaled once.
+struct Q6KRowDot {
+  // q - 32 of values 128h + 32g + 8p .. + 7 (g = 0..3) as exact floats.
+  static void unpack8(const BlockQ6_K& b, int h, int p, __m256 q[4]) {
     const __m256i low = _mm256_set1_epi32(0x0f), two = _mm256_set1_epi32(3), bias = _mm256_set1_epi32(32);
-    for (int h = 0; h < 2; ++h) {
-      for (int p = 0; p < 4; ++p) {
-        const __m256i a = widen8(b.ql + 64 * h + 8 * p), c = widen8(b.ql + 64 * h + 32 + 8 * p);
-        const __m256i qh = widen8(b.qh + 32 * h + 8 * p);
-        const __m256i q[4] = {
-            _mm256_or_si256(_mm256_and_si256(a, low), _mm256_slli_epi32(_mm256_and_si256(qh, two), 4)),
-            _mm256_or_si256(_mm256_and_si256(c, low), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 2), two), 4)),
-            _mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 4), two), 4)),
-            _mm256_or_si256(_mm256_srli_epi32(c, 4), _mm256_slli_epi32(_mm256_srli_epi32(qh, 6), 4))};
-        for (int g = 0; g < 4; ++g) {
-          const int first = 128 * h + 32 * g + 8 * p;
-          const __m256 scale = _mm256_set1_ps(d * static_cast<float>(b.scales[first / 16]));
-          w[first / 8] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[g], bias)), scale);
-        }
+    const __m256i a = widen8(b.ql + 64 * h + 8 * p), c = widen8(b.ql + 64 * h + 32 + 8 * p);
+    const __m256i qh = widen8(b.qh + 32 * h + 8 * p);
+    const __m256i top[4] = {_mm256_and_si256(qh, two), _mm256_and_si256(_mm256_srli_epi32(qh, 2), two),
+                            _mm256_and_si256(_mm256_srli_epi32(qh, 4), two), _mm256_srli_epi32(qh, 6)};
+    const __m256i bottom[4] = {_mm256_and_si256(a, low), _mm256_and_si256(c, low), _mm256_srli_epi32(a, 4),
+                               _mm256_srli_epi32(c, 4)};
+    for (int g = 0; g < 4; ++g)
+      q[g] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(bottom[g], _mm256_slli_epi32(top[g], 4)), bias));
+  }
+
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
+    const int64_t n_blocks = job.cols / kQK_K;
+    const BlockQ6_K* blocks[R];
+    const float* x[N];
+    __m256 acc[R][N];
+    for (int i = 0; i < N; ++i) x[i] = job.x + (first_token + i) * job.cols;
+    for (int r = 0; r < R; ++r) {
+      blocks[r] = reinterpret_cast<const BlockQ6_K*>(job.w + (first_row + r * row_step) * job.row_bytes);
+      for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n_blocks; ++b) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const BlockQ6_K& blk = blocks[r][b];
+        const float d = _cvtsh_ss(blk.d);
+        // Unrolled so that the unpacked q stay in registers.
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 2
+          for (int m = 0; m < 2; ++m) {  // values l = 16m .. 16m + 15 of each group
+            __m256 q0[4], q1[4];
+            unpack8(blk, h, 2 * m, q0);
+            unpack8(blk, h, 2 * m + 1, q1);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; ++g) {
+              const __m256 scale = _mm256_set1_ps(d * static_cast<float>(blk.scales[8 * h + 2 * g + m]));
+#pragma GCC unroll 4
+              for (int i = 0; i < N; ++i) {
+                const float* xg = x[i] + b * kQK_K + 128 * h + 32 * g + 16 * m;
+                const __m256 dot =
+                    _mm256_fmadd_ps(q1[g], _mm256_loadu_ps(xg + 8), _mm256_mul_ps(q0[g], _mm256_loadu_ps(xg)));
+                acc[r][i] = _mm256_fmadd_ps(dot, scale, acc[r][i]);
+              }
+            }
+          }
       }
     }
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < N; ++i) out[r * N + i] = horizontal_sum(acc[r][i]);
   }
 };
 
@@ -160,8 +194,11 @@ struct KOffsetRowDot {
           offsets[r][i] = _mm256_fmadd_ps(min_lo, _mm256_loadu_ps(pairs), offsets[r][i]);
           offsets[r][i] = _mm256_fmadd_ps(min_hi, _mm256_loadu_ps(pairs + 8), offsets[r][i]);
         }
+        // Unrolled so that q[] stays in registers (as a loop it went through the stack).
+#pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
           __m256 q[8];  // q[p]: values 64k + 8p .. (sub-block 2k); q[4 + p]: 64k + 32 + 8p .. (2k + 1)
+#pragma GCC unroll 4
           for (int p = 0; p < 4; ++p) {
             const __m256i bytes = widen8(blk.qs + 32 * k + 8 * p);
             __m256i lo = _mm256_and_si256(bytes, _mm256_set1_epi32(0x0f)), hi = _mm256_srli_epi32(bytes, 4);
@@ -274,7 +311,7 @@ constexpr KQuantKernels kAvx2KQuants = {
     kernels_for<Q8Q5_0, ExactQ5_0>(),
     {run_row_tiles<Q8RowDot<Q8K<BlockQ4_K, 4>>>, run_row_tiles<KOffsetRowDot<BlockQ4_K, 4>>},
     {run_row_tiles<Q8RowDot<Q8K<BlockQ5_K, 5>>>, run_row_tiles<KOffsetRowDot<BlockQ5_K, 5>>},
-    kernels_for<Q8Q6_K, ExactQ6_K>(),
+    {run_row_tiles<Q8RowDot<Q8Q6_K>>, run_row_tiles<Q6KRowDot>},
 };
 
 }  // namespace
