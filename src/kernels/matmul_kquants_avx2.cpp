@@ -1,9 +1,11 @@
 // AVX2 + FMA + F16C kernels for Q5_0 and the K-quants (Q4_K, Q5_K, Q6_K).
 //
-// f32 activations: each weight block is dequantized in registers (exact
-// float q times the sub-block scale, minus the sub-block min), eight values
-// per vector, then FMA'd with every token's x: the same products as the
-// scalar reference, summed in a different order.
+// f32 activations (the scalar reference dequantizes, then dots; these differ
+// from it only in float rounding and summation order):
+//  - Q4_K / Q5_K: offset form, d sc_j sum(q x) - dmin m_j sum(x_j), with q
+//    widened to exact floats and sum(x_j) from job.x_block_sums;
+//  - Q6_K: sum((q - 32) x) per 16-value scale group, times d * scale;
+//  - Q5_0: the block dequantized in registers (d q - 16 d), then FMA'd with x.
 //
 // 8-bit activations (Q8Order::Plain, blocks of 32): per 32 values an exact
 // integer dot (maddubs u8 x s8 -> s16 pairs, madd -> s32), times the
@@ -43,7 +45,7 @@ template <typename Block>
   return out;
 }
 
-// ---- f32 activations: dequantize to w[kValues / 8] vectors -------------
+// ---- f32 activations --------------------------------------------------------
 
 struct ExactQ5_0 {
   using Block = BlockQ5_0;
