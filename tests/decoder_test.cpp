@@ -72,6 +72,24 @@ TEST(Decoder, NaiveAndCachedAgreeOnQuantizedWeights) {
   }
 }
 
+// Q4_K / Q5_K / Q6_K everywhere (rows of 256 and 512 values, token_embd
+// included, so embedding lookup decodes K-quant rows), and Q5_0 on the
+// 64-wide model whose rows cannot hold a super-block.
+TEST(Decoder, NaiveAndCachedAgreeOnKQuantWeights) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    TempFile f(".gguf");
+    auto m = tiny_model(f, "tiny-qwen2-256", t);
+    EXPECT_EQ(m->weights().token_embd.type, t);
+    EXPECT_EQ(m->weights().layers[1].w_down.type, t);
+    EXPECT_EQ(m->weights().layers[0].wq.type, t);
+    expect_decoders_agree(*m, 12, 4);
+  }
+  TempFile f(".gguf");
+  auto m = tiny_model(f, "tiny-qwen2", DType::Q4_K);
+  EXPECT_EQ(m->weights().layers[0].wk.type, DType::Q5_0);  // 64-value rows fall back to Q5_0
+  expect_decoders_agree(*m, 12, 4);
+}
+
 TEST(Decoder, CountsAttentionRows) {
   TempFile f(".gguf");
   auto m = tiny_model(f, "tiny-llama", DType::F32);

@@ -246,9 +246,9 @@ TEST(KernelMatmulRealModel, SmolLM2TensorsMatchReference) {
 }
 
 TEST(KernelMatmulErrors, UnsupportedTypeThrows) {
-  std::vector<uint8_t> bytes(144);
+  std::vector<uint8_t> bytes(84);
   TensorView w;
-  w.type = DType::Q4_K;
+  w.type = DType::Q2_K;
   w.n_dims = 2;
   w.ne = {256, 1, 1, 1};
   w.data = bytes.data();

@@ -18,15 +18,15 @@ constexpr Entry kTypes[] = {
     {1, {"f16", 1, 2, true}},
     {2, {"q4_0", 32, 18, true}},
     {3, {"q4_1", 32, 20, true}},
-    {6, {"q5_0", 32, 22, false}},
+    {6, {"q5_0", 32, 22, true}},
     {7, {"q5_1", 32, 24, false}},
     {8, {"q8_0", 32, 34, true}},
     {9, {"q8_1", 32, 36, false}},
     {10, {"q2_k", 256, 84, false}},
     {11, {"q3_k", 256, 110, false}},
-    {12, {"q4_k", 256, 144, false}},
-    {13, {"q5_k", 256, 176, false}},
-    {14, {"q6_k", 256, 210, false}},
+    {12, {"q4_k", 256, 144, true}},
+    {13, {"q5_k", 256, 176, true}},
+    {14, {"q6_k", 256, 210, true}},
     {15, {"q8_k", 256, 292, false}},
     {24, {"i8", 1, 1, false}},
     {25, {"i16", 1, 2, false}},
@@ -61,7 +61,7 @@ DType parse_dtype(const std::string& name) {
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   for (const auto& e : kTypes)
     if (lower == e.info.name) return static_cast<DType>(e.id);
-  throw Error("unknown type '" + name + "' (expected one of f32, f16, bf16, q8_0, q4_0, q4_1)");
+  throw Error("unknown type '" + name + "' (expected one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q5_k, q6_k)");
 }
 
 size_t dtype_row_bytes(DType t, int64_t n) {

@@ -66,7 +66,65 @@ struct BlockQ8_0 {
   uint16_t d;  // fp16 scale
   int8_t qs[kQK8_0];
 };
+// Q5_0: w = d * (q - 16), q = low nibble | (bit of qh) << 4. Element j < 16
+// is qs[j]'s low nibble with qh bit j; element j + 16 its high nibble with bit j + 16.
+struct BlockQ5_0 {
+  uint16_t d;             // fp16 scale
+  uint8_t qh[4];          // bit j: fifth bit of element j (little-endian uint32)
+  uint8_t qs[kQK4_0 / 2]; // low 4 bits, as in Q4_0
+};
+
+// K-quants: super-blocks of 256 values.
+//
+// Q4_K / Q5_K: 8 sub-blocks of 32, w = d * sc[j] * q - dmin * m[j] with 6-bit
+// sc[j], m[j] packed in 12 bytes (see kquant_scale_min). In each 64-value
+// chunk k, qs[32k + l]'s low nibble is value 64k + l and its high nibble
+// value 64k + 32 + l. Q5_K's fifth bits: qh[l] bit 2k for value 64k + l,
+// bit 2k + 1 for value 64k + 32 + l.
+constexpr int kKScaleBytes = 12;
+struct BlockQ4_K {
+  uint16_t d;     // fp16 super-block scale of the sub-block scales
+  uint16_t dmin;  // fp16 super-block scale of the sub-block mins
+  uint8_t scales[kKScaleBytes];
+  uint8_t qs[kQK_K / 2];
+};
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qh[kQK_K / 8];
+  uint8_t qs[kQK_K / 2];
+};
+// Q6_K: 16 sub-blocks of 16, w = d * scales[i / 16] * (q - 32), q in 0..63.
+// In each 128-value half h (ql += 64 h, qh += 32 h), for l < 32: value l is
+// ql[l] & 15, value 32 + l is ql[32 + l] & 15, value 64 + l is ql[l] >> 4,
+// value 96 + l is ql[32 + l] >> 4; qh[l] bits 2g, 2g + 1 are the top two bits
+// of value 32 g + l.
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  uint16_t d;
+};
+
+// Sub-block j's (scale, min) of a Q4_K / Q5_K super-block: for j < 4 the low
+// 6 bits of bytes j and j + 4; for j >= 4 the nibbles of byte j + 4 with the
+// top two bits of bytes j - 4 and j. `static` (one copy per translation
+// unit): the SIMD kernel files include this header with -mavx2 / -mavx512f.
+struct KScaleMin {
+  uint8_t scale, min;
+};
+static inline KScaleMin kquant_scale_min(const uint8_t* scales, int j) {
+  if (j < 4) return {static_cast<uint8_t>(scales[j] & 63), static_cast<uint8_t>(scales[j + 4] & 63)};
+  return {static_cast<uint8_t>((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4)),
+          static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))};
+}
+
 static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ8_0) == 34);
 

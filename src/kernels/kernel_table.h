@@ -92,6 +92,22 @@ static inline Q8ActRow q8_act_row(const MatmulJob& job, int64_t token) {
 
 using MatmulRowsFn = void (*)(const MatmulJob& job, int64_t row_begin, int64_t row_end);
 
+// One weight type's two kernels: 8-bit activations (job.xq, Q8Order::Plain)
+// and f32 activations (job.x, plus job.x_block_sums where the type has an offset).
+struct QuantKernels {
+  MatmulRowsFn q8;
+  MatmulRowsFn exact;
+};
+// Q5_0 and the K-quants, defined per ISA in matmul_kquants_<isa>.cpp.
+struct KQuantKernels {
+  QuantKernels q5_0, q4_k, q5_k, q6_k;
+};
+const KQuantKernels& scalar_kquant_kernels();
+#if KVSERVE_HAVE_SIMD
+const KQuantKernels& avx2_kquant_kernels();
+const KQuantKernels& avx512_kquant_kernels();
+#endif
+
 struct KernelTable {
   Isa isa;
   MatmulRowsFn f32;
@@ -103,11 +119,14 @@ struct KernelTable {
   MatmulRowsFn q4_0_exact;  // f32 activations (job.x): weights dequantized in registers
   MatmulRowsFn q4_1_exact;
   MatmulRowsFn q8_0_exact;
+  KQuantKernels kquants;  // Q5_0, Q4_K, Q5_K, Q6_K
 };
 
 // Which activations a weight type's kernels read (the same for every ISA, so
 // all paths multiply by identical quantized values).
-static inline Q8Order q8_order_for(DType type) { return type == DType::Q8_0 ? Q8Order::Plain : Q8Order::NibblePairs; }
+static inline Q8Order q8_order_for(DType type) {
+  return type == DType::Q4_0 || type == DType::Q4_1 ? Q8Order::NibblePairs : Q8Order::Plain;
+}
 
 const KernelTable& scalar_kernel_table();
 #if KVSERVE_HAVE_SIMD

@@ -39,11 +39,21 @@ MatmulRowsFn rows_kernel(const KernelTable& table, DType type, bool q8_activatio
     case DType::Q4_0: return q8_activations ? table.q4_0 : table.q4_0_exact;
     case DType::Q4_1: return q8_activations ? table.q4_1 : table.q4_1_exact;
     case DType::Q8_0: return q8_activations ? table.q8_0 : table.q8_0_exact;
+    case DType::Q5_0: return q8_activations ? table.kquants.q5_0.q8 : table.kquants.q5_0.exact;
+    case DType::Q4_K: return q8_activations ? table.kquants.q4_k.q8 : table.kquants.q4_k.exact;
+    case DType::Q5_K: return q8_activations ? table.kquants.q5_k.q8 : table.kquants.q5_k.exact;
+    case DType::Q6_K: return q8_activations ? table.kquants.q6_k.q8 : table.kquants.q6_k.exact;
     default: throw Error(std::string("matmul: weight type ") + dtype_name(type) + " is not supported");
   }
 }
 
-bool is_block_quantized(DType type) { return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0; }
+bool is_block_quantized(DType type) {
+  switch (type) {
+    case DType::Q4_0: case DType::Q4_1: case DType::Q8_0: case DType::Q5_0:
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    default: return false;
+  }
+}
 
 // Below this many multiply-adds a second thread costs more than it saves.
 constexpr int64_t kMinWorkPerThread = 1 << 16;
@@ -59,10 +69,12 @@ uint8_t* q8_scratch(MatmulScratch& scratch, size_t bytes) {
   return scratch.q8_activations.data();
 }
 
-// The exact Q4 kernels fold a block's offset as offset * sum(x), so they need
-// the block sums of x.
+// The exact Q4_0/Q4_1/Q4_K/Q5_K kernels fold a 32-value block's offset as
+// offset * sum(x), so they need the block sums of x (Q5_0 and Q6_K
+// dequantize in registers instead).
 bool needs_block_sums(DType type, bool q8_activations) {
-  return !q8_activations && (type == DType::Q4_0 || type == DType::Q4_1);
+  return !q8_activations &&
+         (type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q4_K || type == DType::Q5_K);
 }
 
 }  // namespace
@@ -131,8 +143,10 @@ struct PreparedProduct {
 
 PreparedProduct prepare_product(const MatmulProduct& p, const float* x, int64_t n_tokens, MatmulScratch& scratch) {
   const TensorView& w = *p.w;
-  if (is_block_quantized(w.type) && w.cols() % 32 != 0)
-    throw Error("matmul: " + w.name + " has " + std::to_string(w.cols()) + " columns, not a multiple of 32");
+  const int64_t block = dtype_info(w.type).block_size;
+  if (is_block_quantized(w.type) && w.cols() % block != 0)
+    throw Error("matmul: " + w.name + " has " + std::to_string(w.cols()) + " columns, not a multiple of the " +
+                dtype_name(w.type) + " block size " + std::to_string(block));
   PreparedProduct out;
   out.quantized = is_block_quantized(w.type) && activation_precision() == ActivationPrecision::kQ8;
   out.kernel = rows_kernel(active_kernel_table(), w.type, out.quantized);

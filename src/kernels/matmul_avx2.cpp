@@ -340,7 +340,10 @@ struct ExactRowDot {
   }
 };
 
-constexpr KernelTable kAvx2Table = {
+}  // namespace
+
+const KernelTable& avx2_kernel_table() {
+  static const KernelTable table = {
     Isa::Avx2,
     run_row_tiles<FloatRowDot<F32Load>>,
     run_row_tiles<FloatRowDot<F16Load>>,
@@ -351,10 +354,9 @@ constexpr KernelTable kAvx2Table = {
     run_row_tiles<ExactRowDot<ExactQ4_0>>,
     run_row_tiles<ExactRowDot<ExactQ4_1>>,
     run_row_tiles<ExactRowDot<ExactQ8_0>>,
-};
-
-}  // namespace
-
-const KernelTable& avx2_kernel_table() { return kAvx2Table; }
+    avx2_kquant_kernels(),
+  };
+  return table;
+}
 
 }  // namespace kvserve

@@ -224,6 +224,7 @@ const KernelTable& avx512_kernel_table() {
       avx2_kernel_table().q4_0_exact,
       avx2_kernel_table().q4_1_exact,
       avx2_kernel_table().q8_0_exact,
+      avx512_kquant_kernels(),
   };
   return table;
 }

@@ -135,7 +135,10 @@ struct ExactRowDot {
   }
 };
 
-constexpr KernelTable kScalarTable = {
+}  // namespace
+
+const KernelTable& scalar_kernel_table() {
+  static const KernelTable table = {
     Isa::Scalar,
     run_row_tiles<FloatRowDot<F32ToFloat>>,
     run_row_tiles<FloatRowDot<F16ToFloat>>,
@@ -146,10 +149,9 @@ constexpr KernelTable kScalarTable = {
     run_row_tiles<ExactRowDot<BlockQ4_0>>,
     run_row_tiles<ExactRowDot<BlockQ4_1>>,
     run_row_tiles<ExactRowDot<BlockQ8_0>>,
-};
-
-}  // namespace
-
-const KernelTable& scalar_kernel_table() { return kScalarTable; }
+    scalar_kquant_kernels(),
+  };
+  return table;
+}
 
 }  // namespace kvserve

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "kernels/quantize_kquants.h"
 
 namespace kvserve {
 namespace {
@@ -89,6 +90,18 @@ void quantize_q4_1(const float* x, BlockQ4_1* b, int64_t n) {
   }
 }
 
+// Q5_0 and the K-quants, one block at a time (kernels/quantize_kquants.h).
+template <typename Block, int kBlockSize>
+void dequantize_blocks(void (*one)(const Block&, float*), const void* src, float* y, int64_t n) {
+  const auto* b = static_cast<const Block*>(src);
+  for (int64_t i = 0; i < n / kBlockSize; ++i) one(b[i], y + i * kBlockSize);
+}
+template <typename Block, int kBlockSize>
+void quantize_blocks(void (*one)(const float*, Block&), const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<Block*>(dst);
+  for (int64_t i = 0; i < n / kBlockSize; ++i) one(x + i * kBlockSize, b[i]);
+}
+
 }  // namespace
 
 void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
@@ -109,6 +122,10 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     case DType::Q4_0: return dequantize_q4_0(static_cast<const BlockQ4_0*>(src), dst, n);
     case DType::Q4_1: return dequantize_q4_1(static_cast<const BlockQ4_1*>(src), dst, n);
     case DType::Q8_0: return dequantize_q8_0(static_cast<const BlockQ8_0*>(src), dst, n);
+    case DType::Q5_0: return dequantize_blocks<BlockQ5_0, kQK4_0>(dequantize_block_q5_0, src, dst, n);
+    case DType::Q4_K: return dequantize_blocks<BlockQ4_K, kQK_K>(dequantize_block_q4_k, src, dst, n);
+    case DType::Q5_K: return dequantize_blocks<BlockQ5_K, kQK_K>(dequantize_block_q5_k, src, dst, n);
+    case DType::Q6_K: return dequantize_blocks<BlockQ6_K, kQK_K>(dequantize_block_q6_k, src, dst, n);
     default:
       throw Error(std::string("dequantize: tensor type ") + dtype_name(type) + " is not supported");
   }
@@ -132,6 +149,10 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
     case DType::Q4_0: return quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), n);
     case DType::Q4_1: return quantize_q4_1(src, static_cast<BlockQ4_1*>(dst), n);
     case DType::Q8_0: return quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n);
+    case DType::Q5_0: return quantize_blocks<BlockQ5_0, kQK4_0>(quantize_block_q5_0, src, dst, n);
+    case DType::Q4_K: return quantize_blocks<BlockQ4_K, kQK_K>(quantize_block_q4_k, src, dst, n);
+    case DType::Q5_K: return quantize_blocks<BlockQ5_K, kQK_K>(quantize_block_q5_k, src, dst, n);
+    case DType::Q6_K: return quantize_blocks<BlockQ6_K, kQK_K>(quantize_block_q6_k, src, dst, n);
     default:
       throw Error(std::string("quantize: tensor type ") + dtype_name(type) + " is not supported");
   }

@@ -208,7 +208,8 @@ class ModelSynthesizer {
   // A [rows, cols] matrix (ne = {cols, rows}) of normals scaled 1/sqrt(cols),
   // so that a unit-RMS input gives unit-RMS outputs.
   void matrix(const std::string& name, int64_t cols, int64_t rows) {
-    const size_t row_bytes = dtype_row_bytes(type_, cols);
+    const DType type = type_for_row_length(cols);
+    const size_t row_bytes = dtype_row_bytes(type, cols);
     std::vector<uint8_t> bytes(row_bytes * static_cast<size_t>(rows));
     const uint64_t base = tensor_seed(seed_, name);
     const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
@@ -220,10 +221,17 @@ class ModelSynthesizer {
       for (int64_t r = 0; r < rows; ++r) {
         NormalRng rng(base + static_cast<uint64_t>(r) * 0x9e3779b97f4a7c15ull);
         rng.fill_normal(row.data(), cols, scale);
-        quantize_row(type_, row.data(), bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
+        quantize_row(type, row.data(), bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
       }
     }
-    w_.add_tensor(name, type_, {cols, rows}, bytes.data(), bytes.size());
+    w_.add_tensor(name, type, {cols, rows}, bytes.data(), bytes.size());
+  }
+  // K-quant rows must hold whole 256-value super-blocks; like llama.cpp, a
+  // matrix whose rows do not falls back to a 32-block type (Q6_K to Q8_0,
+  // Q4_K / Q5_K to Q5_0).
+  DType type_for_row_length(int64_t cols) const {
+    if (cols % dtype_info(type_).block_size == 0) return type_;
+    return type_ == DType::Q6_K ? DType::Q8_0 : DType::Q5_0;
   }
   void ones(const std::string& name, int64_t n) { w_.add_f32_tensor(name, {n}, std::vector<float>(n, 1.0f)); }
   void bias(const std::string& name, int64_t n) {
@@ -289,8 +297,11 @@ void write_vocab_metadata(GGUFWriter& w, const ByteBpeVocab& vocab) {
 }
 
 bool is_synth_type(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_0 ||
-         t == DType::Q4_1;
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0: case DType::Q4_1:
+    case DType::Q5_0: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    default: return false;
+  }
 }
 
 }  // namespace
@@ -304,6 +315,8 @@ const std::vector<SynthPreset>& synth_presets() {
       {"llama3-8b-2layer", "llama", 4096, 2, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, false, false},
       {"tiny-llama", "llama", 64, 2, 4, 2, 96, 320, 256, 10000.0f, 1e-5f, false, false},
       {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, true},
+      // rows of 256 and 512: every matrix can hold K-quant super-blocks
+      {"tiny-qwen2-256", "qwen2", 256, 2, 4, 2, 512, 384, 256, 1000000.0f, 1e-6f, true, true},
   };
   return presets;
 }
@@ -362,7 +375,7 @@ void synthesize_model(const SynthOptions& options) {
   SynthPreset preset = find_synth_preset(options.preset);
   if (!is_synth_type(options.type))
     throw Error(std::string("synth: type ") + dtype_name(options.type) +
-                " is not supported (f32, f16, bf16, q8_0, q4_0, q4_1 are)");
+                " is not supported (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q5_k, q6_k are)");
   if (options.layers < 0 || options.layers > 1024)
     throw Error("synth: --layers " + std::to_string(options.layers) + " is out of range 1..1024");
   if (options.layers > 0) preset.n_layers = options.layers;

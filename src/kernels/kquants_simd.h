@@ -1,0 +1,101 @@
+#pragma once
+// Internal to src/kernels: AVX2-level helpers shared by the Q5_0 / K-quant
+// kernels of the avx2 and avx512 translation units. Everything here is
+// `static` or a template, so each TU gets its own copy compiled with its own
+// instruction set (see kernel_table.h); each TU instantiates Q8RowDot with
+// its own Format types (in an anonymous namespace) for the same reason.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "core/dtype.h"
+#include "kernels/kernel_table.h"
+
+namespace kvserve {
+namespace kquants_simd {
+
+static inline float horizontal_sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+static inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+static inline __m256i load_act(const int8_t* qx) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(qx)); }
+// Eight bytes zero-extended to eight int32 lanes.
+static inline __m256i widen8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+static inline __m256i mask_bytes(__m256i v, int m) { return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(m))); }
+
+// sum over 32 bytes of unsigned w * signed a, as 8 int32 lanes.
+static inline __m256i dot_u8_s8(__m256i w, __m256i a) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
+}
+
+// Bit j of `bits` (j < 32) as 0x10 in byte j: byte j takes input byte j / 8,
+// keeps bit j % 8, and compares.
+static inline __m256i bits_to_0x10_bytes(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  return mask_bytes(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), 0x10);
+}
+
+// The 32 unsigned 5-bit q of a Q5_0 block as bytes in element order.
+static inline __m256i q5_0_bytes(const BlockQ5_0& b) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+  const __m256i nibbles = mask_bytes(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), 0x0f);
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  return _mm256_or_si256(nibbles, bits_to_0x10_bytes(qh));
+}
+
+// The fifth bits of Q5_K chunk k (values 64k .. 64k + 63), as 0x10 per byte:
+// qh[l] bit 2k for value 64k + l, bit 2k + 1 for 64k + 32 + l. Shifting 16-bit
+// lanes keeps bit 4 of each byte within its byte for these shift counts.
+static inline __m256i q5_k_high(__m256i qh, int bit) {
+  const __m256i moved = bit <= 4 ? _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - bit))
+                                 : _mm256_srl_epi16(qh, _mm_cvtsi32_si128(bit - 4));
+  return mask_bytes(moved, 0x10);
+}
+
+// 8-bit activations: runs Format::q8_block over every weight block of R rows
+// x N tokens; q8_block(block, qx, scales, acc, offset) adds the block's
+// float-scaled dot to acc (8 lanes) and its offset term to `offset`.
+template <typename Format>
+struct Q8RowDot {
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
+    using Block = typename Format::Block;
+    constexpr int kSubBlocks = Format::kValues / 32;
+    const int64_t n_blocks = job.cols / Format::kValues;
+    const Block* blocks[R];
+    Q8ActRow a[N];
+    __m256 acc[R][N];
+    float offset[R][N];
+    for (int i = 0; i < N; ++i) a[i] = q8_act_row(job, first_token + i);
+    for (int r = 0; r < R; ++r) {
+      blocks[r] = reinterpret_cast<const Block*>(job.w + (first_row + r * row_step) * job.row_bytes);
+      for (int i = 0; i < N; ++i) {
+        acc[r][i] = _mm256_setzero_ps();
+        offset[r][i] = 0.0f;
+      }
+    }
+    for (int64_t b = 0; b < n_blocks; ++b) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int i = 0; i < N; ++i)
+          Format::q8_block(blocks[r][b], a[i].qs + b * Format::kValues, a[i].scales + b * kSubBlocks, acc[r][i],
+                           offset[r][i]);
+    }
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < N; ++i) out[r * N + i] = horizontal_sum(acc[r][i]) + offset[r][i];
+  }
+};
+
+}  // namespace kquants_simd
+}  // namespace kvserve

@@ -1,0 +1,101 @@
+// AVX-512 VNNI kernels for Q5_0 and the K-quants with 8-bit activations:
+// vpdpbusd (u8 x s8, four products summed per int32 lane, no s16
+// intermediate) replaces AVX2's maddubs + madd. 256-bit registers, as for
+// the other Q4 types (faster than 512-bit on Zen 4, see docs/kernels.md).
+// f32 activations use the AVX2 kernels (FMA-bound; 512-bit gains nothing here).
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized (see matmul_avx512.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include "core/dtype.h"
+#include "kernels/kernel_table.h"
+#include "kernels/kquants_simd.h"
+
+namespace kvserve {
+namespace {
+
+using namespace kquants_simd;
+
+__m256i dpbusd(__m256i w, __m256i a) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a); }
+
+// Q5_0: w = d q - 16 d, q <= 31 unsigned.
+struct VnniQ5_0 {
+  using Block = BlockQ5_0;
+  static constexpr int kValues = kQK4_0;
+  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float& offset) {
+    const float d = _cvtsh_ss(b.d);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dpbusd(q5_0_bytes(b), load_act(qx))), _mm256_set1_ps(d * sc[0].d), acc);
+    offset -= 16.0f * d * sc[0].s;
+  }
+};
+
+// Q4_K / Q5_K: sub-block j adds d sc_j dx_j dot_j and -dmin m_j s_j.
+template <typename BlockT, int kBits>
+struct VnniK {
+  using Block = BlockT;
+  static constexpr int kValues = kQK_K;
+  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float& offset) {
+    const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i bytes = load32(b.qs + 32 * k);
+      __m256i q[2] = {mask_bytes(bytes, 0x0f), mask_bytes(_mm256_srli_epi16(bytes, 4), 0x0f)};
+      if constexpr (kBits == 5) {
+        const __m256i qh = load32(b.qh);
+        q[0] = _mm256_or_si256(q[0], q5_k_high(qh, 2 * k));
+        q[1] = _mm256_or_si256(q[1], q5_k_high(qh, 2 * k + 1));
+      }
+      for (int half = 0; half < 2; ++half) {
+        const int j = 2 * k + half;
+        const KScaleMin sm = kquant_scale_min(b.scales, j);
+        const __m256 dot = _mm256_cvtepi32_ps(dpbusd(q[half], load_act(qx + 32 * j)));
+        acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * static_cast<float>(sm.scale) * sc[j].d), acc);
+        offset -= dmin * static_cast<float>(sm.min) * sc[j].s;
+      }
+    }
+  }
+};
+
+// Q6_K: dot(q, qx) - dot(32, qx) per int32 lane (lanes 0..3 hold values
+// 0..15 of the 32, lanes 4..7 values 16..31), times each half's scale.
+struct VnniQ6_K {
+  using Block = BlockQ6_K;
+  static constexpr int kValues = kQK_K;
+  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float&) {
+    const float d = _cvtsh_ss(b.d);
+    const __m256i bias = _mm256_set1_epi8(32);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i a = load32(b.ql + 64 * h), c = load32(b.ql + 64 * h + 32), qh = load32(b.qh + 32 * h);
+      const __m256i q[4] = {
+          _mm256_or_si256(mask_bytes(a, 0x0f), mask_bytes(_mm256_slli_epi16(qh, 4), 0x30)),
+          _mm256_or_si256(mask_bytes(c, 0x0f), mask_bytes(_mm256_slli_epi16(qh, 2), 0x30)),
+          _mm256_or_si256(mask_bytes(_mm256_srli_epi16(a, 4), 0x0f), mask_bytes(qh, 0x30)),
+          _mm256_or_si256(mask_bytes(_mm256_srli_epi16(c, 4), 0x0f), mask_bytes(_mm256_srli_epi16(qh, 2), 0x30))};
+      for (int g = 0; g < 4; ++g) {
+        const int j = 4 * h + g;
+        const __m256i x = load_act(qx + 32 * j);
+        const __m256i dot = _mm256_sub_epi32(dpbusd(q[g], x), dpbusd(bias, x));
+        const float scale = d * sc[j].d;
+        const __m256 scales =
+            _mm256_set_m128(_mm_set1_ps(scale * b.scales[2 * j + 1]), _mm_set1_ps(scale * b.scales[2 * j]));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scales, acc);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+const KQuantKernels& avx512_kquant_kernels() {
+  static const KQuantKernels kernels = {
+      {run_row_tiles<Q8RowDot<VnniQ5_0>>, avx2_kquant_kernels().q5_0.exact},
+      {run_row_tiles<Q8RowDot<VnniK<BlockQ4_K, 4>>>, avx2_kquant_kernels().q4_k.exact},
+      {run_row_tiles<Q8RowDot<VnniK<BlockQ5_K, 5>>>, avx2_kquant_kernels().q5_k.exact},
+      {run_row_tiles<Q8RowDot<VnniQ6_K>>, avx2_kquant_kernels().q6_k.exact},
+  };
+  return kernels;
+}
+
+}  // namespace kvserve

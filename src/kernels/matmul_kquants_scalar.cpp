@@ -1,0 +1,130 @@
+// Portable Q5_0 / K-quant kernels: the reference every SIMD path of these
+// types is tested against. 8-bit activations come in Q8Order::Plain (blocks of
+// 32 in element order); each weight block's contribution is an exact integer
+// dot per 32 values, scaled in float. f32 activations: dequantize a block
+// (quantize_kquants.h), then a plain float dot.
+#include "core/dtype.h"
+#include "core/half.h"
+#include "kernels/kernel_table.h"
+#include "kernels/quantize_kquants.h"
+
+namespace kvserve {
+namespace {
+
+// Each format: kValues per weight block and q8_block(b, qx, scales), the
+// block's dot with kValues / 32 activation blocks.
+struct Q5_0Format {
+  using Block = BlockQ5_0;
+  static constexpr int kValues = kQK4_0;
+  // w = d * q - 16 d: d * dx * dot(q, qx) - 16 d * s
+  static float q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc) {
+    int32_t dot = 0;
+    for (int i = 0; i < 32; ++i) dot += q5_0_value(b, i) * qx[i];
+    const float d = fp16_to_f32(b.d);
+    return d * sc[0].d * static_cast<float>(dot) - 16.0f * d * sc[0].s;
+  }
+  static void dequantize(const Block& b, float* w) { dequantize_block_q5_0(b, w); }
+};
+
+// Q4_K / Q5_K: sub-block j contributes d sc_j dx_j dot_j - dmin m_j s_j.
+template <typename BlockT, int (*Value)(const BlockT&, int), void (*Dequantize)(const BlockT&, float*)>
+struct KFormat {
+  using Block = BlockT;
+  static constexpr int kValues = kQK_K;
+  static float q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc) {
+    const float d = fp16_to_f32(b.d), dmin = fp16_to_f32(b.dmin);
+    float sum = 0;
+    for (int j = 0; j < 8; ++j) {
+      int32_t dot = 0;
+      for (int l = 0; l < 32; ++l) dot += Value(b, 32 * j + l) * qx[32 * j + l];
+      const KScaleMin sm = kquant_scale_min(b.scales, j);
+      sum += d * sm.scale * sc[j].d * static_cast<float>(dot) - dmin * sm.min * sc[j].s;
+    }
+    return sum;
+  }
+  static void dequantize(const Block& b, float* w) { Dequantize(b, w); }
+};
+using Q4_KFormat = KFormat<BlockQ4_K, q4_k_value, dequantize_block_q4_k>;
+using Q5_KFormat = KFormat<BlockQ5_K, q5_k_value, dequantize_block_q5_k>;
+
+// Q6_K: activation block j (32 values) spans two 16-value scale groups:
+// d dx_j (scales[2j] dot(q - 32, qx)[0..16) + scales[2j+1] dot(q - 32, qx)[16..32)).
+struct Q6_KFormat {
+  using Block = BlockQ6_K;
+  static constexpr int kValues = kQK_K;
+  static float q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc) {
+    const float d = fp16_to_f32(b.d);
+    float sum = 0;
+    for (int j = 0; j < 8; ++j) {
+      int32_t scaled = 0;
+      for (int g = 2 * j; g < 2 * j + 2; ++g) {
+        int32_t dot = 0;
+        for (int l = 16 * g; l < 16 * g + 16; ++l) dot += (q6_k_value(b, l) - 32) * qx[l];
+        scaled += b.scales[g] * dot;
+      }
+      sum += d * sc[j].d * static_cast<float>(scaled);
+    }
+    return sum;
+  }
+  static void dequantize(const Block& b, float* w) { dequantize_block_q6_k(b, w); }
+};
+
+template <typename Format>
+struct Q8RowDot {
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
+    constexpr int kSubBlocks = Format::kValues / 32;
+    const int64_t n_blocks = job.cols / Format::kValues;
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* row = job.w + (first_row + r * row_step) * job.row_bytes;
+      const auto* blocks = reinterpret_cast<const typename Format::Block*>(row);
+      for (int i = 0; i < N; ++i) {
+        const Q8ActRow a = q8_act_row(job, first_token + i);
+        float acc = 0;
+        for (int64_t b = 0; b < n_blocks; ++b)
+          acc += Format::q8_block(blocks[b], a.qs + b * Format::kValues, a.scales + b * kSubBlocks);
+        out[r * N + i] = acc;
+      }
+    }
+  }
+};
+
+template <typename Format>
+struct ExactRowDot {
+  template <int R, int N>
+  static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
+    const int64_t n_blocks = job.cols / Format::kValues;
+    float w[Format::kValues];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* row = job.w + (first_row + r * row_step) * job.row_bytes;
+      const auto* blocks = reinterpret_cast<const typename Format::Block*>(row);
+      float acc[N] = {};
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        Format::dequantize(blocks[b], w);
+        for (int i = 0; i < N; ++i) {
+          const float* x = job.x + (first_token + i) * job.cols + b * Format::kValues;
+          for (int j = 0; j < Format::kValues; ++j) acc[i] += w[j] * x[j];
+        }
+      }
+      for (int i = 0; i < N; ++i) out[r * N + i] = acc[i];
+    }
+  }
+};
+
+template <typename Format>
+constexpr QuantKernels kernels_for() {
+  return {run_row_tiles<Q8RowDot<Format>>, run_row_tiles<ExactRowDot<Format>>};
+}
+
+constexpr KQuantKernels kScalarKQuants = {
+    kernels_for<Q5_0Format>(),
+    kernels_for<Q4_KFormat>(),
+    kernels_for<Q5_KFormat>(),
+    kernels_for<Q6_KFormat>(),
+};
+
+}  // namespace
+
+const KQuantKernels& scalar_kquant_kernels() { return kScalarKQuants; }
+
+}  // namespace kvserve

@@ -1,0 +1,38 @@
+#pragma once
+// Scalar reference (de)quantization of single blocks of Q5_0 and the
+// K-quants (Q4_K, Q5_K, Q6_K), bit-exact with ggml's block layouts (see
+// core/dtype.h). dequantize_row() in quantize.h and the scalar kernels are
+// built on these.
+//
+// The quantizers are simple (min/max per sub-block, nearest rounding), not
+// llama.cpp's search for the best scales: they exist to make valid random
+// blocks for tests and `kvserve synth`, and decode exactly as ggml would.
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace kvserve {
+
+void dequantize_block_q5_0(const BlockQ5_0& b, float* y);  // y[32]
+void dequantize_block_q4_k(const BlockQ4_K& b, float* y);  // y[256]
+void dequantize_block_q5_k(const BlockQ5_K& b, float* y);  // y[256]
+void dequantize_block_q6_k(const BlockQ6_K& b, float* y);  // y[256]
+
+void quantize_block_q5_0(const float* x, BlockQ5_0& b);  // x[32]
+void quantize_block_q4_k(const float* x, BlockQ4_K& b);  // x[256]
+void quantize_block_q5_k(const float* x, BlockQ5_K& b);  // x[256]
+void quantize_block_q6_k(const float* x, BlockQ6_K& b);  // x[256]
+
+// Packs eight 6-bit (scale, min) pairs into the 12-byte form that
+// kquant_scale_min() reads.
+void pack_kquant_scales(const uint8_t scale[8], const uint8_t min[8], uint8_t* packed);
+
+// The unsigned 4/5-bit q of Q4_K/Q5_K value i (0..255), before scaling.
+int q4_k_value(const BlockQ4_K& b, int i);
+int q5_k_value(const BlockQ5_K& b, int i);
+// The unsigned 6-bit q (0..63) of Q6_K value i; w = d * scales[i / 16] * (q - 32).
+int q6_k_value(const BlockQ6_K& b, int i);
+// The unsigned 5-bit q (0..31) of Q5_0 value i; w = d * (q - 16).
+int q5_0_value(const BlockQ5_0& b, int i);
+
+}  // namespace kvserve
