@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "model/synth.h"
 #include "server/api_server.h"
+#include "server_harness.h"
 #include "test_util.h"
 
 using namespace kvserve;
@@ -64,14 +65,7 @@ class ServerTest : public ::testing::Test {
   }
 
   void start(EngineOptions engine_options = {}, std::string api_key = {}) {
-    engine_ = std::make_unique<Engine>(*model_, *tokenizer_, engine_options);
-    server::ServerOptions o;
-    o.port = 0;
-    o.api_key = std::move(api_key);
-    o.model_id = "tiny";
-    server_ = std::make_unique<server::ApiServer>(*engine_, *model_, *tokenizer_, ChatTemplate::chatml(), o);
-    port_ = server_->bind();
-    listener_ = std::thread([this] { server_->listen(); });
+    server_ = std::make_unique<kvserve::test_util::TestServer>(*model_, *tokenizer_, engine_options, std::move(api_key));
   }
   void SetUp() override {
     if (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()).find("Custom") == std::string::npos)
@@ -79,18 +73,10 @@ class ServerTest : public ::testing::Test {
   }
   void TearDown() override { stop(); }
   void stop() {
-    if (!server_) return;
-    server_->shutdown();
-    listener_.join();
-    server_.reset();
-    engine_.reset();
+    if (server_) server_->stop();
   }
 
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
+  httplib::Client client() const { return server_->client(); }
   httplib::Result post(const std::string& path, const json& body) const {
     return client().Post(path.c_str(), body.dump(), "application/json");
   }
@@ -121,16 +107,7 @@ class ServerTest : public ::testing::Test {
     parse_events(received, out);
     return out;
   }
-  std::map<std::string, double> metrics() const {
-    auto r = client().Get("/metrics");
-    std::map<std::string, double> out;
-    if (!r) return out;
-    std::istringstream lines(r->body);
-    std::string line;
-    while (std::getline(lines, line))
-      if (!line.empty() && line[0] != '#') out[line.substr(0, line.rfind(' '))] = std::stod(line.substr(line.rfind(' ') + 1));
-    return out;
-  }
+  std::map<std::string, double> metrics() const { return server_->metrics(); }
 
   static json greedy_completion(int max_tokens) {
     return {{"model", "tiny"}, {"prompt", "the cat sat on the mat"}, {"max_tokens", max_tokens},
@@ -144,10 +121,7 @@ class ServerTest : public ::testing::Test {
   static kvserve::test_util::TempFile* model_file_;
   static Model* model_;
   static Tokenizer* tokenizer_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<server::ApiServer> server_;
-  std::thread listener_;
-  int port_ = 0;
+  std::unique_ptr<kvserve::test_util::TestServer> server_;
 };
 
 kvserve::test_util::TempFile* ServerTest::model_file_ = nullptr;
