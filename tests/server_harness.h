@@ -10,10 +10,29 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "model/model.h"
 #include "server/api_server.h"
+#include "test_util.h"
 #include "tokenizer/chat_template.h"
 
 namespace kvserve::test_util {
+
+// A random-weight model of a `kvserve synth` preset (layers 0: the preset's),
+// written to a temporary file and loaded with its tokenizer.
+struct SynthModel {
+  explicit SynthModel(const std::string& preset = "tiny-llama", int layers = 0) {
+    SynthOptions o;
+    o.preset = preset;
+    o.layers = layers;
+    o.output_path = file.path();
+    synthesize_model(o);
+    model = Model::load(file.path());
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model->file()));
+  }
+  TempFile file{".gguf"};
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
 
 class TestServer {
  public:

@@ -53,16 +53,11 @@ class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     signal(SIGPIPE, SIG_IGN);  // as `kvserve serve` does: a vanished client fails a write
-    model_file_ = new kvserve::test_util::TempFile(".gguf");
-    ::kvserve::test_util::write_synth_model(model_file_->path(), "tiny-llama");
-    model_ = Model::load(model_file_->path()).release();
-    tokenizer_ = new Tokenizer(Tokenizer::from_gguf(model_->file()));
+    synth_ = new kvserve::test_util::SynthModel();
+    model_ = synth_->model.get();
+    tokenizer_ = synth_->tokenizer.get();
   }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    delete model_;
-    delete model_file_;
-  }
+  static void TearDownTestSuite() { delete synth_; }
 
   void start(EngineOptions engine_options = {}, std::string api_key = {}) {
     server_ = std::make_unique<kvserve::test_util::TestServer>(*model_, *tokenizer_, engine_options, std::move(api_key));
@@ -118,13 +113,13 @@ class ServerTest : public ::testing::Test {
             {"temperature", 0.9}, {"seed", 42}, {"ignore_eos", true}};
   }
 
-  static kvserve::test_util::TempFile* model_file_;
+  static kvserve::test_util::SynthModel* synth_;
   static Model* model_;
   static Tokenizer* tokenizer_;
   std::unique_ptr<kvserve::test_util::TestServer> server_;
 };
 
-kvserve::test_util::TempFile* ServerTest::model_file_ = nullptr;
+kvserve::test_util::SynthModel* ServerTest::synth_ = nullptr;
 Model* ServerTest::model_ = nullptr;
 Tokenizer* ServerTest::tokenizer_ = nullptr;
 

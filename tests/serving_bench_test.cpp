@@ -47,16 +47,9 @@ class RemoteBenchTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     signal(SIGPIPE, SIG_IGN);
-    model_file_ = new test_util::TempFile(".gguf");
-    test_util::write_synth_model(model_file_->path(), "tiny-llama");
-    model_ = Model::load(model_file_->path()).release();
-    tokenizer_ = new Tokenizer(Tokenizer::from_gguf(model_->file()));
+    synth_ = new test_util::SynthModel();
   }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    delete model_;
-    delete model_file_;
-  }
+  static void TearDownTestSuite() { delete synth_; }
   static RemoteOptions remote(const std::string& url, int concurrency = 3) {
     RemoteOptions o;
     o.url = url;
@@ -74,14 +67,10 @@ class RemoteBenchTest : public ::testing::Test {
     return "";
   }
 
-  static test_util::TempFile* model_file_;
-  static Model* model_;
-  static Tokenizer* tokenizer_;
+  static test_util::SynthModel* synth_;
 };
 
-test_util::TempFile* RemoteBenchTest::model_file_ = nullptr;
-Model* RemoteBenchTest::model_ = nullptr;
-Tokenizer* RemoteBenchTest::tokenizer_ = nullptr;
+test_util::SynthModel* RemoteBenchTest::synth_ = nullptr;
 
 // A stand-in server: /v1/models lists "fake", /v1/completions runs `answer`.
 class FakeServer {
@@ -111,9 +100,8 @@ void answer_sse(httplib::Response& res, const std::string& body) { res.set_conte
 }  // namespace
 
 TEST(Workload, SameArrivalsAndLengthsWithOrWithoutATokenizer) {
-  test_util::TempFile file(".gguf");
-  test_util::write_synth_model(file.path(), "tiny-llama");
-  const Tokenizer tok = Tokenizer::from_gguf(GGUFFile(file.path()));
+  const test_util::SynthModel synth;
+  const Tokenizer& tok = *synth.tokenizer;
   WorkloadOptions w = small_workload(20);
   w.request_rate = 4;
   const std::vector<WorkItem> exact = make_workload(w, &tok), approx = make_workload(w, nullptr);
@@ -192,8 +180,8 @@ TEST(ServingStats, PercentilesAndSummary) {
 }
 
 TEST_F(RemoteBenchTest, CountsMatchTheWorkload) {
-  test_util::TestServer server(*model_, *tokenizer_);
-  const std::vector<WorkItem> items = make_workload(small_workload(6), tokenizer_);
+  test_util::TestServer server(*synth_->model, *synth_->tokenizer);
+  const std::vector<WorkItem> items = make_workload(small_workload(6), synth_->tokenizer.get());
   const RemoteRun run = run_remote(remote(server.url()), items);
   EXPECT_EQ(run.model, "tiny");  // asked of /v1/models
   const ServingSummary s = summarize(run.timings);
@@ -211,8 +199,8 @@ TEST_F(RemoteBenchTest, CountsMatchTheWorkload) {
 }
 
 TEST_F(RemoteBenchTest, CommandLinePrintsTheReport) {
-  test_util::TestServer server(*model_, *tokenizer_);
-  const auto r = test_util::run_kvserve("bench --serving --url " + server.url() + " -m " + model_file_->path() +
+  test_util::TestServer server(*synth_->model, *synth_->tokenizer);
+  const auto r = test_util::run_kvserve("bench --serving --url " + server.url() + " -m " + synth_->file.path() +
                                         " --requests 4 --concurrency 2 -p 16 -n 6 --shared-prefix 4 --timeout 30");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("model tiny"), std::string::npos) << r.output;
@@ -224,7 +212,7 @@ TEST_F(RemoteBenchTest, CommandLinePrintsTheReport) {
 TEST_F(RemoteBenchTest, UnreachableServerFailsWithAClearMessage) {
   std::string url;
   {
-    test_util::TestServer gone(*model_, *tokenizer_);
+    test_util::TestServer gone(*synth_->model, *synth_->tokenizer);
     url = gone.url();
   }  // stopped: nothing listens on its port now
   const auto r = test_util::run_kvserve("bench --serving --url " + url + " --requests 2 --timeout 5");
@@ -236,8 +224,8 @@ TEST_F(RemoteBenchTest, UnreachableServerFailsWithAClearMessage) {
 }
 
 TEST_F(RemoteBenchTest, HttpErrorFailsWithTheServersMessage) {
-  test_util::TestServer server(*model_, *tokenizer_, {}, "sekret");
-  const std::vector<WorkItem> items = make_workload(small_workload(2), tokenizer_);
+  test_util::TestServer server(*synth_->model, *synth_->tokenizer, {}, "sekret");
+  const std::vector<WorkItem> items = make_workload(small_workload(2), synth_->tokenizer.get());
   RemoteOptions o = remote(server.url());
   const std::string no_key = remote_error(o, items);
   EXPECT_NE(no_key.find("HTTP 401"), std::string::npos) << no_key;
@@ -248,7 +236,7 @@ TEST_F(RemoteBenchTest, HttpErrorFailsWithTheServersMessage) {
   EXPECT_EQ(remote_error(o, items), "");
   WorkloadOptions too_long = small_workload(1);
   too_long.max_output = 4000;  // at least 250 tokens: beyond the tiny model's 256-token context: a 400 naming max_tokens
-  const std::string e = remote_error(o, make_workload(too_long, tokenizer_));
+  const std::string e = remote_error(o, make_workload(too_long, synth_->tokenizer.get()));
   EXPECT_NE(e.find("HTTP 400"), std::string::npos) << e;
   EXPECT_NE(e.find("max_tokens"), std::string::npos) << e;
 }
