@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 
+#include "bench/engine_runner.h"
 #include "bench/http_url.h"
 #include "bench/remote_runner.h"
 #include "bench/serving_stats.h"
@@ -30,7 +31,7 @@ WorkloadOptions small_workload(int requests) {
   w.requests = requests;
   w.max_prompt = 24;
   w.max_output = 10;
-  w.shared_prefix = 8;
+  w.shared_prefix = 20;
   w.seed = 5;
   return w;
 }
@@ -118,7 +119,7 @@ TEST(Workload, SameArrivalsAndLengthsWithOrWithoutATokenizer) {
     EXPECT_EQ(exact[i].prompt_ids, tok.encode(exact[i].prompt, tok.add_bos()));
     EXPECT_EQ(exact[i].prompt_tokens, static_cast<int64_t>(exact[i].prompt_ids.size()));
     EXPECT_TRUE(approx[i].prompt_ids.empty());
-    EXPECT_GE(approx[i].prompt_tokens, 8 + 1);  // shared prefix + at least one word, one token per word
+    EXPECT_GE(approx[i].prompt_tokens, 20 + 1);  // shared prefix + at least one word, one token per word
   }
   EXPECT_GT(last, 0);
 }
@@ -128,9 +129,9 @@ TEST(Workload, SharedSystemPromptStartsEveryPrompt) {
   const std::string first = items[0].prompt;
   size_t common = first.size();
   for (const WorkItem& w : items) common = std::min(common, static_cast<size_t>(std::mismatch(first.begin(), first.end(), w.prompt.begin(), w.prompt.end()).first - first.begin()));
-  // Eight words of one token each (approximate count): at least 8 words in common.
+  // Twenty words of one token each (approximate count): at least 20 words in common.
   const std::string shared = first.substr(0, common);
-  EXPECT_GE(std::count(shared.begin(), shared.end(), ' '), 8) << shared;
+  EXPECT_GE(std::count(shared.begin(), shared.end(), ' '), 20) << shared;
   WorkloadOptions bad = small_workload(0);
   EXPECT_THROW(make_workload(bad, nullptr), Error);
 }
@@ -177,6 +178,21 @@ TEST(ServingStats, PercentilesAndSummary) {
   EXPECT_NEAR(sum.tpot_ms.mean, 200, 1e-9);  // (2.1 - 1.5) / 3 tokens after the first
   EXPECT_NEAR(sum.itl_ms.mean, 300, 1e-9);   // gaps of 200 and 400 ms
   EXPECT_NEAR(sum.output_tokens_per_s, 4 / 2.1, 1e-9);
+}
+
+TEST_F(RemoteBenchTest, InProcessSchedulesGenerateTheRequestedTokens) {
+  const std::vector<WorkItem> items = make_workload(small_workload(6), synth_->tokenizer.get());
+  for (Schedule schedule : {Schedule::kStatic, Schedule::kContinuous, Schedule::kContinuousPrefix}) {
+    const EngineRun run = run_engine(*synth_->model, *synth_->tokenizer, items, 4, schedule);
+    const ServingSummary s = summarize(run.timings);
+    EXPECT_EQ(s.requests, 6) << schedule_name(schedule);
+    EXPECT_EQ(s.output_tokens, totals_of(items).output_tokens) << schedule_name(schedule);
+    EXPECT_GT(s.ttft_ms.mean, 0);
+    EXPECT_EQ(run.metrics.requests_finished, 6);
+    if (schedule == Schedule::kContinuousPrefix) {
+      EXPECT_GT(run.metrics.prefix_hit_tokens, 0);  // the shared prefix
+    }
+  }
 }
 
 TEST_F(RemoteBenchTest, CountsMatchTheWorkload) {

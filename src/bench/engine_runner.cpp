@@ -139,6 +139,7 @@ EngineRun run_engine(const Model& model, const Tokenizer& tokenizer, const std::
   run.timings = schedule == Schedule::kStatic ? run_static(engine, items, static_cast<size_t>(concurrency))
                                               : run_continuous(engine, items);
   run.cpu_s = cpu_seconds() - cpu0;
+  engine.shutdown(true);  // returns once the counters include the last request (they lag its final event)
   run.metrics = engine.metrics();
   return run;
 }
