@@ -3,6 +3,7 @@
 # --url`) and through the in-process engine (`bench --serving`), back to back,
 # so that both see the same machine load. Extra arguments replace the workload.
 #   scripts/serving_compare.sh [--requests 32 --concurrency 8 -p 128 -n 64]
+# ENGINE_FIRST=1 runs the in-process benchmark first (to see what the order does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-./build/kvserve}
@@ -27,12 +28,18 @@ for _ in $(seq 600); do
 done
 [ -n "$port" ] || { echo "the server did not start" >&2; exit 1; }
 
+in_process() {
+  echo "== in-process engine, -t $THREADS =="
+  "$BIN" bench --serving -m "$MODEL" -t "$THREADS" "${WORKLOAD[@]}"
+  echo
+}
+
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+[ "${ENGINE_FIRST:-0}" = 1 ] && in_process
 echo "== kvserve serve -t $THREADS --max-running $CONCURRENCY, driven over HTTP =="
 "$BIN" bench --serving --url "http://127.0.0.1:$port" -m "$MODEL" "${WORKLOAD[@]}"
 kill -TERM $server
 wait $server || true
 echo
-echo "== in-process engine, -t $THREADS =="
-"$BIN" bench --serving -m "$MODEL" -t "$THREADS" "${WORKLOAD[@]}"
+[ "${ENGINE_FIRST:-0}" = 1 ] || in_process
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
