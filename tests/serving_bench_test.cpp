@@ -274,6 +274,11 @@ TEST_F(RemoteBenchTest, MalformedOrCutStreamsFailWithAClearMessage) {
     const std::string e = remote_error(remote(fake.url(), 1), items);
     EXPECT_NE(e.find(c.expected), std::string::npos) << c.body << " -> " << e;
   }
+  FakeServer not_streaming([&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"choices": [{"text": "x", "finish_reason": "length"}]})", "application/json");
+  });
+  EXPECT_NE(remote_error(remote(not_streaming.url(), 1), items).find("the answer is not a stream (Content-Type: application/json)"),
+            std::string::npos);
   // Without usage, tokens are counted one per text chunk; a finish_reason without [DONE] is accepted.
   FakeServer plain([&](const httplib::Request&, httplib::Response& res) {
     answer_sse(res, chunk + "\n\n" + chunk + "\n\n" + R"(data: {"choices": [{"text": "", "finish_reason": "length"}]})" "\n\n");

@@ -156,7 +156,10 @@ CompletionResult OpenAiClient::stream_completion(const std::string& model, const
   ChunkReader reader(run_start, what);
   req.response_handler = [&](const httplib::Response& res) {
     status = res.status;
-    return true;
+    const std::string type = res.get_header_value("Content-Type");
+    if (status != 200 || type.rfind("text/event-stream", 0) == 0) return true;
+    failure = what + ": the answer is not a stream (Content-Type: " + type + "); does the server support \"stream\": true?";
+    return false;
   };
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
     if (status != 200) {
