@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <filesystem>
 #include <string>
-#include <system_error>
 
 namespace kvserve::server {
 namespace {
@@ -42,12 +41,14 @@ bool is_connection(int fd, const httplib::Request& req) {
 }
 
 int find_socket(const httplib::Request& req) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const int fd = std::stoi(name);
-    if (is_connection(fd, req)) return fd;
+  try {
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      const std::string name = entry.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      const int fd = std::stoi(name);
+      if (is_connection(fd, req)) return fd;
+    }
+  } catch (const std::filesystem::filesystem_error&) {  // no /proc: not Linux, or not mounted
   }
   return -1;
 }

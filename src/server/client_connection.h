@@ -18,13 +18,12 @@ class ClientConnection {
  public:
   explicit ClientConnection(const httplib::Request& req);
 
-  bool found() const { return fd_ >= 0; }
   // True once the client has closed (or half-closed) or reset the connection.
   // Reads nothing from the socket (peeks); costs one poll() call.
   bool closed() const;
 
  private:
-  int fd_ = -1;
+  int fd_ = -1;  // the connection's socket; -1 when not found
 };
 
 }  // namespace kvserve::server
