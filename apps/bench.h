@@ -2,7 +2,7 @@
 // `kvserve bench` has several modes, each in its own file:
 //   default     prompt processing / text generation table (bench_llama.cpp)
 //   --spec      speculative decoding modes (bench_spec.cpp)
-//   --serving   continuous-batching workload (bench_serving.cpp)
+//   --serving   serving workload, in process or against a server (bench_serving.cpp, src/bench/)
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,6 +25,10 @@ struct BenchOptions {
   int draft_layers = 6;                    // layers of the truncated copy when draft is ""
   // --serving
   std::string url;                         // drive a running server instead of the in-process engine
+  std::string model_name;                  // with --url: the model name sent ("" : ask GET /v1/models)
+  std::string api_key;                     // with --url: sent as a Bearer token
+  double timeout_s = 300;                  // with --url: connect / idle-read timeout in seconds
+  bool model_given = false;                // -m was passed (with --url: count prompt tokens with its tokenizer)
   int requests = 32;
   int concurrency = 16;
   double request_rate = 0;                 // Poisson arrivals per second (0: all at once)

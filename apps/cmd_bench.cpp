@@ -7,7 +7,7 @@ namespace kvserve::cli {
 void register_bench(CLI::App& app) {
   auto opt = std::make_shared<BenchOptions>();
   auto* cmd = app.add_subcommand("bench", "Benchmark prompt processing and generation (like llama-bench)");
-  cmd->add_option("-m,--model", opt->models, "GGUF model file(s)")->capture_default_str();
+  auto* model = cmd->add_option("-m,--model", opt->models, "GGUF model file(s)")->capture_default_str();
   cmd->add_option("-p,--n-prompt", opt->n_prompt, "Prompt lengths to test")->capture_default_str();
   cmd->add_option("-n,--n-gen", opt->n_gen, "Generation lengths to test")->capture_default_str();
   cmd->add_option("-r,--repetitions", opt->repetitions, "Repetitions of each test")->capture_default_str();
@@ -22,7 +22,12 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--draft-k", opt->draft_k, "Draft lengths to test with --spec")->capture_default_str();
   cmd->add_flag("--serving", opt->serving, "Benchmark a serving workload (continuous batching)");
-  cmd->add_option("--url", opt->url, "With --serving: drive a running OpenAI-compatible server");
+  cmd->add_option("--url", opt->url, "With --serving: drive a running OpenAI-compatible server (http://host:port)");
+  cmd->add_option("--model-name", opt->model_name, "With --url: the model name to send (default: the first of /v1/models)");
+  cmd->add_option("--api-key", opt->api_key, "With --url: the server's API key (Bearer)");
+  cmd->add_option("--timeout", opt->timeout_s, "With --url: seconds to wait to connect or for any byte of an answer")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
   cmd->add_option("--requests", opt->requests, "With --serving: requests to send")->capture_default_str();
   cmd->add_option("--concurrency", opt->concurrency, "With --serving: requests in flight")->capture_default_str();
   cmd->add_option("--request-rate", opt->request_rate, "With --serving: Poisson arrival rate (0: all at once)")
@@ -30,7 +35,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--shared-prefix", opt->shared_prefix, "With --serving: shared system-prompt tokens")
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Workload seed")->capture_default_str();
-  cmd->callback([opt] {
+  cmd->callback([opt, model] {
+    opt->model_given = model->count() > 0;
     int rc = 0;
     if (opt->spec) rc = run_spec_bench(*opt);
     else if (opt->serving) rc = run_serving_bench(*opt);

@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "model/synth.h"
 #include "server/api_server.h"
+#include "server_harness.h"
 #include "test_util.h"
 
 using namespace kvserve;
@@ -52,26 +53,14 @@ class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     signal(SIGPIPE, SIG_IGN);  // as `kvserve serve` does: a vanished client fails a write
-    model_file_ = new kvserve::test_util::TempFile(".gguf");
-    ::kvserve::test_util::write_synth_model(model_file_->path(), "tiny-llama");
-    model_ = Model::load(model_file_->path()).release();
-    tokenizer_ = new Tokenizer(Tokenizer::from_gguf(model_->file()));
+    synth_ = new kvserve::test_util::SynthModel();
+    model_ = synth_->model.get();
+    tokenizer_ = synth_->tokenizer.get();
   }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    delete model_;
-    delete model_file_;
-  }
+  static void TearDownTestSuite() { delete synth_; }
 
   void start(EngineOptions engine_options = {}, std::string api_key = {}) {
-    engine_ = std::make_unique<Engine>(*model_, *tokenizer_, engine_options);
-    server::ServerOptions o;
-    o.port = 0;
-    o.api_key = std::move(api_key);
-    o.model_id = "tiny";
-    server_ = std::make_unique<server::ApiServer>(*engine_, *model_, *tokenizer_, ChatTemplate::chatml(), o);
-    port_ = server_->bind();
-    listener_ = std::thread([this] { server_->listen(); });
+    server_ = std::make_unique<kvserve::test_util::TestServer>(*model_, *tokenizer_, engine_options, std::move(api_key));
   }
   void SetUp() override {
     if (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()).find("Custom") == std::string::npos)
@@ -79,18 +68,10 @@ class ServerTest : public ::testing::Test {
   }
   void TearDown() override { stop(); }
   void stop() {
-    if (!server_) return;
-    server_->shutdown();
-    listener_.join();
-    server_.reset();
-    engine_.reset();
+    if (server_) server_->stop();
   }
 
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
+  httplib::Client client() const { return server_->client(); }
   httplib::Result post(const std::string& path, const json& body) const {
     return client().Post(path.c_str(), body.dump(), "application/json");
   }
@@ -121,16 +102,7 @@ class ServerTest : public ::testing::Test {
     parse_events(received, out);
     return out;
   }
-  std::map<std::string, double> metrics() const {
-    auto r = client().Get("/metrics");
-    std::map<std::string, double> out;
-    if (!r) return out;
-    std::istringstream lines(r->body);
-    std::string line;
-    while (std::getline(lines, line))
-      if (!line.empty() && line[0] != '#') out[line.substr(0, line.rfind(' '))] = std::stod(line.substr(line.rfind(' ') + 1));
-    return out;
-  }
+  std::map<std::string, double> metrics() const { return server_->metrics(); }
 
   static json greedy_completion(int max_tokens) {
     return {{"model", "tiny"}, {"prompt", "the cat sat on the mat"}, {"max_tokens", max_tokens},
@@ -141,16 +113,13 @@ class ServerTest : public ::testing::Test {
             {"temperature", 0.9}, {"seed", 42}, {"ignore_eos", true}};
   }
 
-  static kvserve::test_util::TempFile* model_file_;
+  static kvserve::test_util::SynthModel* synth_;
   static Model* model_;
   static Tokenizer* tokenizer_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<server::ApiServer> server_;
-  std::thread listener_;
-  int port_ = 0;
+  std::unique_ptr<kvserve::test_util::TestServer> server_;
 };
 
-kvserve::test_util::TempFile* ServerTest::model_file_ = nullptr;
+kvserve::test_util::SynthModel* ServerTest::synth_ = nullptr;
 Model* ServerTest::model_ = nullptr;
 Tokenizer* ServerTest::tokenizer_ = nullptr;
 

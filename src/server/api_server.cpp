@@ -105,7 +105,7 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
   ResponseFormatter formatter(tokenizer_, parsed, options_.model_id);
   auto job = std::make_shared<GenerationJob>(engine_, metrics_, jobs_, std::move(parsed.requests), arrival);
   if (parsed.stream) send_event_stream(std::move(job), std::move(formatter), parsed.include_usage, metrics_, res);
-  else send_whole_response(*job, formatter, res);
+  else send_whole_response(*job, formatter, ClientConnection(req), metrics_, res);
 }
 
 void ApiServer::handle_models(httplib::Response& res) const {

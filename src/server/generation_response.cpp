@@ -12,6 +12,8 @@ constexpr std::chrono::milliseconds kPollInterval{100};
 // A stream idle this long gets an SSE comment, so that a client that left
 // while its request waited in the queue is noticed (and cancelled) early.
 constexpr std::chrono::milliseconds kKeepAliveInterval{1000};
+// The status logged for a request whose client left before the answer (nginx's 499).
+constexpr int kClientClosedRequest = 499;
 
 class EventStreamWriter {
  public:
@@ -60,10 +62,21 @@ class EventStreamWriter {
 
 }  // namespace
 
-void send_whole_response(GenerationJob& job, ResponseFormatter& formatter, httplib::Response& res) {
+void send_whole_response(GenerationJob& job, ResponseFormatter& formatter, const ClientConnection& client,
+                         ServerMetrics& metrics, httplib::Response& res) {
   std::vector<ChoiceResult> results(job.choices());
-  while (!job.done())
+  Clock::time_point last_check = Clock::now();
+  while (!job.done()) {
     if (std::optional<ChoiceEvent> ev = job.next(kPollInterval)) results[ev->choice].add(ev->event);
+    if (Clock::now() - last_check < kPollInterval) continue;
+    last_check = Clock::now();
+    if (client.closed()) {  // nobody to answer: free the KV blocks now
+      metrics.client_disconnects++;
+      job.cancel();
+      res.status = kClientClosedRequest;
+      return;
+    }
+  }
   for (const ChoiceResult& r : results) {
     if (r.finish_reason == "error") throw ApiError(500, "generation failed: " + r.error, {}, "server_error");
     if (r.finish_reason == "cancelled")

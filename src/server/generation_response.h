@@ -3,6 +3,7 @@
 // stream with one `data:` chunk per engine event and `data: [DONE]` last.
 #include <memory>
 
+#include "server/client_connection.h"
 #include "server/generation_job.h"
 #include "server/response_format.h"
 #include "server/server_metrics.h"
@@ -15,7 +16,10 @@ namespace kvserve::server {
 
 // Waits for every choice to finish, then sets the response body. Throws
 // ApiError (500 for an engine error, 503 for a request cancelled by shutdown).
-void send_whole_response(GenerationJob& job, ResponseFormatter& formatter, httplib::Response& res);
+// Checks the client every poll interval: one that hung up gets the job
+// cancelled at once (its KV blocks freed) and is counted as a disconnect.
+void send_whole_response(GenerationJob& job, ResponseFormatter& formatter, const ClientConnection& client,
+                         ServerMetrics& metrics, httplib::Response& res);
 
 // Hands the job to a chunked content provider that writes events as they
 // come. A write that fails (the client went away) cancels the job at once.

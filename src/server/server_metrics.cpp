@@ -56,7 +56,7 @@ std::string ServerMetrics::render(const EngineMetrics& e) const {
   sample(out, "kvserve_preemptions_total", "counter", "Sequences preempted for KV memory.", d(e.preemptions));
   sample(out, "kvserve_requests_rejected_total", "counter", "Requests refused with 429 (queue full).",
          d(requests_rejected.load()));
-  sample(out, "kvserve_client_disconnects_total", "counter", "Streams cancelled because the client went away.",
+  sample(out, "kvserve_client_disconnects_total", "counter", "Requests cancelled because the client went away.",
          d(client_disconnects.load()));
   out += time_to_first_token.render("kvserve_time_to_first_token_seconds",
                                     "Request arrival to first generated text, per choice, measured in the server.");

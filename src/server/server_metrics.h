@@ -30,7 +30,7 @@ struct ServerMetrics {
   LatencyHistogram time_to_first_token;  // request arrival -> first generated text
   LatencyHistogram inter_token_latency;  // between generated tokens of one choice
   std::atomic<int64_t> requests_rejected{0};  // 429: the engine queue was full
-  std::atomic<int64_t> client_disconnects{0};
+  std::atomic<int64_t> client_disconnects{0};  // requests (streaming or not) cancelled because the client left
 
   std::string render(const EngineMetrics& engine) const;
 };

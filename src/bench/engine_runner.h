@@ -1,0 +1,34 @@
+#pragma once
+// Replays a workload through an in-process Engine under one of three
+// schedules (`kvserve bench --serving` without --url):
+//   static      batches of `concurrency` requests in arrival order, each batch waits for its slowest
+//   continuous  requests join and leave the running batch every step
+//   +prefix     continuous, with cached prefix blocks reused
+#include <string>
+#include <vector>
+
+#include "bench/serving_stats.h"
+#include "bench/workload.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvserve::bench {
+
+enum class Schedule { kStatic, kContinuous, kContinuousPrefix };
+const char* schedule_name(Schedule s);
+
+struct EngineRun {
+  std::vector<RequestTiming> timings;  // one per work item, in workload order
+  EngineMetrics metrics;               // the engine's counters at the end
+  double cpu_s = 0;                    // CPU seconds this process used during the run (all threads)
+};
+
+// Builds a fresh engine (`concurrency` running sequences, a KV pool sized for
+// the workload) and runs every item, greedy and ignoring EOS, so that each
+// generates exactly its output_tokens. Items need prompt_ids (a workload made
+// with a tokenizer). Throws kvserve::Error if the engine refuses a request.
+EngineRun run_engine(const Model& model, const Tokenizer& tokenizer, const std::vector<WorkItem>& items,
+                     int concurrency, Schedule schedule);
+
+}  // namespace kvserve::bench

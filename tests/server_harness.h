@@ -1,0 +1,92 @@
+#pragma once
+// An ApiServer over its own Engine on a free loopback port, served by a
+// background thread: the fixture of the end-to-end server tests.
+#include <httplib.h>
+
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "engine/engine.h"
+#include "model/model.h"
+#include "server/api_server.h"
+#include "test_util.h"
+#include "tokenizer/chat_template.h"
+
+namespace kvserve::test_util {
+
+// A random-weight model of a `kvserve synth` preset (layers 0: the preset's),
+// written to a temporary file and loaded with its tokenizer.
+struct SynthModel {
+  explicit SynthModel(const std::string& preset = "tiny-llama", int layers = 0) {
+    SynthOptions o;
+    o.preset = preset;
+    o.layers = layers;
+    o.output_path = file.path();
+    synthesize_model(o);
+    model = Model::load(file.path());
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model->file()));
+  }
+  TempFile file{".gguf"};
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+class TestServer {
+ public:
+  // The model and tokenizer must outlive the server.
+  TestServer(const Model& model, const Tokenizer& tokenizer, const EngineOptions& engine_options = {},
+             std::string api_key = {}) {
+    engine_ = std::make_unique<Engine>(model, tokenizer, engine_options);
+    server::ServerOptions o;
+    o.port = 0;
+    o.api_key = std::move(api_key);
+    o.model_id = "tiny";
+    server_ = std::make_unique<server::ApiServer>(*engine_, model, tokenizer, ChatTemplate::chatml(), o);
+    port_ = server_->bind();
+    listener_ = std::thread([this] { server_->listen(); });
+    // Answered once the accept loop runs: a stop() before that would be lost (httplib 0.11).
+    client().Get("/health");
+  }
+  ~TestServer() { stop(); }
+  TestServer(const TestServer&) = delete;
+  TestServer& operator=(const TestServer&) = delete;
+
+  // Graceful shutdown (requests in flight finish); the port stops listening.
+  void stop() {
+    if (!server_) return;
+    server_->shutdown();
+    listener_.join();
+    server_.reset();
+    engine_.reset();
+  }
+  int port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  // GET /metrics as name (with labels) -> value; empty when it fails.
+  std::map<std::string, double> metrics() const {
+    auto r = client().Get("/metrics");
+    std::map<std::string, double> out;
+    if (!r) return out;
+    std::istringstream lines(r->body);
+    std::string line;
+    while (std::getline(lines, line))
+      if (!line.empty() && line[0] != '#') out[line.substr(0, line.rfind(' '))] = std::stod(line.substr(line.rfind(' ') + 1));
+    return out;
+  }
+
+ private:
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<server::ApiServer> server_;
+  std::thread listener_;
+  int port_ = 0;
+};
+
+}  // namespace kvserve::test_util
