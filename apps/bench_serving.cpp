@@ -21,6 +21,7 @@
 #include "apps/bench.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "kv/paged_kv_storage.h"
 
 namespace kvserve::cli {
 namespace {
@@ -189,6 +190,37 @@ void print_row(const char* name, const std::vector<RequestTiming>& timings, cons
   std::fflush(stdout);
 }
 
+int64_t longest_sequence(const BenchOptions& o) { return o.shared_prefix + o.n_prompt.front() + o.n_gen.front(); }
+
+EngineOptions engine_options(const BenchOptions& o, const std::string& mode) {
+  EngineOptions eo;
+  eo.max_running = o.concurrency;
+  eo.max_queue = o.requests;
+  eo.prefix_caching = mode == "continuous + prefix";
+  eo.kv_type = parse_kv_type(o.kv_type, "--kv-type");
+  if (o.kv_mem_mib > 0) {
+    eo.kv_memory_bytes = o.kv_mem_mib << 20;
+  } else {
+    // Room for every running sequence at its longest (plus the cached prefix),
+    // instead of the 1 GiB default that would dominate a short run.
+    eo.kv_blocks = (o.concurrency + 1) * ((longest_sequence(o) + eo.block_size - 1) / eo.block_size);
+  }
+  return eo;
+}
+
+// The pool the engine will allocate: bytes per token in the KV type, blocks,
+// and how many sequences of the longest possible length fit at once.
+void print_kv_pool(const BenchOptions& o, const ModelConfig& c) {
+  const EngineOptions eo = engine_options(o, "continuous");
+  const int64_t per_block = PagedKVStorage::bytes_per_block(c.n_layers, eo.block_size, c.n_kv_heads, c.head_dim, eo.kv_type);
+  const int64_t blocks = eo.kv_blocks > 0 ? eo.kv_blocks : eo.kv_memory_bytes / per_block;
+  const int64_t blocks_per_seq = (longest_sequence(o) + eo.block_size - 1) / eo.block_size;
+  std::printf("KV %s: %lld bytes/token | pool %lld blocks x %lld tokens = %.1f MiB | fits %lld sequences of %lld tokens\n\n",
+              o.kv_type.c_str(), static_cast<long long>(per_block / eo.block_size), static_cast<long long>(blocks),
+              static_cast<long long>(eo.block_size), static_cast<double>(blocks * per_block) / (1 << 20),
+              static_cast<long long>(blocks / blocks_per_seq), static_cast<long long>(longest_sequence(o)));
+}
+
 }  // namespace
 
 int run_serving_bench(const BenchOptions& o) {
@@ -205,21 +237,15 @@ int run_serving_bench(const BenchOptions& o) {
     output_total += w.output_tokens;
   }
   std::printf("model %s | %d requests, rate %s/s, concurrency %d | prompt tokens %lld (shared prefix %lld), output %lld | "
-              "threads %d\n\n",
+              "threads %d\n",
               model->config().name.c_str(), o.requests, o.request_rate > 0 ? std::to_string(o.request_rate).c_str() : "inf",
               o.concurrency, static_cast<long long>(prompt_total), static_cast<long long>(o.shared_prefix),
               static_cast<long long>(output_total), omp_get_max_threads());
+  print_kv_pool(o, model->config());
   std::printf("| schedule            |  req/s  | out tok/s | tok/CPUs| TTFT ms mean / p50 / p99  | TPOT ms mean / p50 / p99 | hit tk| steps  | pre  |\n");
   std::printf("|---------------------|---------|-----------|---------|---------------------------|--------------------------|-------|--------|------|\n");
   for (const char* mode : {"static", "continuous", "continuous + prefix"}) {
-    EngineOptions eo;
-    eo.max_running = o.concurrency;
-    eo.max_queue = o.requests;
-    eo.prefix_caching = std::string(mode) == "continuous + prefix";
-    // Room for every running sequence at its longest (plus the cached prefix),
-    // instead of the 1 GiB default that would dominate a short run.
-    const int64_t longest = o.shared_prefix + o.n_prompt.front() + o.n_gen.front();
-    eo.kv_blocks = (o.concurrency + 1) * ((longest + eo.block_size - 1) / eo.block_size);
+    const EngineOptions eo = engine_options(o, mode);
     Engine engine(*model, tokenizer, eo);
     const double cpu0 = cpu_seconds();
     const auto timings = std::string(mode) == "static" ? run_static(engine, items, static_cast<size_t>(o.concurrency))

@@ -304,6 +304,7 @@ const std::vector<SynthPreset>& synth_presets() {
       {"llama3-8b-2layer", "llama", 4096, 2, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, false, false},
       {"tiny-llama", "llama", 64, 2, 4, 2, 96, 320, 256, 10000.0f, 1e-5f, false, false},
       {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, true},
+      {"tiny-hd32", "llama", 128, 2, 4, 2, 128, 320, 256, 10000.0f, 1e-5f, false, false},  // head size 32: every KV type
   };
   return presets;
 }
