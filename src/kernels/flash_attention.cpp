@@ -16,6 +16,16 @@ namespace {
 
 constexpr int64_t kMinKeysPerSplit = 256;
 
+// What one work item reads: the K/V rows, which head, and the inner-loop ops.
+struct HeadSource {
+  const KVRows* k;
+  const KVRows* v;
+  size_t k_offset, v_offset;  // bytes of the head inside a token row
+  int64_t head_dim;
+  float scale;                // 1 / sqrt(head_dim)
+  const AttentionVectorOps* ops;
+};
+
 void load_rows(const KVRows& rows, size_t offset, const AttentionVectorOps& ops, int64_t head_dim, int64_t t0,
                int64_t t1, std::vector<float>& buf, const float** out) {
   if (rows.type == KVType::F32) {

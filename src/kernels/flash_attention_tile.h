@@ -14,16 +14,6 @@ namespace kvserve::flash_detail {
 constexpr int64_t kKeyTile = 64;     // keys per tile: a 64 x head_dim K tile stays in L1/L2
 constexpr int64_t kQueryTile = 16;   // query positions per work item in prefill
 
-// What one work item reads: the K/V rows, which head, and the inner-loop ops.
-struct HeadSource {
-  const KVRows* k;
-  const KVRows* v;
-  size_t k_offset, v_offset;  // bytes of the head inside a token row
-  int64_t head_dim;
-  float scale;                // 1 / sqrt(head_dim)
-  const AttentionVectorOps* ops;
-};
-
 // One tile of keys of one head as f32 rows: pointers straight into the cache
 // for f32 storage, else into this thread's dequantization buffer.
 struct KVTile {
