@@ -17,6 +17,7 @@
 
 using namespace kvserve;
 using kvserve::test_util::TempFile;
+using kvserve::test_util::wait_idle;
 
 namespace {
 
@@ -76,12 +77,6 @@ std::vector<GenerationRequest> mixed_requests(int n, int64_t vocab, int64_t max_
     rs.push_back(greedy_request(p, max_tokens - (i % 4) * 3));
   }
   return rs;
-}
-
-void wait_idle(const Engine& engine) {
-  for (int i = 0; i < 200 && (engine.metrics().running > 0 || engine.metrics().waiting > 0); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the metrics snapshot follows the step
 }
 
 class BatchingTest : public ::testing::Test {

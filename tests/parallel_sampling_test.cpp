@@ -17,6 +17,7 @@
 #include "test_util.h"
 
 using namespace kvserve;
+using kvserve::test_util::wait_idle;
 
 namespace {
 
@@ -64,12 +65,6 @@ GenerationRequest request(int32_t n, float temperature, int64_t max_tokens) {
   r.max_tokens = max_tokens;
   r.ignore_eos = true;
   return r;
-}
-
-void wait_idle(const Engine& engine) {
-  for (int i = 0; i < 200 && (engine.metrics().running > 0 || engine.metrics().waiting > 0); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the metrics snapshot follows the step
 }
 
 class ParallelSamplingTest : public ::testing::Test {
