@@ -33,6 +33,8 @@ struct BenchOptions {
   int concurrency = 16;
   double request_rate = 0;                 // Poisson arrivals per second (0: all at once)
   int64_t shared_prefix = 0;               // tokens of system prompt shared by every request
+  std::string kv_type = "f32";             // KV pool element type
+  int64_t kv_mem_mib = 0;                  // KV pool budget (0: room for every running sequence at its longest)
   uint64_t seed = 1;
 };
 

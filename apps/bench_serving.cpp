@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -13,6 +14,8 @@
 #include "bench/engine_runner.h"
 #include "bench/remote_runner.h"
 #include "core/error.h"
+#include "kv/kv_planner.h"
+#include "kv/paged_kv_storage.h"
 #include "model/gguf.h"
 
 namespace kvserve::cli {
@@ -31,17 +34,37 @@ bench::WorkloadOptions workload_options(const BenchOptions& o) {
 
 std::string count(int64_t n) { return std::to_string(n); }
 
+// The pool the engine will allocate: bytes per token in the KV type, blocks,
+// and how many sequences of the workload's longest length fit at once.
+void print_kv_pool(const BenchOptions& o, const ModelConfig& c, const std::vector<bench::WorkItem>& items,
+                   const bench::EnginePool& pool) {
+  const EngineOptions eo = bench::engine_options(items, o.concurrency, bench::Schedule::kContinuous, pool);
+  const int64_t per_block = PagedKVStorage::bytes_per_block(c.n_layers, eo.block_size, c.n_kv_heads, c.head_dim, eo.kv_type);
+  const int64_t blocks = eo.kv_blocks > 0 ? eo.kv_blocks : eo.kv_memory_bytes / per_block;
+  int64_t longest = 1;
+  for (const bench::WorkItem& w : items) longest = std::max(longest, w.prompt_tokens + w.output_tokens);
+  const int64_t blocks_per_seq = (longest + eo.block_size - 1) / eo.block_size;
+  std::printf("KV %s: %lld bytes/token | pool %lld blocks x %lld tokens = %.1f MiB | fits %lld sequences of %lld tokens\n\n",
+              o.kv_type.c_str(), static_cast<long long>(per_block / eo.block_size), static_cast<long long>(blocks),
+              static_cast<long long>(eo.block_size), static_cast<double>(blocks * per_block) / (1 << 20),
+              static_cast<long long>(blocks / blocks_per_seq), static_cast<long long>(longest));
+}
+
 int run_engine_bench(const BenchOptions& o, const bench::WorkloadOptions& w) {
   if (o.threads.front() > 0) omp_set_num_threads(o.threads.front());
   auto model = Model::load(o.models.front());
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   const std::vector<bench::WorkItem> items = bench::make_workload(w, &tokenizer);
-  std::printf("model %s | %s | threads %d\n\n", model->config().name.c_str(),
+  bench::EnginePool pool;
+  pool.kv_type = parse_kv_type(o.kv_type, "--kv-type");
+  pool.kv_memory_bytes = o.kv_mem_mib << 20;
+  std::printf("model %s | %s | threads %d\n", model->config().name.c_str(),
               bench::describe_workload(w, items, o.concurrency).c_str(), omp_get_max_threads());
+  print_kv_pool(o, model->config(), items, pool);
   const bench::ReportTable table({"tok/CPUs", "hit tk", "steps", "pre"});
   table.print_header(stdout);
   for (bench::Schedule s : {bench::Schedule::kStatic, bench::Schedule::kContinuous, bench::Schedule::kContinuousPrefix}) {
-    const bench::EngineRun run = bench::run_engine(*model, tokenizer, items, o.concurrency, s);
+    const bench::EngineRun run = bench::run_engine(*model, tokenizer, items, o.concurrency, s, pool);
     const bench::ServingSummary summary = bench::summarize(run.timings);
     char per_cpu[32];
     std::snprintf(per_cpu, sizeof per_cpu, "%.1f", static_cast<double>(summary.output_tokens) / run.cpu_s);

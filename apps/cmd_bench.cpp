@@ -35,6 +35,10 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--shared-prefix", opt->shared_prefix, "With --serving: shared system-prompt tokens")
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Workload seed")->capture_default_str();
+  cmd->add_option("--kv-type", opt->kv_type, "With --serving: KV cache element type (f32, f16, bf16, q8_0, fp8, q4_0)")
+      ->capture_default_str();
+  cmd->add_option("--kv-mem", opt->kv_mem_mib, "With --serving: KV pool MiB (0: room for every running sequence)")
+      ->capture_default_str();
   cmd->callback([opt, model] {
     opt->model_given = model->count() > 0;
     int rc = 0;

@@ -71,6 +71,7 @@ void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokeni
   EngineOptions eo;
   eo.max_context = std::min(opt.context, model.config().context_length);
   eo.max_running = opt.parallel;
+  eo.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
   eo.max_queue = static_cast<int64_t>(prompts.size());
   Engine engine(model, tokenizer, eo);
   std::vector<std::string> outputs(prompts.size());

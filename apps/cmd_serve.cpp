@@ -14,6 +14,7 @@
 #include "apps/commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "kv/kv_planner.h"
 #include "model/model.h"
 #include "server/api_server.h"
 #include "tokenizer/chat_template.h"
@@ -33,6 +34,7 @@ struct ServeOptions {
   int64_t context = 4096;
   int threads = 0;
   double grace_seconds = 10;
+  std::string kv_type = "f32";
 };
 
 // Blocks the shutdown signals in every thread (threads inherit the mask), so
@@ -60,6 +62,7 @@ void serve(const ServeOptions& opt) {
   engine_options.max_context = opt.context;
   engine_options.max_queue = opt.max_queue;
   engine_options.max_running = opt.max_running;
+  engine_options.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
   Engine engine(*model, tokenizer, engine_options);
 
   server::ServerOptions server_options;
@@ -104,6 +107,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("-c,--ctx-size", opt->context, "Context size per sequence (capped at the model's)")
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 20))->capture_default_str();
   cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--kv-type", opt->kv_type, "KV cache element type: f32, f16, bf16, q8_0, fp8, q4_0")
+      ->capture_default_str();
   cmd->add_option("--shutdown-grace", opt->grace_seconds, "Seconds requests may run on after SIGINT/SIGTERM")
       ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
   cmd->callback([opt] { serve(*opt); });

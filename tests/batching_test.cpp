@@ -1,5 +1,4 @@
-// Paged attention and continuous batching end to end: paged == contiguous
-// attention, copy-on-write isolation and prefix reuse through the batched
+// Continuous batching end to end: copy-on-write isolation and prefix reuse through the batched
 // forward pass, and the Engine's outputs under concurrency, preemption and
 // cancellation equal to each request run alone.
 #include <gtest/gtest.h>
@@ -11,8 +10,6 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "kernels/attention.h"
-#include "kernels/paged_attention.h"
 #include "kv/kv_cache_manager.h"
 #include "model/synth.h"
 #include "model/transformer.h"
@@ -20,15 +17,9 @@
 
 using namespace kvserve;
 using kvserve::test_util::TempFile;
+using kvserve::test_util::wait_idle;
 
 namespace {
-
-std::vector<float> random_floats(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 struct Output {
   std::vector<int32_t> tokens;
@@ -55,8 +46,10 @@ std::vector<Output> run_together(Engine& engine, const std::vector<GenerationReq
   return outs;
 }
 
-std::vector<Output> run_alone(const Model& model, const Tokenizer& tok, const std::vector<GenerationRequest>& requests) {
+std::vector<Output> run_alone(const Model& model, const Tokenizer& tok, const std::vector<GenerationRequest>& requests,
+                              KVType kv_type = KVType::F32) {
   EngineOptions o;
+  o.kv_type = kv_type;
   o.prefix_caching = false;
   o.kv_blocks = 256;
   Engine engine(model, tok, o);
@@ -86,12 +79,6 @@ std::vector<GenerationRequest> mixed_requests(int n, int64_t vocab, int64_t max_
   return rs;
 }
 
-void wait_idle(const Engine& engine) {
-  for (int i = 0; i < 200 && (engine.metrics().running > 0 || engine.metrics().waiting > 0); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the metrics snapshot follows the step
-}
-
 class BatchingTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -107,54 +94,12 @@ class BatchingTest : public ::testing::Test {
 
 }  // namespace
 
-TEST(PagedAttention, EqualsContiguousAttention) {
-  std::mt19937 rng(5);
-  const AttentionShape shape{6, 2, 8};
-  const int64_t q_dim = 48, kv_dim = 16, B = 4;
-  struct Case { int64_t n_q, pos0; };
-  const std::vector<Case> cases = {{1, 0}, {1, 13}, {7, 0}, {5, 9}, {33, 3}, {1, 40}};
-  std::vector<std::vector<float>> qs, ks, vs, outs, want;
-  std::vector<std::vector<const float*>> kb, vb;
-  std::vector<std::vector<float>> block_k, block_v;  // each sequence's blocks, stored in scrambled order
-  for (const Case& c : cases) {
-    const int64_t n_kv = c.pos0 + c.n_q, n_blocks = (n_kv + B - 1) / B;
-    qs.push_back(random_floats(static_cast<size_t>(c.n_q * q_dim), rng));
-    ks.push_back(random_floats(static_cast<size_t>(n_kv * kv_dim), rng));
-    vs.push_back(random_floats(static_cast<size_t>(n_kv * kv_dim), rng));
-    want.emplace_back(static_cast<size_t>(c.n_q * q_dim));
-    attention_reference(qs.back().data(), c.n_q, c.pos0, ks.back().data(), vs.back().data(), n_kv, kv_dim, shape,
-                        want.back().data());
-    block_k.emplace_back(static_cast<size_t>(n_blocks * B * kv_dim), 99.0f);  // padding rows hold junk
-    block_v.emplace_back(static_cast<size_t>(n_blocks * B * kv_dim), -99.0f);
-    std::vector<int64_t> order(static_cast<size_t>(n_blocks));
-    for (int64_t b = 0; b < n_blocks; ++b) order[static_cast<size_t>(b)] = n_blocks - 1 - b;  // logical b -> physical
-    kb.emplace_back();
-    vb.emplace_back();
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      float* kdst = block_k.back().data() + order[static_cast<size_t>(b)] * B * kv_dim;
-      float* vdst = block_v.back().data() + order[static_cast<size_t>(b)] * B * kv_dim;
-      const int64_t rows = std::min(B, n_kv - b * B);
-      std::copy_n(ks.back().data() + b * B * kv_dim, rows * kv_dim, kdst);
-      std::copy_n(vs.back().data() + b * B * kv_dim, rows * kv_dim, vdst);
-      kb.back().push_back(kdst);
-      vb.back().push_back(vdst);
-    }
-    outs.emplace_back(static_cast<size_t>(c.n_q * q_dim));
-  }
-  std::vector<PagedAttentionJob> jobs;
-  for (size_t i = 0; i < cases.size(); ++i)
-    jobs.push_back({qs[i].data(), cases[i].n_q, cases[i].pos0, kb[i].data(), vb[i].data(), outs[i].data()});
-  paged_attention(jobs, B, kv_dim, shape);
-  for (size_t i = 0; i < cases.size(); ++i)
-    for (size_t j = 0; j < outs[i].size(); ++j) ASSERT_NEAR(outs[i][j], want[i][j], 1e-5) << "case " << i << " at " << j;
-}
-
 // A forked sequence shares the parent's partial block; each side's next
 // token goes through copy-on-write and gives the logits of a cold run.
 TEST_F(BatchingTest, PagedCopyOnWriteIsolatesForkedSequences) {
   const ModelConfig& c = model_->config();
   KVCacheManager kv(16, 4, false);
-  PagedKVStorage storage(c.n_layers, 16, 4, c.kv_dim());
+  PagedKVStorage storage(c.n_layers, 16, 4, c.n_kv_heads, c.head_dim);
   Transformer t(*model_, AttentionKernel::kFlash);
   const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66};
   std::vector<BlockCopy> copies;
@@ -174,7 +119,7 @@ TEST_F(BatchingTest, PagedCopyOnWriteIsolatesForkedSequences) {
     std::vector<int32_t> full = prompt;
     full.push_back(side == 0 ? 77 : 88);
     KVCacheManager cold_kv(16, 4, false);
-    PagedKVStorage cold_storage(c.n_layers, 16, 4, c.kv_dim());
+    PagedKVStorage cold_storage(c.n_layers, 16, 4, c.n_kv_heads, c.head_dim);
     ASSERT_TRUE(cold_kv.allocate(9, 0, 7, copies));
     std::vector<float> cold(static_cast<size_t>(vocab()));
     const SequenceChunk all{full, 0, cold_kv.blocks(9), true};
@@ -275,4 +220,55 @@ TEST(PagedBatchingRealModel, SmolLM2ConcurrentGreedyEqualsAlone) {
   Engine engine(*model, tok, o);
   const auto together = run_together(engine, requests);
   for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(together[i].tokens, alone[i].tokens) << "request " << i;
+}
+
+// Quantized KV in the paged pool: concurrent requests (chunked prefill,
+// prefix hits, copy-on-write) give the tokens each gives alone, q8_0 both ways.
+TEST(PagedBatchingKVTypes, Q8_0ConcurrentGreedyEqualsAlone) {
+  TempFile file(".gguf");
+  ::kvserve::test_util::write_synth_model(file.path(), "tiny-hd32");
+  auto model = Model::load(file.path());
+  const Tokenizer tok = Tokenizer::from_gguf(model->file());
+  const auto requests = mixed_requests(8, model->config().vocab_size, 20);
+  const auto alone = run_alone(*model, tok, requests, KVType::Q8_0);
+  EngineOptions o;
+  o.kv_type = KVType::Q8_0;
+  o.max_running = 5;
+  o.max_batch_tokens = 20;
+  o.block_size = 4;
+  Engine engine(*model, tok, o);
+  const auto together = run_together(engine, requests);
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(together[i].tokens, alone[i].tokens) << "request " << i;
+  EXPECT_GT(engine.metrics().prefix_hit_tokens, 0);
+}
+
+// forward_batch (one activation matrix for every sequence, fused Q/K/V and
+// gate/up products, paged K/V) gives the logits of each sequence's own
+// forward over a contiguous cache, for every weight type.
+TEST(ForwardBatch, LogitsEqualPerSequenceForwardForEveryWeightType) {
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    TempFile file(".gguf");
+    ::kvserve::test_util::write_synth_model(file.path(), "tiny-llama", type, 4);
+    auto model = Model::load(file.path());
+    const ModelConfig& c = model->config();
+    const auto vocab = static_cast<size_t>(c.vocab_size);
+    const std::vector<std::vector<int32_t>> prompts = {{5, 9, 13}, {7, 1, 2, 3, 4, 5, 6, 8, 10, 11, 12, 20, 30}, {99}};
+    KVCacheManager kv(64, 4, false);
+    PagedKVStorage storage(c.n_layers, 64, 4, c.n_kv_heads, c.head_dim);
+    std::vector<BlockCopy> copies;
+    std::vector<SequenceChunk> chunks;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE(kv.allocate(i, 0, static_cast<int64_t>(prompts[i].size()), copies));
+      chunks.push_back({prompts[i], 0, kv.blocks(i), true});
+    }
+    Transformer batched(*model, AttentionKernel::kFlash), single(*model, AttentionKernel::kFlash);
+    std::vector<float> got(prompts.size() * vocab), want(vocab);
+    batched.forward_batch(chunks, storage, got.data());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ContiguousKVCache cache(c.n_layers, 32, c.n_kv_heads, c.head_dim);
+      single.forward(prompts[i], cache, want.data());
+      EXPECT_LT(kvserve::test_util::relative_error(std::span(got).subspan(i * vocab, vocab), want), 1e-5)
+          << dtype_name(type) << " sequence " << i;
+    }
+  }
 }

@@ -35,3 +35,20 @@ TEST(Cli, RunOnACorruptModelFails) {
 TEST(Cli, RunRejectsBadFlags) {
   expect_one_line_error("run -m /nonexistent.gguf --top-p 3", "top_p");
 }
+
+// --kv-type reaches the engine of `run -f` and `bench --serving`; a block type
+// on a model whose head size is not whole 32-element blocks is refused.
+TEST(Cli, EngineFrontEndsTakeTheKVType) {
+  TempFile model(".gguf"), small(".gguf"), prompts(".txt");
+  ::kvserve::test_util::write_synth_model(model.path(), "tiny-hd32");
+  ::kvserve::test_util::write_synth_model(small.path(), "tiny-llama");
+  const std::string text = "the cat\nsat on\n";
+  prompts.write(std::vector<uint8_t>(text.begin(), text.end()));
+  const auto run = run_kvserve("run -m " + model.path() + " -f " + prompts.path() + " --parallel 2 -n 4 --kv-type q8_0");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const auto bench = run_kvserve("bench --serving -m " + model.path() +
+                                 " --requests 3 --concurrency 2 -p 16 -n 4 -t 1 --kv-type q8_0 --kv-mem 1");
+  EXPECT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_NE(bench.output.find("KV q8_0: 272 bytes/token"), std::string::npos) << bench.output;
+  expect_one_line_error("run -m " + small.path() + " -f " + prompts.path() + " -n 2 --kv-type q8_0", "head size is 16");
+}

@@ -194,6 +194,52 @@ TEST_F(ServerTest, ChatShapeNChoicesAndLogprobs) {
   EXPECT_EQ(lp["text_offset"][0], 0);
 }
 
+// "n": 3 runs as one engine request with three branches (one prefill);
+// choice j is what n = 1 with seed + j gives, streamed or not.
+TEST_F(ServerTest, NChoicesStreamingAndNonStreaming) {
+  for (const bool is_chat : {false, true}) {
+    json body = is_chat ? chat(6) : json{{"prompt", "once upon"}, {"max_tokens", 6}, {"temperature", 0.9},
+                                         {"seed", 7}, {"ignore_eos", true}};
+    const std::string path = is_chat ? "/v1/chat/completions" : "/v1/completions";
+    const auto text_of = [is_chat](const json& choice) -> std::string {
+      return is_chat ? choice["message"]["content"] : choice["text"];
+    };
+    const int64_t seed = body["seed"];
+    const auto with = [](json b, const json& patch) {
+      b.update(patch);
+      return b;
+    };
+    body["n"] = 3;
+    const json whole = post_ok(path, body);
+    ASSERT_EQ(whole["choices"].size(), 3u);
+    const json one = post_ok(path, with(body, {{"n", 1}}));
+    EXPECT_EQ(whole["usage"]["prompt_tokens"], one["usage"]["prompt_tokens"]);  // the prompt counts once
+    EXPECT_EQ(whole["usage"]["completion_tokens"], 18);
+    for (size_t j = 0; j < 3; ++j) {
+      EXPECT_EQ(whole["choices"][j]["index"], j);
+      EXPECT_EQ(whole["choices"][j]["finish_reason"], "length");
+      const json alone = post_ok(path, with(body, {{"n", 1}, {"seed", seed + static_cast<int64_t>(j)}}));
+      EXPECT_EQ(text_of(whole["choices"][j]), text_of(alone["choices"][0])) << "choice " << j;
+    }
+    body["stream"] = true;
+    const Stream s = post_stream(path, body);
+    ASSERT_TRUE(s.done);
+    std::vector<std::string> texts(3);
+    std::vector<int> finals(3, 0);
+    for (const json& chunk : s.chunks)
+      for (const json& c : chunk["choices"]) {
+        const size_t j = c["index"];
+        ASSERT_LT(j, 3u);
+        texts[j] += is_chat ? c["delta"]["content"].get<std::string>() : c["text"].get<std::string>();
+        if (!c["finish_reason"].is_null()) finals[j]++;
+      }
+    for (size_t j = 0; j < 3; ++j) {
+      EXPECT_EQ(texts[j], text_of(whole["choices"][j])) << "choice " << j;
+      EXPECT_EQ(finals[j], 1) << "choice " << j;
+    }
+  }
+}
+
 TEST_F(ServerTest, StreamingMatchesNonStreamingForTheSameSeed) {
   for (const bool is_chat : {false, true}) {
     json body = is_chat ? chat(12) : json{{"prompt", "once upon"}, {"max_tokens", 12}, {"temperature", 1.0},

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "model/synth.h"
@@ -113,6 +115,15 @@ inline CommandResult run_kvserve(const std::string& args) {
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// Waits until an Engine has nothing running or waiting, then for the metrics
+// snapshot that follows the last step.
+template <typename EngineT>
+void wait_idle(const EngineT& engine) {
+  for (int i = 0; i < 200 && (engine.metrics().running > 0 || engine.metrics().waiting > 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 // Tests that take more than a few seconds unoptimized skip themselves under

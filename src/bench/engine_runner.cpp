@@ -106,8 +106,11 @@ double cpu_seconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-EngineOptions engine_options(const std::vector<WorkItem>& items, int concurrency, Schedule schedule) {
+}  // namespace
+
+EngineOptions engine_options(const std::vector<WorkItem>& items, int concurrency, Schedule schedule, const EnginePool& pool) {
   EngineOptions eo;
+  eo.kv_type = pool.kv_type;
   eo.max_running = concurrency;
   eo.max_queue = static_cast<int64_t>(items.size());
   eo.prefix_caching = schedule == Schedule::kContinuousPrefix;
@@ -115,11 +118,12 @@ EngineOptions engine_options(const std::vector<WorkItem>& items, int concurrency
   // instead of the 1 GiB default that would dominate a short run.
   int64_t longest = 0;
   for (const WorkItem& w : items) longest = std::max(longest, w.prompt_tokens + w.output_tokens);
-  eo.kv_blocks = (concurrency + 1) * ((longest + eo.block_size - 1) / eo.block_size);
+  if (pool.kv_memory_bytes > 0)
+    eo.kv_memory_bytes = pool.kv_memory_bytes;
+  else
+    eo.kv_blocks = (concurrency + 1) * ((longest + eo.block_size - 1) / eo.block_size);
   return eo;
 }
-
-}  // namespace
 
 const char* schedule_name(Schedule s) {
   switch (s) {
@@ -131,9 +135,9 @@ const char* schedule_name(Schedule s) {
 }
 
 EngineRun run_engine(const Model& model, const Tokenizer& tokenizer, const std::vector<WorkItem>& items,
-                     int concurrency, Schedule schedule) {
+                     int concurrency, Schedule schedule, const EnginePool& pool) {
   if (concurrency <= 0) throw Error("--concurrency must be positive, got " + std::to_string(concurrency));
-  Engine engine(model, tokenizer, engine_options(items, concurrency, schedule));
+  Engine engine(model, tokenizer, engine_options(items, concurrency, schedule, pool));
   EngineRun run;
   const double cpu0 = cpu_seconds();
   run.timings = schedule == Schedule::kStatic ? run_static(engine, items, static_cast<size_t>(concurrency))

@@ -28,7 +28,15 @@ struct EngineRun {
 // the workload) and runs every item, greedy and ignoring EOS, so that each
 // generates exactly its output_tokens. Items need prompt_ids (a workload made
 // with a tokenizer). Throws kvserve::Error if the engine refuses a request.
+struct EnginePool {
+  KVType kv_type = KVType::F32;
+  int64_t kv_memory_bytes = 0;  // 0: room for every running sequence at the workload's longest
+};
+
+// The engine options run_engine uses (exposed so a front end can print the pool it gets).
+EngineOptions engine_options(const std::vector<WorkItem>& items, int concurrency, Schedule schedule, const EnginePool& pool);
+
 EngineRun run_engine(const Model& model, const Tokenizer& tokenizer, const std::vector<WorkItem>& items,
-                     int concurrency, Schedule schedule);
+                     int concurrency, Schedule schedule, const EnginePool& pool = {});
 
 }  // namespace kvserve::bench

@@ -20,8 +20,8 @@
 #include <thread>
 
 #include "core/error.h"
+#include "engine/request_state.h"
 #include "engine/scheduler.h"
-#include "engine/stop_strings.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/paged_kv_storage.h"
 #include "model/transformer.h"
@@ -29,23 +29,12 @@
 namespace kvserve {
 namespace {
 
+constexpr int32_t kMaxBranches = 128;
+
 struct Pending {
   RequestId id;
   GenerationRequest request;
   EventCallback on_event;
-};
-
-// A running request's sampling and text state (the scheduler holds its tokens).
-struct RequestState {
-  RequestState(Pending p, const Tokenizer& tokenizer)
-      : request(std::move(p.request)), on_event(std::move(p.on_event)), sampler(request.sampling),
-        stream(tokenizer), stops(request.stop) {}
-  GenerationRequest request;
-  EventCallback on_event;
-  Sampler sampler;
-  TokenTextStream stream;
-  StopStringMatcher stops;
-  int64_t completion_tokens = 0;
 };
 
 TokenLogprob logprob_of(std::span<const float> logits, int32_t id, int32_t top, std::vector<float>& scratch) {
@@ -67,7 +56,7 @@ TokenLogprob logprob_of(std::span<const float> logits, int32_t id, int32_t top, 
 int64_t pool_blocks(const ModelConfig& c, const EngineOptions& o, int64_t context) {
   if (o.block_size <= 0) throw Error("block_size must be positive, got " + std::to_string(o.block_size));
   if (o.kv_blocks > 0) return o.kv_blocks;
-  const int64_t per_block = PagedKVStorage::bytes_per_block(c.n_layers, o.block_size, c.kv_dim());
+  const int64_t per_block = PagedKVStorage::bytes_per_block(c.n_layers, o.block_size, c.n_kv_heads, c.head_dim, o.kv_type);
   if (o.kv_memory_bytes > 0) {
     if (o.kv_memory_bytes < per_block)
       throw Error("kv_memory_bytes " + std::to_string(o.kv_memory_bytes) + " is smaller than one KV block (" +
@@ -88,10 +77,13 @@ class Engine::Impl {
         // The longest sequence must fit in the context and in the whole pool.
         context_limit_(std::min({options.max_context, model.config().context_length, n_blocks_ * options.block_size})),
         kv_(n_blocks_, options.block_size, options.prefix_caching),
-        storage_(model.config().n_layers, n_blocks_, options.block_size, model.config().kv_dim()),
+        storage_(model.config().n_layers, n_blocks_, options.block_size, model.config().n_kv_heads,
+                 model.config().head_dim, options.kv_type),
         scheduler_(SchedulerConfig{options.max_running, options.max_batch_tokens}, kv_),
         transformer_(model, AttentionKernel::kFlash),
-        thread_([this] { loop(); }) {}
+        thread_([this] { loop(); }) {
+    publish_metrics();  // the pool size is known before the first request
+  }
 
   ~Impl() {
     shutdown(false);
@@ -137,6 +129,8 @@ class Engine::Impl {
   void validate(const GenerationRequest& r) const {
     if (r.prompt.empty()) throw Error("the prompt is empty");
     if (r.max_tokens < 0) throw Error("max_tokens must be >= 0, got " + std::to_string(r.max_tokens));
+    if (r.n < 1 || r.n > kMaxBranches)
+      throw Error("n (parallel samples) must be in [1, " + std::to_string(kMaxBranches) + "], got " + std::to_string(r.n));
     if (static_cast<int64_t>(r.prompt.size()) >= context_limit_)
       throw Error("the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context size is " +
                   std::to_string(context_limit_) + " tokens");
@@ -166,36 +160,43 @@ class Engine::Impl {
 
   void admit(Pending p) {
     const RequestId id = p.id;
-    auto seq = std::make_unique<Sequence>();
-    seq->id = id;
-    seq->tokens = p.request.prompt;
-    seq->prompt_len = static_cast<int64_t>(p.request.prompt.size());
-    seq->max_kv_tokens = context_limit_;
-    const bool nothing_to_do = p.request.max_tokens == 0;
-    auto [it, inserted] = requests_.try_emplace(id, std::move(p), tokenizer_);
+    auto [it, inserted] = requests_.try_emplace(id, std::move(p.request), std::move(p.on_event), tokenizer_);
     check(inserted, "request ids are unique");
-    if (nothing_to_do) {
-      GenerationEvent ev = base_event(id, *seq, it->second);
-      finish(id, ev, "length");
-      return;
-    }
+    RequestState& rs = it->second;
+    if (rs.request.max_tokens == 0) return finish_all(id, "length");
+    auto seq = std::make_unique<Sequence>();
+    seq->id = new_sequence(id, *rs.branches[0]);
+    seq->tokens = rs.request.prompt;
+    seq->prompt_len = static_cast<int64_t>(rs.request.prompt.size());
+    seq->max_kv_tokens = context_limit_;
     scheduler_.add(std::move(seq));
   }
 
-  GenerationEvent base_event(RequestId id, const Sequence& seq, const RequestState& rs) const {
+  SequenceId new_sequence(RequestId id, Branch& b) {
+    b.seq = next_seq_++;
+    owners_[b.seq] = {id, b.index};
+    return b.seq;
+  }
+
+  GenerationEvent base_event(RequestId id, const RequestState& rs, const Branch& b) const {
     GenerationEvent ev;
     ev.id = id;
-    ev.prompt_tokens = seq.prompt_len;
-    ev.completion_tokens = rs.completion_tokens;
+    ev.index = b.index;
+    ev.prompt_tokens = static_cast<int64_t>(rs.request.prompt.size());
+    ev.completion_tokens = b.completion_tokens;
     return ev;
   }
 
-  // Sends the final event and forgets the request; frees its blocks at once.
-  void finish(RequestId id, GenerationEvent& ev, const std::string& reason) {
-    scheduler_.remove(id);
+  // Sends the branch's final event and frees its blocks at once; the request
+  // is forgotten with its last branch.
+  void finish(RequestId id, Branch& b, GenerationEvent& ev, const std::string& reason) {
+    scheduler_.remove(b.seq);
+    owners_.erase(b.seq);
+    b.finished = true;
     ev.finished = true;
     ev.finish_reason = reason;
     const auto it = requests_.find(id);
+    if (--it->second.unfinished > 0) return it->second.on_event(ev);
     EventCallback callback = std::move(it->second.on_event);
     requests_.erase(it);
     callback(ev);
@@ -205,15 +206,25 @@ class Engine::Impl {
     if (live_.empty()) idle_.notify_all();
   }
 
-  void finish_cancelled(RequestId id) {
+  // Ends a branch that has not finished yet with `reason` (and `error`).
+  void finish_if_live(RequestId id, Branch& b, const std::string& reason, const std::string& error = "") {
+    if (b.finished) return;
+    GenerationEvent ev = base_event(id, requests_.at(id), b);
+    ev.error = error;
+    finish(id, b, ev, reason);
+  }
+
+  // Ends every unfinished branch of a request (cancel, error).
+  void finish_all(RequestId id, const std::string& reason, const std::string& error = "") {
     const auto it = requests_.find(id);
     if (it == requests_.end()) return;
-    GenerationEvent ev;
-    ev.id = id;
-    ev.prompt_tokens = static_cast<int64_t>(it->second.request.prompt.size());
-    ev.completion_tokens = it->second.completion_tokens;
-    finish(id, ev, "cancelled");
+    std::vector<Branch*> live;
+    for (auto& b : it->second.branches)
+      if (!b->finished) live.push_back(b.get());
+    for (Branch* b : live) finish_if_live(id, *b, reason, error);  // the last one erases the request
   }
+
+  void finish_cancelled(RequestId id) { finish_all(id, "cancelled"); }
 
   void step_or_fail() {
     try {
@@ -222,12 +233,7 @@ class Engine::Impl {
       // A failed forward pass leaves the KV contents unknown: fail every request.
       std::vector<RequestId> ids;
       for (const auto& [id, rs] : requests_) ids.push_back(id);
-      for (RequestId id : ids) {
-        GenerationEvent ev;
-        ev.id = id;
-        ev.error = e.what();
-        finish(id, ev, "error");
-      }
+      for (RequestId id : ids) finish_all(id, "error", e.what());
     }
   }
 
@@ -269,31 +275,44 @@ class Engine::Impl {
     }
   }
 
-  // Samples the next token of `seq` from its logits and streams it.
+  // Samples the next token of `seq` from its logits and streams it. The
+  // first logits of a request with n > 1 fork its sequence into the other
+  // branches, and every branch samples its first token from them.
   void on_logits(Sequence& seq, std::span<const float> logits) {
-    const RequestId id = seq.id;
+    const auto [id, index] = owners_.at(seq.id);
     RequestState& rs = requests_.at(id);
-    const GenerationRequest& r = rs.request;
+    if (rs.forked || rs.request.n == 1) return sample(id, *rs.branches[static_cast<size_t>(index)], seq, logits);
+    rs.forked = true;
+    std::vector<std::pair<Branch*, Sequence*>> all = {{rs.branches[0].get(), &seq}};
+    for (size_t i = 1; i < rs.branches.size(); ++i) {
+      Branch& b = *rs.branches[i];
+      all.emplace_back(&b, scheduler_.fork(seq.id, new_sequence(id, b)));
+    }
+    for (auto [b, s] : all) sample(id, *b, *s, logits);  // the last branch to finish erases rs
+  }
+
+  void sample(RequestId id, Branch& b, Sequence& seq, std::span<const float> logits) {
+    const GenerationRequest& r = requests_.at(id).request;
     scratch_logits_.assign(logits.begin(), logits.end());
-    const int32_t token = rs.sampler.sample(scratch_logits_, seq.tokens);
+    const int32_t token = b.sampler.sample(scratch_logits_, seq.tokens);
     seq.tokens.push_back(token);
-    rs.completion_tokens++;
-    GenerationEvent ev = base_event(id, seq, rs);
+    b.completion_tokens++;
+    GenerationEvent ev = base_event(id, requests_.at(id), b);
     ev.tokens = {token};
     if (r.top_logprobs >= 0) ev.logprobs.push_back(logprob_of(logits, token, r.top_logprobs, scratch_));
     const bool eog = !r.ignore_eos && tokenizer_.is_end_of_generation(token);
-    ev.text = eog ? rs.stops.flush() : rs.stops.push(rs.stream.push(token));
+    ev.text = eog ? b.stops.flush() : b.stops.push(b.stream.push(token));
     {
       std::lock_guard lock(mutex_);
       metrics_.generated_tokens_total++;
     }
-    if (eog || rs.stops.stopped()) return finish(id, ev, "stop");
+    if (eog || b.stops.stopped()) return finish(id, b, ev, "stop");
     // The last sampled token needs no K/V slot: a sequence may hold context + 1 tokens.
-    if (rs.completion_tokens >= r.max_tokens || seq.num_tokens() > seq.max_kv_tokens) {
-      ev.text += rs.stops.push(rs.stream.flush()) + rs.stops.flush();
-      return finish(id, ev, "length");
+    if (b.completion_tokens >= r.max_tokens || seq.num_tokens() > seq.max_kv_tokens) {
+      ev.text += b.stops.push(b.stream.flush()) + b.stops.flush();
+      return finish(id, b, ev, "length");
     }
-    rs.on_event(ev);
+    requests_.at(id).on_event(ev);
   }
 
   void publish_metrics() {
@@ -320,6 +339,8 @@ class Engine::Impl {
   Scheduler scheduler_;
   Transformer transformer_;
   std::map<RequestId, RequestState> requests_;
+  std::map<SequenceId, std::pair<RequestId, int32_t>> owners_;  // each branch's sequence -> (request, branch)
+  SequenceId next_seq_ = kNoSequence + 1;
   std::vector<float> logits_;          // [sampling chunks][vocab] of the current step
   std::vector<float> scratch_logits_;  // [vocab] the sampler's working copy
   std::vector<float> scratch_;         // [vocab] log-softmax for logprobs

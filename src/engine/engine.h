@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "kv/kv_planner.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -30,6 +31,8 @@ struct GenerationRequest {
   std::vector<std::string> stop;   // stop strings; matched on the decoded text, not included in it
   bool ignore_eos = false;
   int32_t top_logprobs = -1;       // -1: no logprobs; 0: the chosen token's only; k: plus the k most likely
+  int32_t n = 1;                   // parallel samples (branches): the prompt is prefilled once and forked
+                                   // n ways; branch i samples with sampling.seed + i
 };
 
 struct TokenLogprob {
@@ -40,10 +43,11 @@ struct TokenLogprob {
 
 struct GenerationEvent {
   RequestId id = 0;
+  int32_t index = 0;                  // the branch (choice) in [0, n) the event belongs to
   std::vector<int32_t> tokens;        // generated since the previous event
   std::string text;                   // text completed since the previous event (whole UTF-8 characters)
   std::vector<TokenLogprob> logprobs; // one per token, when requested
-  bool finished = false;
+  bool finished = false;              // the branch's last event; a request ends after n of them
   std::string finish_reason;          // when finished: "stop", "length", "cancelled" or "error"
   std::string error;                  // the message when finish_reason is "error"
   int64_t prompt_tokens = 0;
@@ -59,6 +63,7 @@ struct EngineOptions {
   int64_t max_batch_tokens = 512;   // tokens per forward step (decode + chunked prefill)
   int64_t block_size = 16;          // KV block size in tokens
   int64_t kv_memory_bytes = 0;      // KV pool size; 0: room for max_running full contexts, at most 1 GiB
+  KVType kv_type = KVType::F32;     // K/V element type in the pool (q8_0, fp8, q4_0 need head_dim % 32 == 0)
   int64_t kv_blocks = 0;            // KV pool size in blocks; overrides kv_memory_bytes when > 0
   bool prefix_caching = true;       // reuse cached full blocks of earlier prompts
 };
@@ -90,11 +95,12 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Queues a request. Throws kvserve::Error for one that can never run (empty
-  // or too long prompt, bad sampling parameters, max_tokens < 0); returns
+  // or too long prompt, bad sampling parameters, max_tokens < 0, n outside
+  // [1, 128]); returns
   // nullopt when the waiting queue is full or the engine is shutting down.
   std::optional<RequestId> submit(GenerationRequest request, EventCallback on_event);
-  // Stops a request at once and frees its KV memory; its final event has
-  // finish_reason "cancelled". Unknown or finished ids are ignored.
+  // Stops a request (every branch) at once and frees its KV memory; each
+  // unfinished branch's final event has finish_reason "cancelled". Unknown or finished ids are ignored.
   void cancel(RequestId id);
   EngineMetrics metrics() const;
   // Refuses new requests; finish_running lets the running and waiting ones

@@ -298,7 +298,8 @@ void run_engine(LadderRung& rung, const Model& model, const Tokenizer& tokenizer
   // cache, and every generated token but each request's last (never fed back).
   // (requests_finished may lag the last event, so count the requests instead.)
   rung.attention_rows = rung.full_attention_rows = m.prompt_tokens_total + m.generated_tokens_total - n;
-  rung.kv_bytes = peak_blocks * PagedKVStorage::bytes_per_block(model.config().n_layers, eo.block_size, model.config().kv_dim());
+  rung.kv_bytes = peak_blocks * PagedKVStorage::bytes_per_block(model.config().n_layers, eo.block_size, model.config().n_kv_heads,
+                                                                model.config().head_dim, eo.kv_type);
   rung.outputs = collector.tokens();
   rung.measured_requests = n;
   rung.output_tokens = rung.measured_tokens = n * w.gen_len;

@@ -86,6 +86,16 @@ void Scheduler::finish_step(const SchedulerOutput& output) {
   }
 }
 
+Sequence* Scheduler::fork(SequenceId parent, SequenceId child) {
+  const auto it = std::find_if(running_.begin(), running_.end(), [parent](const auto& s) { return s->id == parent; });
+  check(it != running_.end(), "fork of a running sequence");
+  auto seq = std::make_unique<Sequence>(**it);
+  seq->id = child;
+  kv_.fork(parent, child);
+  running_.push_back(std::move(seq));
+  return running_.back().get();
+}
+
 std::unique_ptr<Sequence> Scheduler::remove(SequenceId id) {
   std::unique_ptr<Sequence> found;
   const auto match = [id](const std::unique_ptr<Sequence>& s) { return s->id == id; };

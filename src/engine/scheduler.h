@@ -53,6 +53,11 @@ class Scheduler {
   // After the forward pass: the chunks' tokens are computed; full blocks are
   // published for prefix reuse.
   void finish_step(const SchedulerOutput& output);
+  // Parallel sampling: a new running sequence `child` with the tokens and
+  // computed K/V of running sequence `parent`, sharing its blocks (the first
+  // write to a shared block copies it). May take the running set past
+  // max_running. Returns the child.
+  Sequence* fork(SequenceId parent, SequenceId child);
   // Removes a waiting or running sequence and frees its blocks at once
   // (finished or cancelled); nullptr for an unknown id.
   std::unique_ptr<Sequence> remove(SequenceId id);

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/flash_attention_tile.h"
 
 namespace kvserve {
+using namespace flash_detail;
 namespace {
 
-constexpr int64_t kKeyTile = 64;     // keys per tile: a 64 x head_dim K tile stays in L1/L2
-constexpr int64_t kQueryTile = 16;   // query positions per work item in prefill
 constexpr int64_t kMinKeysPerSplit = 256;
 
 // What one work item reads: the K/V rows, which head, and the inner-loop ops.
@@ -24,14 +24,6 @@ struct HeadSource {
   int64_t head_dim;
   float scale;                // 1 / sqrt(head_dim)
   const AttentionVectorOps* ops;
-};
-
-// One tile of keys of one head as f32 rows: pointers straight into the cache
-// for f32 storage, else into this thread's dequantization buffer.
-struct KVTile {
-  std::vector<float> k_buf, v_buf;  // [kKeyTile][head_dim]
-  const float* k[kKeyTile];
-  const float* v[kKeyTile];
 };
 
 void load_rows(const KVRows& rows, size_t offset, const AttentionVectorOps& ops, int64_t head_dim, int64_t t0,
@@ -47,15 +39,6 @@ void load_rows(const KVRows& rows, size_t offset, const AttentionVectorOps& ops,
     out[t - t0] = dst;
   }
 }
-
-// Query rows of one work item, all reading the same K/V head.
-struct RowBlock {
-  int64_t n_rows = 0;
-  std::vector<const float*> q;  // [n_rows] -> head_dim floats
-  std::vector<int64_t> pos;     // [n_rows] the row's position (sees keys <= pos)
-  std::vector<OnlineSoftmax> state;
-  std::vector<float> acc;       // [n_rows][head_dim] unnormalized output
-};
 
 // Folds the tile's keys [t0, last) into one row's state.
 void attend_tile_row(RowBlock& rows, int64_t r, const KVTile& tile, const HeadSource& src, int64_t t0,
@@ -120,29 +103,14 @@ HeadSource head_source(const KVRows& k, const KVRows& v, int64_t kv_head, const 
 // head of the group joins the item, so each K/V tile is read once per item.
 void flash_prefill(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, const KVRows& v,
                    const AttentionShape& s, float* out) {
-  const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads, q_stride = s.n_heads * hd;
   const int64_t n_tiles = (n_q + kQueryTile - 1) / kQueryTile;
 #pragma omp parallel
   {
-    RowBlock rows;
-    KVTile tile;
+    FlashScratch scratch;
 #pragma omp for schedule(dynamic)
     for (int64_t item = 0; item < s.n_kv_heads * n_tiles; ++item) {
       const int64_t kvh = item / n_tiles, i0 = (item % n_tiles) * kQueryTile;
-      const int64_t i1 = std::min(n_q, i0 + kQueryTile);
-      reset_rows(rows, (i1 - i0) * group, hd);
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t g = 0; g < group; ++g) {
-          const int64_t r = (i - i0) * group + g;
-          rows.q[r] = q + i * q_stride + (kvh * group + g) * hd;
-          rows.pos[r] = pos0 + i;
-        }
-      attend_keys(rows, head_source(k, v, kvh, s), 0, pos0 + i1, tile);
-      for (int64_t r = 0; r < rows.n_rows; ++r) {
-        const int64_t i = i0 + r / group, h = kvh * group + r % group;
-        const float inv = rows.state[r].sum > 0 ? 1.0f / rows.state[r].sum : 0.0f;
-        for (int64_t d = 0; d < hd; ++d) out[i * q_stride + h * hd + d] = rows.acc[r * hd + d] * inv;
-      }
+      flash_query_tile(q, i0, std::min(n_q, i0 + kQueryTile), pos0, k, v, kvh, s, scratch, out);
     }
   }
 }
@@ -196,7 +164,30 @@ void flash_decode(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, co
   merge_splits(partial, n_splits, n_rows, s, out);
 }
 
-void validate(const KVRows& k, const KVRows& v, int64_t n_kv, const AttentionShape& s) {
+}  // namespace
+
+namespace flash_detail {
+
+void flash_query_tile(const float* q, int64_t i0, int64_t i1, int64_t pos0, const KVRows& k, const KVRows& v,
+                      int64_t kv_head, const AttentionShape& s, FlashScratch& scratch, float* out) {
+  const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads, q_stride = s.n_heads * hd;
+  RowBlock& rows = scratch.rows;
+  reset_rows(rows, (i1 - i0) * group, hd);
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t r = (i - i0) * group + g;
+      rows.q[r] = q + i * q_stride + (kv_head * group + g) * hd;
+      rows.pos[r] = pos0 + i;
+    }
+  attend_keys(rows, head_source(k, v, kv_head, s), 0, pos0 + i1, scratch.tile);
+  for (int64_t r = 0; r < rows.n_rows; ++r) {
+    const int64_t i = i0 + r / group, h = kv_head * group + r % group;
+    const float inv = rows.state[r].sum > 0 ? 1.0f / rows.state[r].sum : 0.0f;
+    for (int64_t d = 0; d < hd; ++d) out[i * q_stride + h * hd + d] = rows.acc[r * hd + d] * inv;
+  }
+}
+
+void validate_attention(const KVRows& k, const KVRows& v, int64_t n_kv, const AttentionShape& s) {
   if (s.n_kv_heads <= 0 || s.head_dim <= 0 || s.n_heads % s.n_kv_heads != 0)
     throw Error("attention: " + std::to_string(s.n_heads) + " query heads cannot share " +
                 std::to_string(s.n_kv_heads) + " K/V heads (need a positive whole ratio)");
@@ -206,7 +197,7 @@ void validate(const KVRows& k, const KVRows& v, int64_t n_kv, const AttentionSha
     throw Error("attention: K/V rows need a positive block size and a block table");
 }
 
-}  // namespace
+}  // namespace flash_detail
 
 float OnlineSoftmax::add(float score) {
   if (score == -std::numeric_limits<float>::infinity()) return 1.0f;
@@ -238,7 +229,7 @@ void online_softmax(const float* x, int64_t n, float* out) {
 
 void flash_attention(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, const KVRows& v, int64_t n_kv,
                      const AttentionShape& shape, float* out) {
-  validate(k, v, n_kv, shape);
+  validate_attention(k, v, n_kv, shape);
   const int64_t threads = omp_get_max_threads();
   // Few query rows against a long context: not enough (head, tile) items to
   // keep every thread busy, so split the keys instead.

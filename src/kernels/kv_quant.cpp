@@ -139,6 +139,11 @@ void quantize_kv_row(KVType type, const float* src, uint8_t* dst, int64_t n) {
   quantize_row(weight_dtype(type), src, dst, n);
 }
 
+void quantize_kv_token(KVType type, int64_t n_heads, int64_t head_dim, const float* src, uint8_t* dst) {
+  const size_t head_bytes = kv_head_bytes(type, head_dim);
+  for (int64_t h = 0; h < n_heads; ++h) quantize_kv_row(type, src + h * head_dim, dst + h * head_bytes, head_dim);
+}
+
 void dequantize_kv_row_scalar(KVType type, const uint8_t* src, float* dst, int64_t n) {
   check(n % kv_type_info(type).block_elems == 0, "KV row length is a multiple of the type's block");
   if (type == KVType::FP8) return dequantize_fp8_row(src, dst, n);

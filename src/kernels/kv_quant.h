@@ -43,6 +43,9 @@ void require_kv_type_fits(KVType type, int64_t head_dim);
 
 // Encodes n floats (n a multiple of the type's block) into dst.
 void quantize_kv_row(KVType type, const float* src, uint8_t* dst, int64_t n);
+// Encodes one token's row of n_heads head vectors ([n_heads * head_dim]
+// floats), each head on its own, into dst (n_heads * kv_head_bytes bytes).
+void quantize_kv_token(KVType type, int64_t n_heads, int64_t head_dim, const float* src, uint8_t* dst);
 // dst[0..n) = the values in src: the scalar reference.
 void dequantize_kv_row_scalar(KVType type, const uint8_t* src, float* dst, int64_t n);
 // Same result, on the fastest path this CPU and the active kernel ISA allow.

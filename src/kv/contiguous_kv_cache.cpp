@@ -26,13 +26,8 @@ void ContiguousKVCache::set_size(int64_t n) {
 
 void ContiguousKVCache::write(int64_t layer, int64_t pos, const float* k, const float* v) {
   check(pos >= 0 && pos < capacity_, "KV write within capacity");
-  const size_t head_bytes = kv_head_bytes(type_, head_dim_);
-  uint8_t* k_dst = row(k_, layer, pos);
-  uint8_t* v_dst = row(v_, layer, pos);
-  for (int64_t h = 0; h < n_kv_heads_; ++h) {
-    quantize_kv_row(type_, k + h * head_dim_, k_dst + h * head_bytes, head_dim_);
-    quantize_kv_row(type_, v + h * head_dim_, v_dst + h * head_bytes, head_dim_);
-  }
+  quantize_kv_token(type_, n_kv_heads_, head_dim_, k, row(k_, layer, pos));
+  quantize_kv_token(type_, n_kv_heads_, head_dim_, v, row(v_, layer, pos));
 }
 
 }  // namespace kvserve

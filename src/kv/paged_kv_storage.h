@@ -1,39 +1,60 @@
 #pragma once
 // The K/V bytes of the paged cache: per layer, n_blocks physical blocks of
-// block_size f32 rows each. Which block belongs to which sequence is the
-// KVCacheManager's business; this class only stores rows and copies blocks.
+// block_size token rows each, in any KV element type (kernels/kv_quant.h).
+// A token row holds its n_kv_heads head vectors one after the other, each
+// quantized on its own, exactly as in ContiguousKVCache, so the attention
+// kernels read both through KVRows. Which block belongs to which sequence is
+// the KVCacheManager's business; this class only stores rows and copies
+// blocks. Not thread-safe: owned by the engine thread.
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "core/aligned_buffer.h"
+#include "kernels/kv_quant.h"
 #include "kv/block_pool.h"
 
 namespace kvserve {
 
 class PagedKVStorage {
  public:
-  PagedKVStorage(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t kv_dim);
+  // Throws kvserve::Error when `type` cannot hold heads of head_dim elements
+  // (q8_0, fp8 and q4_0 need head_dim % 32 == 0).
+  PagedKVStorage(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads, int64_t head_dim,
+                 KVType type = KVType::F32);
 
-  // Bytes one block takes across all layers (K and V).
-  static int64_t bytes_per_block(int64_t n_layers, int64_t block_size, int64_t kv_dim) {
-    return 2 * n_layers * block_size * kv_dim * static_cast<int64_t>(sizeof(float));
-  }
+  // Bytes one block takes across all layers (K and V); throws like the constructor.
+  static int64_t bytes_per_block(int64_t n_layers, int64_t block_size, int64_t n_kv_heads, int64_t head_dim,
+                                 KVType type);
 
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }
-  int64_t kv_dim() const { return kv_dim_; }
-  float* k_block(int64_t layer, BlockId b) { return k_.data() + offset(layer, b); }  // [block_size][kv_dim]
-  float* v_block(int64_t layer, BlockId b) { return v_.data() + offset(layer, b); }  // [block_size][kv_dim]
-  const float* k_block(int64_t layer, BlockId b) const { return k_.data() + offset(layer, b); }
-  const float* v_block(int64_t layer, BlockId b) const { return v_.data() + offset(layer, b); }
-  // Copies block src's rows into block dst in every layer (copy-on-write).
+  KVType type() const { return type_; }
+  // Bytes of one token's K (or V) row in one layer.
+  size_t row_bytes() const { return row_bytes_; }
+
+  // Stores one token's K and V ([n_kv_heads * head_dim] floats each) in row
+  // `slot` of block b, converted to the storage type.
+  void write(int64_t layer, BlockId b, int64_t slot, const float* k, const float* v);
+  // Appends the base addresses of the table's blocks in one layer to k_bases
+  // and v_bases (for rows()).
+  void append_block_bases(int64_t layer, std::span<const BlockId> table, std::vector<const uint8_t*>& k_bases,
+                          std::vector<const uint8_t*>& v_bases) const;
+  // Rows through block base addresses in position order, which must outlive the result.
+  KVRows rows(const uint8_t* const* bases) const { return {type_, block_size_, row_bytes_, bases}; }
+  const uint8_t* k_block(int64_t layer, BlockId b) const { return k_.data() + offset(layer, b); }  // [block_size][row_bytes]
+  const uint8_t* v_block(int64_t layer, BlockId b) const { return v_.data() + offset(layer, b); }  // [block_size][row_bytes]
+  // Copies block src's rows into block dst in every layer, byte for byte (copy-on-write).
   void copy_block(BlockId src, BlockId dst);
-  size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+  size_t bytes() const { return k_.size() + v_.size(); }
 
  private:
   size_t offset(int64_t layer, BlockId b) const;
-  int64_t n_layers_, n_blocks_, block_size_, kv_dim_;
-  AlignedBuffer<float> k_;  // [n_layers][n_blocks][block_size][kv_dim]
-  AlignedBuffer<float> v_;  // [n_layers][n_blocks][block_size][kv_dim]
+  int64_t n_layers_, n_blocks_, block_size_, n_kv_heads_, head_dim_;
+  KVType type_;
+  size_t row_bytes_;
+  AlignedBuffer<uint8_t> k_;  // [n_layers][n_blocks][block_size][row_bytes]
+  AlignedBuffer<uint8_t> v_;  // [n_layers][n_blocks][block_size][row_bytes]
 };
 
 }  // namespace kvserve

@@ -317,6 +317,7 @@ const std::vector<SynthPreset>& synth_presets() {
       {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, true},
       // rows of 256 and 512: every matrix can hold K-quant super-blocks
       {"tiny-qwen2-256", "qwen2", 256, 2, 4, 2, 512, 384, 256, 1000000.0f, 1e-6f, true, true},
+      {"tiny-hd32", "llama", 128, 2, 4, 2, 128, 320, 256, 10000.0f, 1e-5f, false, false},  // head size 32: every KV type
   };
   return presets;
 }

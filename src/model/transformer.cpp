@@ -47,16 +47,21 @@ void Transformer::embed(std::span<const int32_t> tokens) {
   }
 }
 
-void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache) {
-  const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
-  const int64_t dim = cfg_.dim, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
-  const int64_t pos0 = cache.size();
+void Transformer::project_qkv(const LayerWeights& w, int64_t n) {
+  const int64_t dim = cfg_.dim;
   for (int64_t t = 0; t < n; ++t) rmsnorm(x_.data() + t * dim, w.attn_norm.data(), dim, cfg_.norm_eps, xn_.data() + t * dim);
   const MatmulProduct qkv[] = {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}};
   matmul_shared_input(qkv, xn_.data(), n);
   add_bias(q_.data(), n, w.bq);
   add_bias(k_.data(), n, w.bk);
   add_bias(v_.data(), n, w.bv);
+}
+
+void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache) {
+  const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
+  const int64_t dim = cfg_.dim, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
+  const int64_t pos0 = cache.size();
+  project_qkv(w, n);
   for (int64_t t = 0; t < n; ++t) {
     rope(q_.data() + t * qd, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dims, pos0 + t, cfg_.rope_theta, cfg_.rope_neox);
     rope(k_.data() + t * kvd, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_dims, pos0 + t, cfg_.rope_theta, cfg_.rope_neox);

@@ -15,7 +15,6 @@
 
 namespace kvserve {
 
-// Which attention kernel the forward pass runs.
 // One sequence's share of a batched step (forward_batch): its tokens at
 // positions [pos0, pos0 + n), whose K/V rows go to the blocks its page table
 // names; attention reads positions [0, pos0 + n) through the same table.
@@ -26,6 +25,7 @@ struct SequenceChunk {
   bool want_logits = false;              // the last token's logits are needed
 };
 
+// Which attention kernel the forward pass runs.
 enum class AttentionKernel {
   kReference,  // materializes every head's score matrix (kernels/attention.h)
   kFlash,      // tiled, online softmax (kernels/flash_attention.h)
@@ -57,6 +57,9 @@ class Transformer {
  private:
   void resize_scratch(int64_t n);
   void embed(std::span<const int32_t> tokens);
+  // xn_ = rmsnorm(x_) of n rows, then q_, k_, v_ = its Q/K/V projections (+ biases),
+  // in one shared-input matmul region; both forward paths use it.
+  void project_qkv(const LayerWeights& w, int64_t n);
   void attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache);
   void attend(int64_t layer, int64_t n, int64_t pos0, const ContiguousKVCache& cache);
   void ffn_block(int64_t layer, int64_t n);
@@ -78,8 +81,8 @@ class Transformer {
   AlignedBuffer<float> proj_;  // [n][dim] output of wo / w_down
   // forward_batch only:
   std::vector<int32_t> batch_tokens_;         // [n] every chunk's tokens, concatenated
-  std::vector<const float*> k_block_ptrs_;    // [sum of chunk table sizes] K block base of the current layer
-  std::vector<const float*> v_block_ptrs_;    // same, V
+  std::vector<const uint8_t*> k_block_ptrs_;  // [sum of chunk table sizes] K block base of the current layer
+  std::vector<const uint8_t*> v_block_ptrs_;  // same, V
   std::vector<float> reference_k_, reference_v_;  // [n_kv][kv_dim] a quantized cache as f32, reference kernel only
 };
 

@@ -1,9 +1,7 @@
 // Transformer::forward_batch: the continuous-batching step over many
 // sequences whose K/V live in the paged cache. Kept apart from
 // transformer.cpp (the single-sequence path) so that the two evolve
-// independently; both share embed() and ffn_block().
-#include <cstring>
-
+// independently; both share embed(), project_qkv() and ffn_block().
 #include "core/error.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -11,37 +9,17 @@
 #include "model/transformer.h"
 
 namespace kvserve {
-namespace {
-
-void add_bias_rows(float* rows, int64_t n, const std::vector<float>& bias) {
-  if (bias.empty()) return;
-  const auto width = static_cast<int64_t>(bias.size());
-  for (int64_t t = 0; t < n; ++t) add_inplace(rows + t * width, bias.data(), width);
-}
-
-}  // namespace
 
 void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceChunk> chunks, PagedKVStorage& kv) {
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
-  const int64_t dim = cfg_.dim, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), B = kv.block_size();
+  const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), B = kv.block_size();
   const auto n = static_cast<int64_t>(batch_tokens_.size());
-  for (int64_t t = 0; t < n; ++t) rmsnorm(x_.data() + t * dim, w.attn_norm.data(), dim, cfg_.norm_eps, xn_.data() + t * dim);
-  matmul(w.wq, xn_.data(), n, q_.data());
-  matmul(w.wk, xn_.data(), n, k_.data());
-  matmul(w.wv, xn_.data(), n, v_.data());
-  add_bias_rows(q_.data(), n, w.bq);
-  add_bias_rows(k_.data(), n, w.bk);
-  add_bias_rows(v_.data(), n, w.bv);
-  std::vector<PagedAttentionJob> jobs;
-  jobs.reserve(chunks.size());
+  project_qkv(w, n);
   k_block_ptrs_.clear();
   v_block_ptrs_.clear();
-  for (const SequenceChunk& c : chunks) {
-    for (BlockId b : c.block_table) {
-      k_block_ptrs_.push_back(kv.k_block(layer, b));
-      v_block_ptrs_.push_back(kv.v_block(layer, b));
-    }
-  }
+  for (const SequenceChunk& c : chunks) kv.append_block_bases(layer, c.block_table, k_block_ptrs_, v_block_ptrs_);
+  std::vector<PagedAttentionJob> jobs;
+  jobs.reserve(chunks.size());
   int64_t row = 0, table_offset = 0;
   for (const SequenceChunk& c : chunks) {
     const auto cn = static_cast<int64_t>(c.tokens.size());
@@ -49,19 +27,16 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
       const int64_t t = row + i, pos = c.pos0 + i;
       rope(q_.data() + t * qd, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dims, pos, cfg_.rope_theta, cfg_.rope_neox);
       rope(k_.data() + t * kvd, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_dims, pos, cfg_.rope_theta, cfg_.rope_neox);
-      const BlockId b = c.block_table[static_cast<size_t>(pos / B)];
-      const auto bytes = static_cast<size_t>(kvd) * sizeof(float);
-      std::memcpy(kv.k_block(layer, b) + (pos % B) * kvd, k_.data() + t * kvd, bytes);
-      std::memcpy(kv.v_block(layer, b) + (pos % B) * kvd, v_.data() + t * kvd, bytes);
+      kv.write(layer, c.block_table[static_cast<size_t>(pos / B)], pos % B, k_.data() + t * kvd, v_.data() + t * kvd);
     }
-    jobs.push_back({q_.data() + row * qd, cn, c.pos0, k_block_ptrs_.data() + table_offset,
-                    v_block_ptrs_.data() + table_offset, attn_.data() + row * qd});
+    jobs.push_back({q_.data() + row * qd, cn, c.pos0, kv.rows(k_block_ptrs_.data() + table_offset),
+                    kv.rows(v_block_ptrs_.data() + table_offset), attn_.data() + row * qd});
     row += cn;
     table_offset += static_cast<int64_t>(c.block_table.size());
   }
-  paged_attention(jobs, B, kvd, AttentionShape{cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim});
+  paged_attention(jobs, AttentionShape{cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim});
   matmul(w.wo, attn_.data(), n, proj_.data());
-  add_inplace(x_.data(), proj_.data(), n * dim);
+  add_inplace(x_.data(), proj_.data(), n * cfg_.dim);
 }
 
 void Transformer::forward_batch(std::span<const SequenceChunk> chunks, PagedKVStorage& kv, float* logits) {

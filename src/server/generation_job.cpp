@@ -58,7 +58,8 @@ GenerationJob::GenerationJob(Engine& engine, ServerMetrics& metrics, JobRegistry
     : engine_(engine), registry_(registry), shared_(std::make_shared<Shared>()) {
   shared_->metrics = &metrics;
   shared_->arrival = arrival;
-  shared_->last_token.resize(requests.size());
+  for (const GenerationRequest& r : requests) n_choices_ += static_cast<size_t>(r.n);
+  shared_->last_token.resize(n_choices_);
   try {
     submit_all(std::move(requests));
   } catch (...) {
@@ -69,9 +70,14 @@ GenerationJob::GenerationJob(Engine& engine, ServerMetrics& metrics, JobRegistry
 }
 
 void GenerationJob::submit_all(std::vector<GenerationRequest> requests) {
-  for (size_t choice = 0; choice < requests.size(); ++choice) {
-    auto on_event = [shared = shared_, choice](const GenerationEvent& ev) { shared->on_event(choice, ev); };
-    const std::optional<RequestId> id = engine_.submit(std::move(requests[choice]), std::move(on_event));
+  size_t first_choice = 0;  // request k's branch j is choice first_choice + j
+  for (GenerationRequest& request : requests) {
+    const auto n = static_cast<size_t>(request.n);
+    auto on_event = [shared = shared_, first_choice](const GenerationEvent& ev) {
+      shared->on_event(first_choice + static_cast<size_t>(ev.index), ev);
+    };
+    first_choice += n;
+    const std::optional<RequestId> id = engine_.submit(std::move(request), std::move(on_event));
     if (!id) {
       shared_->metrics->requests_rejected++;
       throw ApiError(429, "the server is at capacity (request queue full); retry shortly", {}, "rate_limit_error");

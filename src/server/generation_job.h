@@ -1,6 +1,6 @@
 #pragma once
-// One HTTP request's engine requests (one per choice) and the events they
-// send back. Engine callbacks only queue events; the HTTP thread takes them
+// One HTTP request's engine requests (one per prompt, each with n branches:
+// the choices) and the events they send back. Engine callbacks only queue events; the HTTP thread takes them
 // with next(), so a slow client never holds up the engine thread.
 #include <chrono>
 #include <condition_variable>
@@ -54,9 +54,9 @@ class GenerationJob {
   // The next event of any choice, or nullopt when none came within timeout.
   std::optional<ChoiceEvent> next(std::chrono::milliseconds timeout);
   // Every choice's final event has been returned by next().
-  bool done() const { return finals_taken_ == ids_.size(); }
+  bool done() const { return finals_taken_ == n_choices_; }
   void cancel();
-  size_t choices() const { return ids_.size(); }
+  size_t choices() const { return n_choices_; }
 
  private:
   struct Shared;
@@ -66,6 +66,7 @@ class GenerationJob {
   JobRegistry& registry_;
   std::shared_ptr<Shared> shared_;  // also held by the engine callbacks, which may outlive the job
   std::vector<RequestId> ids_;
+  size_t n_choices_ = 0;  // sum of the requests' n
   size_t finals_taken_ = 0;
 };
 

@@ -250,10 +250,8 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
     GenerationRequest r = shared;
     fit_to_context(tokens, body, endpoint, r);
     r.prompt = std::move(tokens);
-    for (int64_t j = 0; j < out.n; ++j) {
-      out.requests.push_back(r);
-      out.requests.back().sampling.seed = shared.sampling.seed + static_cast<uint64_t>(j);  // distinct choices
-    }
+    r.n = static_cast<int32_t>(out.n);  // prefilled once, forked n ways; choice j samples with seed + j
+    out.requests.push_back(std::move(r));
   }
   out.prompt_texts = std::move(prompts.texts);
   return out;

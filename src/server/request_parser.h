@@ -18,7 +18,8 @@ enum class Endpoint { kCompletions, kChat };
 
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::kCompletions;
-  // One engine request per choice: prompt i's choice j is requests[i * n + j].
+  // One engine request per prompt, each with n branches: prompt i's choice j
+  // (branch j of requests[i]) is choice i * n + j of the response.
   std::vector<GenerationRequest> requests;
   std::vector<std::string> prompt_texts;  // per prompt, for echo
   int64_t n = 1;
@@ -26,6 +27,8 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions: the prompt text precedes the completion
   bool logprobs = false;
+
+  size_t choices() const { return requests.size() * static_cast<size_t>(n); }
 };
 
 class RequestParser {

@@ -41,10 +41,10 @@ ResponseFormatter::ResponseFormatter(const Tokenizer& tokenizer, const ParsedReq
       logprobs_(request.logprobs),
       n_(request.n),
       prompt_texts_(request.prompt_texts),
-      started_(request.requests.size(), false),
-      text_offsets_(request.requests.size(), 0),
-      prompt_tokens_(request.requests.size(), 0),
-      completion_tokens_(request.requests.size(), 0) {}
+      started_(request.choices(), false),
+      text_offsets_(request.choices(), 0),
+      prompt_tokens_(request.choices(), 0),
+      completion_tokens_(request.choices(), 0) {}
 
 json ResponseFormatter::envelope(bool streaming) const {
   const char* object = endpoint_ == Endpoint::kChat ? (streaming ? "chat.completion.chunk" : "chat.completion")

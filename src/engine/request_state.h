@@ -1,0 +1,52 @@
+#pragma once
+// A running request's per-branch sampling and text state, as the engine
+// thread keeps it (the scheduler holds the tokens). A request with n > 1
+// has n branches: the prompt is prefilled once by branch 0's sequence, which
+// is then forked (shared blocks, copy-on-write) into branches 1..n-1; branch
+// i samples with seed + i, the stream a lone request with that seed would
+// draw, so branch i's tokens equal such a request's.
+//
+// Not thread-safe: owned by the engine thread.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/stop_strings.h"
+#include "kv/kv_cache_manager.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvserve {
+
+constexpr SequenceId kNoSequence = 0;  // a branch not forked yet
+
+struct Branch {
+  Branch(const GenerationRequest& r, int32_t index, const Tokenizer& tokenizer)
+      : index(index), sampler(seeded(r.sampling, index)), stream(tokenizer), stops(r.stop) {}
+  static SamplingParams seeded(SamplingParams p, int32_t index) {
+    p.seed += static_cast<uint64_t>(index);
+    return p;
+  }
+  int32_t index;
+  SequenceId seq = kNoSequence;
+  Sampler sampler;
+  TokenTextStream stream;
+  StopStringMatcher stops;
+  int64_t completion_tokens = 0;
+  bool finished = false;
+};
+
+struct RequestState {
+  RequestState(GenerationRequest r, EventCallback callback, const Tokenizer& tokenizer)
+      : request(std::move(r)), on_event(std::move(callback)), unfinished(request.n) {
+    for (int32_t i = 0; i < request.n; ++i) branches.push_back(std::make_unique<Branch>(request, i, tokenizer));
+  }
+  GenerationRequest request;
+  EventCallback on_event;
+  std::vector<std::unique_ptr<Branch>> branches;  // [n]
+  int32_t unfinished;
+  bool forked = false;  // branches 1..n-1 have their sequences
+};
+
+}  // namespace kvserve

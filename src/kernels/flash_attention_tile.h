@@ -1,0 +1,51 @@
+#pragma once
+// Internal to the attention kernels (flash_attention.cpp, paged_attention.cpp):
+// the tile loop of flash attention for one work item, so that the paged
+// kernel walks block tables with the very same code. Not a public interface.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/flash_attention.h"
+#include "kernels/kv_quant.h"
+
+namespace kvserve::flash_detail {
+
+constexpr int64_t kKeyTile = 64;     // keys per tile: a 64 x head_dim K tile stays in L1/L2
+constexpr int64_t kQueryTile = 16;   // query positions per work item in prefill
+
+// One tile of keys of one head as f32 rows: pointers straight into the cache
+// for f32 storage, else into this thread's dequantization buffer.
+struct KVTile {
+  std::vector<float> k_buf, v_buf;  // [kKeyTile][head_dim]
+  const float* k[kKeyTile];
+  const float* v[kKeyTile];
+};
+
+// Query rows of one work item, all reading the same K/V head.
+struct RowBlock {
+  int64_t n_rows = 0;
+  std::vector<const float*> q;  // [n_rows] -> head_dim floats
+  std::vector<int64_t> pos;     // [n_rows] the row's position (sees keys <= pos)
+  std::vector<OnlineSoftmax> state;
+  std::vector<float> acc;       // [n_rows][head_dim] unnormalized output
+};
+
+// One thread's buffers for flash_query_tile (reused across work items).
+struct FlashScratch {
+  RowBlock rows;
+  KVTile tile;
+};
+
+// Attention of query positions [i0, i1) of one sequence (query i at position
+// pos0 + i, row i of q / out with n_heads * head_dim floats) over K/V head
+// kv_head: every query head of the GQA group, keys 0 .. pos0 + i1 - 1 read
+// from k / v one tile at a time. Writes those heads' output rows in out.
+void flash_query_tile(const float* q, int64_t i0, int64_t i1, int64_t pos0, const KVRows& k, const KVRows& v,
+                      int64_t kv_head, const AttentionShape& s, FlashScratch& scratch, float* out);
+
+// Throws kvserve::Error for head counts that do not divide, a KV type that
+// cannot hold the head size, or rows without a block table.
+void validate_attention(const KVRows& k, const KVRows& v, int64_t n_kv, const AttentionShape& s);
+
+}  // namespace kvserve::flash_detail
