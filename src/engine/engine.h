@@ -23,6 +23,22 @@ namespace kvserve {
 
 using RequestId = uint64_t;
 
+// Speculative decoding of one request inside the engine (docs/speculative.md):
+// each decode step verifies the pending token plus up to draft_k drafts in the
+// batched pass. Greedy output is the same token for token; sampled output has
+// the same distribution (but other samples than without it for a seed).
+enum class SpeculativeMode {
+  kNone,
+  kNgram,       // prompt lookup: the continuation of the latest earlier n-gram of prompt + output
+  kDraftModel,  // a draft model: single-sequence only (`kvserve run --spec draft`); the engine refuses it
+};
+
+struct SpeculationSettings {
+  SpeculativeMode mode = SpeculativeMode::kNone;
+  int64_t draft_k = 4;      // drafts per verification pass at most, in [1, 32]
+  bool adaptive_k = false;  // one fewer draft after a poorly accepted round, one more after a full one
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;     // token ids, chat template already applied
   SamplingParams sampling;
@@ -30,6 +46,7 @@ struct GenerationRequest {
   std::vector<std::string> stop;   // stop strings; matched on the decoded text, not included in it
   bool ignore_eos = false;
   int32_t top_logprobs = -1;       // -1: no logprobs; 0: the chosen token's only; k: plus the k most likely
+  SpeculationSettings speculation;
 };
 
 struct TokenLogprob {
@@ -79,6 +96,9 @@ struct EngineMetrics {
   int64_t kv_tokens_stored = 0;     // K/V tokens held by running sequences
   int64_t kv_slots_allocated = 0;   // token slots in their blocks (stored / allocated = utilization)
   int64_t steps = 0;                // forward passes run
+  int64_t spec_rounds = 0;          // speculative verifications (a sequence's token + drafts in one pass)
+  int64_t spec_draft_tokens = 0;    // drafts proposed (and run through the target)
+  int64_t spec_accepted_tokens = 0; // drafts accepted
 };
 
 class Engine {
@@ -90,7 +110,8 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Queues a request. Throws kvserve::Error for one that can never run (empty
-  // or too long prompt, bad sampling parameters, max_tokens < 0); returns
+  // or too long prompt, bad sampling parameters, max_tokens < 0, draft-model
+  // speculation or draft_k out of range); returns
   // nullopt when the waiting queue is full or the engine is shutting down.
   std::optional<RequestId> submit(GenerationRequest request, EventCallback on_event);
   // Stops a request at once and frees its KV memory; its final event has
