@@ -86,6 +86,7 @@ void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokeni
   eo.max_context = std::min(opt.context, model.config().context_length);
   eo.max_running = opt.parallel;
   eo.max_queue = static_cast<int64_t>(prompts.size());
+  eo.threads = opt.threads;
   Engine engine(model, tokenizer, eo);
   std::vector<std::string> outputs(prompts.size());
   std::vector<std::promise<void>> done(prompts.size());

@@ -65,6 +65,7 @@ void serve(const ServeOptions& opt) {
   engine_options.max_context = opt.context;
   engine_options.max_queue = opt.max_queue;
   engine_options.max_running = opt.max_running;
+  engine_options.threads = opt.threads;
   Engine engine(*model, tokenizer, engine_options);
 
   server::ServerOptions server_options;

@@ -71,6 +71,7 @@ class EngineSpeculation : public ::testing::Test {
   static EngineOptions small_blocks() {
     EngineOptions o;
     o.block_size = 4;  // drafts cross block boundaries, rollback frees blocks
+    o.threads = 1;     // a tiny model's steps are OpenMP barriers on a busy machine
     return o;
   }
   TempFile file_{".gguf"};
@@ -266,6 +267,7 @@ TEST_F(EngineSpeculation, RefusesDraftModelAndOutOfRangeK) {
 // speculative requests follows the exact marginal sum_t p(t) p(. | t).
 TEST_F(EngineSpeculation, SampledTokensKeepTheTargetsDistribution) {
   if (test_util::skip_slow()) GTEST_SKIP() << "slow unoptimized";
+  spec_stats::SingleThreaded single_threaded;  // the exact distributions; the engine has its own option
   std::vector<int32_t> prompt;  // 200 distinct tokens: most first tokens recur in it, so drafts follow
   for (int32_t i = 0; i < 200; ++i) prompt.push_back((i * 7 + 3) % static_cast<int32_t>(vocab()));
   SamplingParams params;
@@ -274,7 +276,7 @@ TEST_F(EngineSpeculation, SampledTokensKeepTheTargetsDistribution) {
   params.top_p = 1.0f;
   params.min_p = 0.0f;
   constexpr int kDraws = 3000;
-  EngineOptions o;
+  EngineOptions o = small_blocks();
   o.max_queue = kDraws;
   Engine engine(*model_, *tokenizer_, o);
   std::vector<GenerationRequest> requests;
@@ -312,7 +314,7 @@ TEST(EngineSpeculationRealModel, SmolLM2MixedConcurrentGreedyEqualsWithout) {
     r.ignore_eos = false;
     requests.push_back(r);
   }
-  const auto plain = run_alone(*model, tok, requests);
+  const auto plain = run_alone(*model, tok, requests, 1);  // one thread: fast on a busy machine too
   EXPECT_EQ(plain[3].finish_reason, "stop");
   std::vector<GenerationRequest> mixed;
   for (const GenerationRequest& r : requests) {
@@ -321,6 +323,7 @@ TEST(EngineSpeculationRealModel, SmolLM2MixedConcurrentGreedyEqualsWithout) {
   }
   EngineOptions o;
   o.kv_blocks = 128;
+  o.threads = 1;
   Engine engine(*model, tok, o);
   const auto together = run_together(engine, mixed);
   for (size_t i = 0; i < together.size(); ++i) expect_same({together[i]}, {plain[i / 2]}, "SmolLM2 " + std::to_string(i));

@@ -40,10 +40,12 @@ inline std::vector<Output> run_together(Engine& engine, const std::vector<Genera
   return outs;
 }
 
-// Each request alone in one engine, one after the other (no prefix caching).
+// Each request alone in one engine, one after the other (no prefix caching);
+// threads: the engine's OpenMP threads (0: the default).
 inline std::vector<Output> run_alone(const Model& model, const Tokenizer& tok,
-                                     const std::vector<GenerationRequest>& requests) {
+                                     const std::vector<GenerationRequest>& requests, int threads = 0) {
   EngineOptions o;
+  o.threads = threads;
   o.prefix_caching = false;
   o.kv_blocks = 256;
   Engine engine(model, tok, o);

@@ -3,6 +3,7 @@
 // in the batching engine): a chi-square goodness-of-fit test and the exact
 // next-token / second-token distributions of a model.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +16,17 @@
 #include "sampling/sampler.h"
 
 namespace kvserve::spec_stats {
+
+// The kernels' OpenMP barriers dominate a tiny model's forward pass on a
+// busy machine: the statistical tests run thousands of them single-threaded.
+class SingleThreaded {
+ public:
+  SingleThreaded() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~SingleThreaded() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
 
 struct ChiSquare {
   double statistic = 0;

@@ -76,17 +76,6 @@ SpeculativeResult speculative_tokens(const Model& target, Drafter& drafter, cons
   return generate_speculative(*decoder, drafter, sampler, tok, prompt, o, [](int32_t) { return true; });
 }
 
-// The kernels' OpenMP barriers dominate a tiny model's forward pass on a
-// busy machine: the statistical tests run thousands of them single-threaded.
-class SingleThreaded {
- public:
-  SingleThreaded() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-  ~SingleThreaded() { omp_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
 // A deliberately bad drafter: proposes uniformly random tokens and says so.
 class UniformDrafter : public Drafter {
  public:

@@ -12,6 +12,8 @@
 // mutex_.
 #include "engine/engine.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -150,6 +152,7 @@ class Engine::Impl {
   }
 
   void loop() {
+    if (options_.threads > 0) omp_set_num_threads(options_.threads);
     for (;;) {
       std::vector<Pending> arrived;
       std::set<RequestId> cancels;

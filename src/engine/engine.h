@@ -78,6 +78,8 @@ struct EngineOptions {
   int64_t kv_memory_bytes = 0;      // KV pool size; 0: room for max_running full contexts, at most 1 GiB
   int64_t kv_blocks = 0;            // KV pool size in blocks; overrides kv_memory_bytes when > 0
   bool prefix_caching = true;       // reuse cached full blocks of earlier prompts
+  int threads = 0;                  // OpenMP threads of the engine thread's kernels; 0: the process default
+                                    // (omp_set_num_threads in another thread does not reach the engine's)
 };
 
 struct EngineMetrics {
