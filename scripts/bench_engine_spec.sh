@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Speculation inside the batching engine (docs/speculative.md): greedy
 # SmolLM2 through `kvserve run -f`, a copy-heavy and a normal workload of 8
-# prompts each, 1 and 8 concurrent requests, without and with --spec ngram.
+# prompts each, 1 and 8 concurrent requests, without and with --spec ngram
+# (fixed k, and adaptive k).
 # Every configuration runs in this one invocation, so that they share the
 # machine's load; prints a markdown table.
 #   scripts/bench_engine_spec.sh [N_TOKENS] [K] [THREADS]
@@ -35,9 +36,11 @@ echo "| workload | concurrent | spec | tokens/s | generated | forward steps | ve
 echo "|---|---:|---|---:|---:|---:|---:|---|---:|---|"
 for workload in copy normal; do
   for parallel in 1 8; do
-    for spec in none ngram; do
+    for spec in none ngram ngram-adaptive; do
       out="$dir/$workload-$parallel-$spec"
-      "$BIN" run -m "$MODEL" -f "$dir/$workload.txt" --parallel "$parallel" --spec "$spec" --draft-k "$K" \
+      flags=(--spec "${spec%-adaptive}")
+      [ "$spec" = ngram-adaptive ] && flags+=(--adaptive-k)
+      "$BIN" run -m "$MODEL" -f "$dir/$workload.txt" --parallel "$parallel" "${flags[@]}" --draft-k "$K" \
         -n "$N" --temp 0 -t "$THREADS" --no-echo > "$out.txt" 2> "$out.err"
       line=$(grep 'prompts, parallel' "$out.err")
       tps=$(sed -E 's/.* s, ([0-9.]+) tokens\/s.*/\1/' <<< "$line")
@@ -48,7 +51,7 @@ for workload in copy normal; do
       acc=$(sed -nE 's/.*drafts accepted: ([0-9]+ of [0-9]+ \([0-9.]+%\)).*/\1/p' <<< "$specline")
       per=$(sed -nE 's/.*accepted per verification: ([0-9.]+).*/\1/p' <<< "$specline")
       same=-
-      if [ "$spec" = ngram ]; then cmp -s "$out.txt" "$dir/$workload-$parallel-none.txt" && same=yes || same=NO; fi
+      if [ "$spec" != none ]; then cmp -s "$out.txt" "$dir/$workload-$parallel-none.txt" && same=yes || same=NO; fi
       echo "| $workload | $parallel | $spec | $tps | $gen | $steps | ${rounds:--} | ${acc:--} | ${per:--} | $same |"
     done
   done

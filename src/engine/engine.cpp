@@ -375,7 +375,7 @@ class Engine::Impl {
   Scheduler scheduler_;
   Transformer transformer_;
   std::map<RequestId, RequestState> requests_;
-  std::vector<float> logits_;          // [sampling chunks][vocab] of the current step
+  std::vector<float> logits_;          // [rows][vocab] of the current step: one per sampling chunk + one per draft
   std::vector<float> scratch_logits_;  // [vocab] the sampler's working copy
   std::vector<float> scratch_;         // [vocab] log-softmax for logprobs
   VerifyScratch verify_scratch_;       // speculative verification's [vocab] rows
