@@ -15,6 +15,7 @@
 
 #include "apps/commands.h"
 #include "core/error.h"
+#include "engine/batch_speculation.h"
 #include "engine/decoder.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
@@ -65,6 +66,19 @@ std::vector<std::string> read_prompts(const std::string& path) {
   return prompts;
 }
 
+// The engine's speculation counters, when any request speculated.
+void print_speculation(const RunOptions& opt, const EngineMetrics& m) {
+  if (m.spec_rounds == 0) return;
+  const auto d = [](int64_t v) { return static_cast<double>(v); };
+  std::fprintf(stderr, "speculative: %s, k %lld%s | verifications: %lld | drafts accepted: %lld of %lld (%.1f%%) | "
+               "accepted per verification: %.2f\n",
+               opt.spec.c_str(), static_cast<long long>(opt.draft_k), opt.adaptive_k ? " (adaptive)" : "",
+               static_cast<long long>(m.spec_rounds), static_cast<long long>(m.spec_accepted_tokens),
+               static_cast<long long>(m.spec_draft_tokens),
+               100.0 * d(m.spec_accepted_tokens) / std::max(d(m.spec_draft_tokens), 1.0),
+               d(m.spec_accepted_tokens) / d(m.spec_rounds));
+}
+
 // Every prompt of the file through one Engine; outputs printed in file order.
 void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokenizer) {
   const std::vector<std::string> prompts = read_prompts(opt.prompts_file);
@@ -73,6 +87,7 @@ void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokeni
   eo.max_running = opt.parallel;
   eo.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
   eo.max_queue = static_cast<int64_t>(prompts.size());
+  eo.threads = opt.threads;
   Engine engine(model, tokenizer, eo);
   std::vector<std::string> outputs(prompts.size());
   std::vector<std::promise<void>> done(prompts.size());
@@ -84,6 +99,7 @@ void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokeni
     r.sampling.seed = opt.sampling.seed + i;
     r.max_tokens = opt.n_predict;
     r.ignore_eos = opt.ignore_eos;
+    r.speculation = {parse_speculative_mode(opt.spec), opt.draft_k, opt.adaptive_k};
     engine.submit(std::move(r), [&outputs, &done, i](const GenerationEvent& ev) {
       outputs[i] += ev.text;
       if (ev.finished) done[i].set_value();
@@ -94,10 +110,12 @@ void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokeni
   for (size_t i = 0; i < prompts.size(); ++i)
     std::printf("### %zu\n%s%s\n\n", i + 1, opt.no_echo ? "" : prompts[i].c_str(), outputs[i].c_str());
   const EngineMetrics m = engine.metrics();
-  std::fprintf(stderr, "%zu prompts, parallel %lld | prompt: %lld tokens | generation: %lld tokens | %.2f s, %.2f tokens/s\n",
+  std::fprintf(stderr, "%zu prompts, parallel %lld | prompt: %lld tokens | generation: %lld tokens | %.2f s, %.2f tokens/s"
+               " | forward steps: %lld\n",
                prompts.size(), static_cast<long long>(opt.parallel), static_cast<long long>(m.prompt_tokens_total),
                static_cast<long long>(m.generated_tokens_total), seconds,
-               static_cast<double>(m.generated_tokens_total) / std::max(seconds, 1e-9));
+               static_cast<double>(m.generated_tokens_total) / std::max(seconds, 1e-9), static_cast<long long>(m.steps));
+  print_speculation(opt, m);
 }
 
 GenerateResult generate_plain(const RunOptions& opt, Decoder& decoder, Sampler& sampler, const Tokenizer& tokenizer,

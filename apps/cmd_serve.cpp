@@ -13,6 +13,7 @@
 
 #include "apps/commands.h"
 #include "core/error.h"
+#include "engine/batch_speculation.h"
 #include "engine/engine.h"
 #include "kv/kv_planner.h"
 #include "model/model.h"
@@ -35,6 +36,9 @@ struct ServeOptions {
   int threads = 0;
   double grace_seconds = 10;
   std::string kv_type = "f32";
+  std::string spec = "none";  // requests' default speculation (none | ngram); a request's "speculative" overrides it
+  int64_t draft_k = 4;
+  bool adaptive_k = false;
 };
 
 // Blocks the shutdown signals in every thread (threads inherit the mask), so
@@ -51,6 +55,7 @@ sigset_t block_shutdown_signals() {
 
 void serve(const ServeOptions& opt) {
   if (opt.threads < 0) throw Error("--threads must be >= 0, got " + std::to_string(opt.threads));
+  validate_speculation({parse_speculative_mode(opt.spec), opt.draft_k, opt.adaptive_k});
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
   const sigset_t signals = block_shutdown_signals();
 
@@ -63,6 +68,7 @@ void serve(const ServeOptions& opt) {
   engine_options.max_queue = opt.max_queue;
   engine_options.max_running = opt.max_running;
   engine_options.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
+  engine_options.threads = opt.threads;
   Engine engine(*model, tokenizer, engine_options);
 
   server::ServerOptions server_options;
@@ -71,6 +77,7 @@ void serve(const ServeOptions& opt) {
   server_options.api_key = opt.api_key;
   server_options.model_id = opt.alias.empty() ? std::filesystem::path(opt.model).stem().string() : opt.alias;
   server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
+  server_options.speculation = {parse_speculative_mode(opt.spec), opt.draft_k, opt.adaptive_k};
   server::ApiServer server(engine, *model, tokenizer, std::move(chat_template), server_options);
   const int port = server.bind();
 
@@ -111,6 +118,15 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--shutdown-grace", opt->grace_seconds, "Seconds requests may run on after SIGINT/SIGTERM")
       ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  cmd->add_option("--spec", opt->spec,
+                  "Default speculative decoding of requests: none or ngram (prompt lookup); a request's "
+                  "\"speculative\" field overrides it")
+      ->check(CLI::IsMember({"none", "ngram"}))
+      ->capture_default_str();
+  cmd->add_option("--draft-k", opt->draft_k, "Drafts verified per pass at most (speculative requests)")
+      ->check(CLI::Range(int64_t{1}, kMaxEngineDraftK))
+      ->capture_default_str();
+  cmd->add_flag("--adaptive-k", opt->adaptive_k, "Shrink a request's draft length when its drafts are rejected");
   cmd->callback([opt] { serve(*opt); });
 }
 

@@ -13,71 +13,16 @@
 #include "kv/kv_cache_manager.h"
 #include "model/synth.h"
 #include "model/transformer.h"
+#include "engine_run_util.h"
 #include "test_util.h"
 
 using namespace kvserve;
 using kvserve::test_util::TempFile;
 using kvserve::test_util::wait_idle;
+using namespace kvserve::engine_run;
 
 namespace {
 
-struct Output {
-  std::vector<int32_t> tokens;
-  std::vector<TokenLogprob> logprobs;
-  std::string finish_reason;
-};
-
-// Submits every request at once and waits for all final events.
-std::vector<Output> run_together(Engine& engine, const std::vector<GenerationRequest>& requests) {
-  std::vector<Output> outs(requests.size());
-  std::vector<std::promise<void>> done(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    auto id = engine.submit(requests[i], [&outs, &done, i](const GenerationEvent& ev) {
-      outs[i].tokens.insert(outs[i].tokens.end(), ev.tokens.begin(), ev.tokens.end());
-      outs[i].logprobs.insert(outs[i].logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-      if (ev.finished) {
-        outs[i].finish_reason = ev.finish_reason;
-        done[i].set_value();
-      }
-    });
-    EXPECT_TRUE(id.has_value());
-  }
-  for (auto& d : done) d.get_future().wait();
-  return outs;
-}
-
-std::vector<Output> run_alone(const Model& model, const Tokenizer& tok, const std::vector<GenerationRequest>& requests,
-                              KVType kv_type = KVType::F32) {
-  EngineOptions o;
-  o.kv_type = kv_type;
-  o.prefix_caching = false;
-  o.kv_blocks = 256;
-  Engine engine(model, tok, o);
-  std::vector<Output> outs;
-  for (const GenerationRequest& r : requests) outs.push_back(run_together(engine, {r})[0]);
-  return outs;
-}
-
-GenerationRequest greedy_request(std::vector<int32_t> prompt, int64_t max_tokens) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0;
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
-}
-
-// Prompts of varied lengths, some sharing a prefix.
-std::vector<GenerationRequest> mixed_requests(int n, int64_t vocab, int64_t max_tokens) {
-  std::vector<GenerationRequest> rs;
-  for (int i = 0; i < n; ++i) {
-    std::vector<int32_t> p;
-    const int64_t len = 3 + (i * 11) % 37;
-    for (int64_t j = 0; j < len; ++j) p.push_back(static_cast<int32_t>(((i % 3) * 17 + j * 29 + (j > 20 ? i : 0)) % vocab));
-    rs.push_back(greedy_request(p, max_tokens - (i % 4) * 3));
-  }
-  return rs;
-}
 
 class BatchingTest : public ::testing::Test {
  protected:
@@ -230,7 +175,7 @@ TEST(PagedBatchingKVTypes, Q8_0ConcurrentGreedyEqualsAlone) {
   auto model = Model::load(file.path());
   const Tokenizer tok = Tokenizer::from_gguf(model->file());
   const auto requests = mixed_requests(8, model->config().vocab_size, 20);
-  const auto alone = run_alone(*model, tok, requests, KVType::Q8_0);
+  const auto alone = run_alone(*model, tok, requests, 0, KVType::Q8_0);
   EngineOptions o;
   o.kv_type = KVType::Q8_0;
   o.max_running = 5;

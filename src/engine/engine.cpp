@@ -1,8 +1,9 @@
 // The Engine boundary over continuous batching. The engine thread loops:
 // take new requests and cancellations, let the Scheduler plan one step
-// (running decodes + chunked prefills under the token budget), run one
-// batched forward pass over the paged KV cache, sample where a chunk reached
-// the end of its known tokens, stream events, and drop finished sequences.
+// (running decodes, with speculative drafts for requests that ask for them, +
+// chunked prefills under the token budget), run one batched forward pass over
+// the paged KV cache, sample where a chunk reached the end of its known tokens
+// (or verify its drafts), stream events, and drop finished sequences.
 //
 // State: the model and tokenizer are shared and const; KV memory is the
 // KVCacheManager (metadata) + PagedKVStorage (bytes); per-request sampling
@@ -10,6 +11,8 @@
 // live-id set and the metrics snapshot are shared with other threads, under
 // mutex_.
 #include "engine/engine.h"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -21,6 +24,7 @@
 
 #include "core/error.h"
 #include "engine/request_state.h"
+#include "engine/batch_speculation.h"
 #include "engine/scheduler.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/paged_kv_storage.h"
@@ -137,9 +141,11 @@ class Engine::Impl {
     for (int32_t id : r.prompt)
       if (id < 0 || id >= model_.config().vocab_size) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
     r.sampling.validate();
+    validate_speculation(r.speculation);
   }
 
   void loop() {
+    if (options_.threads > 0) omp_set_num_threads(options_.threads);
     for (;;) {
       std::vector<Pending> arrived;
       std::set<RequestId> cancels;
@@ -238,27 +244,30 @@ class Engine::Impl {
   }
 
   void step() {
-    const SchedulerOutput out = scheduler_.schedule();
+    const SchedulerOutput out = scheduler_.schedule(draft_source_);
     for (const BlockCopy& c : out.copies) storage_.copy_block(c.src, c.dst);
     check(!out.chunks.empty() || scheduler_.idle(), "a busy scheduler plans work");
     if (out.chunks.empty()) return;
     std::vector<SequenceChunk> chunks;
-    int64_t n_sampling = 0;
+    int64_t n_rows = 0;  // logits rows: one per sampling chunk, plus one per draft
     for (const ScheduledChunk& c : out.chunks) {
       const auto tokens = std::span<const int32_t>(c.seq->tokens).subspan(static_cast<size_t>(c.start), static_cast<size_t>(c.n));
-      chunks.push_back({tokens, c.start, kv_.blocks(c.seq->id), c.samples});
-      n_sampling += c.samples ? 1 : 0;
+      chunks.push_back({tokens, c.start, kv_.blocks(c.seq->id), c.samples, c.n_draft + 1});
+      n_rows += c.samples ? c.n_draft + 1 : 0;
     }
     const auto vocab = static_cast<size_t>(model_.config().vocab_size);
-    logits_.resize(static_cast<size_t>(n_sampling) * vocab);
+    logits_.resize(static_cast<size_t>(n_rows) * vocab);
     transformer_.forward_batch(chunks, storage_, logits_.data());
     scheduler_.finish_step(out);
     count_step(out);
     size_t row = 0;
     for (const ScheduledChunk& c : out.chunks) {
       if (!c.samples) continue;
-      on_logits(*c.seq, std::span<const float>(logits_).subspan(row * vocab, vocab));
-      row++;
+      const auto rows = static_cast<size_t>(c.n_draft + 1);
+      const auto span = std::span<const float>(logits_).subspan(row * vocab, rows * vocab);
+      if (c.n_draft > 0) on_draft_logits(*c.seq, c.n_draft, span);
+      else on_logits(*c.seq, span);
+      row += rows;
     }
   }
 
@@ -292,27 +301,77 @@ class Engine::Impl {
   }
 
   void sample(RequestId id, Branch& b, Sequence& seq, std::span<const float> logits) {
-    const GenerationRequest& r = requests_.at(id).request;
     scratch_logits_.assign(logits.begin(), logits.end());
     const int32_t token = b.sampler.sample(scratch_logits_, seq.tokens);
     seq.tokens.push_back(token);
-    b.completion_tokens++;
     GenerationEvent ev = base_event(id, requests_.at(id), b);
-    ev.tokens = {token};
+    if (const char* reason = take_token(seq, requests_.at(id).request, b, token, seq.num_tokens(), logits, ev))
+      return finish(id, b, ev, reason);
+    requests_.at(id).on_event(ev);
+  }
+
+  // Verifies the drafts of a speculative chunk against its rows
+  // [n_draft + 1][vocab], rolls the rejected ones back and streams the round's
+  // tokens, stopping at the first that ends the request.
+  void on_draft_logits(Sequence& seq, int64_t n_draft, std::span<const float> rows) {
+    const auto [id, index] = owners_.at(seq.id);
+    RequestState& rs = requests_.at(id);
+    Branch& b = *rs.branches[static_cast<size_t>(index)];
+    const int64_t base = seq.num_tokens() - n_draft;  // the history the drafts follow
+    const auto history = std::span<const int32_t>(seq.tokens).first(static_cast<size_t>(base));
+    const int64_t accepted = b.spec.verify(rows, n_draft, history, b.sampler, verify_scratch_, produced_);
+    count_speculation(n_draft, accepted);
+    scheduler_.resolve_drafts(seq, accepted);
+    seq.tokens.push_back(produced_.back());  // the accepted drafts are already there
+    GenerationEvent ev = base_event(id, rs, b);
+    const auto vocab = static_cast<size_t>(model_.config().vocab_size);
+    for (size_t i = 0; i < produced_.size(); ++i) {
+      const auto row = rows.subspan(i * vocab, vocab);
+      if (const char* reason = take_token(seq, rs.request, b, produced_[i], base + static_cast<int64_t>(i) + 1, row, ev))
+        return finish(id, b, ev, reason);
+    }
+    rs.on_event(ev);
+  }
+
+  // Adds a generated token (sampled from `logits`; the sequence then holds
+  // `length` tokens) to the event; returns the finish reason it causes, if any.
+  const char* take_token(const Sequence& seq, const GenerationRequest& r, Branch& b, int32_t token, int64_t length,
+                         std::span<const float> logits, GenerationEvent& ev) {
+    b.completion_tokens++;
+    ev.completion_tokens = b.completion_tokens;
+    ev.tokens.push_back(token);
     if (r.top_logprobs >= 0) ev.logprobs.push_back(logprob_of(logits, token, r.top_logprobs, scratch_));
     const bool eog = !r.ignore_eos && tokenizer_.is_end_of_generation(token);
-    ev.text = eog ? b.stops.flush() : b.stops.push(b.stream.push(token));
+    ev.text += eog ? b.stops.flush() : b.stops.push(b.stream.push(token));
     {
       std::lock_guard lock(mutex_);
       metrics_.generated_tokens_total++;
     }
-    if (eog || b.stops.stopped()) return finish(id, b, ev, "stop");
+    if (eog || b.stops.stopped()) return "stop";
     // The last sampled token needs no K/V slot: a sequence may hold context + 1 tokens.
-    if (b.completion_tokens >= r.max_tokens || seq.num_tokens() > seq.max_kv_tokens) {
+    if (b.completion_tokens >= r.max_tokens || length > seq.max_kv_tokens) {
       ev.text += b.stops.push(b.stream.flush()) + b.stops.flush();
-      return finish(id, b, ev, "length");
+      return "length";
     }
-    requests_.at(id).on_event(ev);
+    return nullptr;
+  }
+
+  // Drafts for a decoding request that asked for speculation (Scheduler's DraftSource).
+  std::span<const int32_t> drafts_for(const Sequence& seq, int64_t max_drafts) {
+    const auto [id, index] = owners_.at(seq.id);
+    RequestState& rs = requests_.at(id);
+    Branch& b = *rs.branches[static_cast<size_t>(index)];
+    // A round yields up to drafts + 1 tokens: stay within max_tokens and the sequence's K/V slots.
+    const int64_t limit = std::min({max_drafts, rs.request.max_tokens - b.completion_tokens - 1,
+                                    seq.max_kv_tokens - seq.num_tokens()});
+    return b.spec.propose(seq.tokens, limit, b.sampler);
+  }
+
+  void count_speculation(int64_t drafts, int64_t accepted) {
+    std::lock_guard lock(mutex_);
+    metrics_.spec_rounds++;
+    metrics_.spec_draft_tokens += drafts;
+    metrics_.spec_accepted_tokens += accepted;
   }
 
   void publish_metrics() {
@@ -341,9 +400,12 @@ class Engine::Impl {
   std::map<RequestId, RequestState> requests_;
   std::map<SequenceId, std::pair<RequestId, int32_t>> owners_;  // each branch's sequence -> (request, branch)
   SequenceId next_seq_ = kNoSequence + 1;
-  std::vector<float> logits_;          // [sampling chunks][vocab] of the current step
+  std::vector<float> logits_;          // [rows][vocab] of the current step: one per sampling chunk + one per draft
   std::vector<float> scratch_logits_;  // [vocab] the sampler's working copy
   std::vector<float> scratch_;         // [vocab] log-softmax for logprobs
+  VerifyScratch verify_scratch_;       // speculative verification's [vocab] rows
+  std::vector<int32_t> produced_;      // a verified round's tokens
+  DraftSource draft_source_ = [this](const Sequence& seq, int64_t max_drafts) { return drafts_for(seq, max_drafts); };
   // Shared with other threads, under mutex_:
   mutable std::mutex mutex_;
   std::condition_variable wake_, idle_;

@@ -24,6 +24,22 @@ namespace kvserve {
 
 using RequestId = uint64_t;
 
+// Speculative decoding of one request inside the engine (docs/speculative.md):
+// each decode step verifies the pending token plus up to draft_k drafts in the
+// batched pass. Greedy output is the same token for token; sampled output has
+// the same distribution (but other samples than without it for a seed).
+enum class SpeculativeMode {
+  kNone,
+  kNgram,       // prompt lookup: the continuation of the latest earlier n-gram of prompt + output
+  kDraftModel,  // a draft model: single-sequence only (`kvserve run --spec draft`); the engine refuses it
+};
+
+struct SpeculationSettings {
+  SpeculativeMode mode = SpeculativeMode::kNone;
+  int64_t draft_k = 4;      // drafts per verification pass at most, in [1, 32]
+  bool adaptive_k = false;  // one fewer draft after a poorly accepted round, one more after a full one
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;     // token ids, chat template already applied
   SamplingParams sampling;
@@ -33,6 +49,7 @@ struct GenerationRequest {
   int32_t top_logprobs = -1;       // -1: no logprobs; 0: the chosen token's only; k: plus the k most likely
   int32_t n = 1;                   // parallel samples (branches): the prompt is prefilled once and forked
                                    // n ways; branch i samples with sampling.seed + i
+  SpeculationSettings speculation;
 };
 
 struct TokenLogprob {
@@ -66,6 +83,8 @@ struct EngineOptions {
   KVType kv_type = KVType::F32;     // K/V element type in the pool (q8_0, fp8, q4_0 need head_dim % 32 == 0)
   int64_t kv_blocks = 0;            // KV pool size in blocks; overrides kv_memory_bytes when > 0
   bool prefix_caching = true;       // reuse cached full blocks of earlier prompts
+  int threads = 0;                  // OpenMP threads of the engine thread's kernels; 0: the process default
+                                    // (omp_set_num_threads in another thread does not reach the engine's)
 };
 
 struct EngineMetrics {
@@ -84,6 +103,9 @@ struct EngineMetrics {
   int64_t kv_tokens_stored = 0;     // K/V tokens held by running sequences
   int64_t kv_slots_allocated = 0;   // token slots in their blocks (stored / allocated = utilization)
   int64_t steps = 0;                // forward passes run
+  int64_t spec_rounds = 0;          // speculative verifications (a sequence's token + drafts in one pass)
+  int64_t spec_draft_tokens = 0;    // drafts proposed (and run through the target)
+  int64_t spec_accepted_tokens = 0; // drafts accepted
 };
 
 class Engine {
@@ -96,7 +118,7 @@ class Engine {
 
   // Queues a request. Throws kvserve::Error for one that can never run (empty
   // or too long prompt, bad sampling parameters, max_tokens < 0, n outside
-  // [1, 128]); returns
+  // [1, 128], draft-model speculation or draft_k out of range); returns
   // nullopt when the waiting queue is full or the engine is shutting down.
   std::optional<RequestId> submit(GenerationRequest request, EventCallback on_event);
   // Stops a request (every branch) at once and frees its KV memory; each

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/batch_speculation.h"
 #include "engine/engine.h"
 #include "engine/stop_strings.h"
 #include "kv/kv_cache_manager.h"
@@ -23,7 +24,7 @@ constexpr SequenceId kNoSequence = 0;  // a branch not forked yet
 
 struct Branch {
   Branch(const GenerationRequest& r, int32_t index, const Tokenizer& tokenizer)
-      : index(index), sampler(seeded(r.sampling, index)), stream(tokenizer), stops(r.stop) {}
+      : index(index), sampler(seeded(r.sampling, index)), stream(tokenizer), stops(r.stop), spec(r.speculation) {}
   static SamplingParams seeded(SamplingParams p, int32_t index) {
     p.seed += static_cast<uint64_t>(index);
     return p;
@@ -33,6 +34,7 @@ struct Branch {
   Sampler sampler;
   TokenTextStream stream;
   StopStringMatcher stops;
+  RequestSpeculation spec;  // this branch's drafts and acceptance statistics
   int64_t completion_tokens = 0;
   bool finished = false;
 };

@@ -23,18 +23,20 @@ void Scheduler::add(std::unique_ptr<Sequence> seq) {
   waiting_.push_back(std::move(seq));
 }
 
-SchedulerOutput Scheduler::schedule() {
+SchedulerOutput Scheduler::schedule(const DraftSource& drafts) {
   SchedulerOutput out;
   int64_t budget = config_.max_batch_tokens;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i)
-    if (!schedule_running(i, budget, out)) break;
+    if (!schedule_running(i, budget, out, drafts)) break;
   // After a preemption the pool is full: admitting more would only thrash.
   if (out.preempted.empty()) admit_waiting(budget, out);
   return out;
 }
 
-bool Scheduler::schedule_running(size_t i, int64_t& budget, SchedulerOutput& out) {
+bool Scheduler::schedule_running(size_t i, int64_t& budget, SchedulerOutput& out, const DraftSource& drafts) {
   Sequence* seq = running_[i].get();
+  const auto later = static_cast<int64_t>(running_.size() - i - 1);
+  if (drafts && try_speculate(*seq, later, drafts, budget, out)) return true;
   const int64_t n = std::min(seq->num_uncomputed(), budget);
   check(n > 0, "a running sequence has a token to compute");
   while (!kv_.allocate(seq->id, seq->num_computed, seq->num_computed + n, out.copies)) {
@@ -43,6 +45,26 @@ bool Scheduler::schedule_running(size_t i, int64_t& budget, SchedulerOutput& out
     if (self) return false;
   }
   out.chunks.push_back({seq, seq->num_computed, n, seq->num_computed + n == seq->num_tokens()});
+  budget -= n;
+  return true;
+}
+
+bool Scheduler::try_speculate(Sequence& seq, int64_t reserved, const DraftSource& drafts, int64_t& budget,
+                              SchedulerOutput& out) {
+  const int64_t max_drafts = budget - 1 - reserved;
+  if (seq.num_uncomputed() != 1 || max_drafts <= 0) return false;
+  const std::span<const int32_t> proposed = drafts(seq, max_drafts);
+  const auto k = static_cast<int64_t>(proposed.size());
+  if (k == 0) return false;
+  check(k <= max_drafts, "a draft source proposes at most max_drafts tokens");
+  const int64_t n = 1 + k, B = kv_.block_size();
+  const int64_t new_blocks = (seq.num_computed + n + B - 1) / B - static_cast<int64_t>(kv_.blocks(seq.id).size());
+  // Each later running sequence may need a fresh block for its own token.
+  if (kv_.pool().available() < new_blocks + reserved) return false;
+  if (!kv_.allocate(seq.id, seq.num_computed, seq.num_computed + n, out.copies)) return false;
+  seq.tokens.insert(seq.tokens.end(), proposed.begin(), proposed.end());
+  seq.num_draft = k;
+  out.chunks.push_back({&seq, seq.num_computed, n, true, k});
   budget -= n;
   return true;
 }
@@ -70,6 +92,7 @@ void Scheduler::admit_waiting(int64_t& budget, SchedulerOutput& out) {
 void Scheduler::preempt_newest(SchedulerOutput& out) {
   check(!running_.empty(), "preemption needs a running sequence");
   std::unique_ptr<Sequence> victim = std::move(running_.back());
+  check(victim->num_draft == 0, "a preempted sequence holds no drafts (it is not scheduled yet this step)");
   running_.pop_back();
   kv_.free(victim->id);
   victim->num_computed = 0;  // recomputed from its tokens when readmitted
@@ -82,7 +105,7 @@ void Scheduler::finish_step(const SchedulerOutput& output) {
   for (const ScheduledChunk& c : output.chunks) {
     check(c.seq->num_computed == c.start, "chunks continue where the computed tokens end");
     c.seq->num_computed += c.n;
-    kv_.commit(c.seq->id, c.seq->tokens, c.seq->num_computed);
+    kv_.commit(c.seq->id, c.seq->tokens, c.seq->num_computed - c.n_draft);  // drafts are not final yet
   }
 }
 
@@ -94,6 +117,17 @@ Sequence* Scheduler::fork(SequenceId parent, SequenceId child) {
   kv_.fork(parent, child);
   running_.push_back(std::move(seq));
   return running_.back().get();
+}
+
+void Scheduler::resolve_drafts(Sequence& seq, int64_t accepted) {
+  check(accepted >= 0 && accepted <= seq.num_draft, "accepted drafts are among the proposed ones");
+  check(seq.num_computed == seq.num_tokens(), "drafts are resolved after their step");
+  const int64_t keep = seq.num_tokens() - seq.num_draft + accepted;
+  seq.tokens.resize(static_cast<size_t>(keep));
+  seq.num_draft = 0;
+  seq.num_computed = keep;
+  kv_.truncate(seq.id, keep + 1);  // the slot of the round's last token stays: it is computed next step
+  kv_.commit(seq.id, seq.tokens, keep);
 }
 
 std::unique_ptr<Sequence> Scheduler::remove(SequenceId id) {

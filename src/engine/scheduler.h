@@ -1,7 +1,8 @@
 #pragma once
 // Continuous-batching scheduler. Each step it builds one batch under a token
 // budget: first the running sequences, oldest first (a decode token each, or
-// the next prefill chunk), then waiting sequences admitted into free capacity
+// the next prefill chunk; a decoding sequence may add speculative drafts after
+// its token, see DraftSource), then waiting sequences admitted into free capacity
 // (prefix cache looked up on admission, prompt prefilled in chunks). When the
 // pool cannot grow a running sequence, the newest running sequence is
 // preempted: its blocks are freed and it goes back to the head of the queue,
@@ -11,7 +12,9 @@
 // Not thread-safe: owned by the engine thread.
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/sequence.h"
@@ -30,7 +33,13 @@ struct ScheduledChunk {
   int64_t start = 0;
   int64_t n = 0;
   bool samples = false;  // the chunk reaches the last known token: its logits give the next token
+  int64_t n_draft = 0;   // of the n, trailing speculative drafts (logits wanted for the last n_draft + 1)
 };
+
+// Speculative drafts for a running sequence whose only uncomputed token is its
+// last one: at most max_drafts token ids to verify after it, or none. The span
+// must stay valid until schedule() returns.
+using DraftSource = std::function<std::span<const int32_t>(const Sequence& seq, int64_t max_drafts)>;
 
 struct SchedulerOutput {
   std::vector<ScheduledChunk> chunks;
@@ -49,15 +58,22 @@ class Scheduler {
   // Queues a sequence at the back of the waiting queue.
   void add(std::unique_ptr<Sequence> seq);
   // Plans one step; mutates page tables (allocation, prefix hits, preemption).
-  SchedulerOutput schedule();
-  // After the forward pass: the chunks' tokens are computed; full blocks are
-  // published for prefix reuse.
+  // With `drafts`, decoding sequences may append drafts (seq->num_draft): they
+  // take budget only beyond one token for each later running sequence, and only
+  // pool blocks that no running sequence needs, so speculation never preempts.
+  SchedulerOutput schedule(const DraftSource& drafts = {});
+  // After the forward pass: the chunks' tokens are computed; full blocks of
+  // final (non-draft) tokens are published for prefix reuse.
   void finish_step(const SchedulerOutput& output);
   // Parallel sampling: a new running sequence `child` with the tokens and
   // computed K/V of running sequence `parent`, sharing its blocks (the first
   // write to a shared block copies it). May take the running set past
   // max_running. Returns the child.
   Sequence* fork(SequenceId parent, SequenceId child);
+  // After verifying a chunk's drafts: keeps the first `accepted`, drops the
+  // rest from the tokens and the page table (trailing blocks back to the pool)
+  // and publishes the full blocks now final.
+  void resolve_drafts(Sequence& seq, int64_t accepted);
   // Removes a waiting or running sequence and frees its blocks at once
   // (finished or cancelled); nullptr for an unknown id.
   std::unique_ptr<Sequence> remove(SequenceId id);
@@ -72,7 +88,11 @@ class Scheduler {
  private:
   // Schedules running_[i]; false if the pool could not grow it and it was
   // preempted itself.
-  bool schedule_running(size_t i, int64_t& budget, SchedulerOutput& out);
+  bool schedule_running(size_t i, int64_t& budget, SchedulerOutput& out, const DraftSource& drafts);
+  // Schedules `seq`'s last token plus drafts when they fit without taking
+  // blocks or budget the `reserved` later sequences need; false (nothing
+  // changed) otherwise.
+  bool try_speculate(Sequence& seq, int64_t reserved, const DraftSource& drafts, int64_t& budget, SchedulerOutput& out);
   void admit_waiting(int64_t& budget, SchedulerOutput& out);
   void preempt_newest(SchedulerOutput& out);
 

@@ -36,16 +36,20 @@ int32_t draw_residual(std::span<const float> p, std::span<const float> q, int32_
   return draw_token(residual, sampler);
 }
 
-// Grow k after a fully accepted round, shrink it when under half the drafts
-// survive: drafting past the first likely rejection only costs time.
-int64_t adapt_k(int64_t k, int64_t proposed, int64_t accepted, int64_t max_k) {
+// The target's processed distribution for `row`, given scratch.context.
+void target_distribution(std::span<const float> row, Sampler& sampler, VerifyScratch& s) {
+  s.logits.assign(row.begin(), row.end());
+  sampler.distribution(s.logits, s.context, s.probs);
+}
+
+}  // namespace
+
+int64_t adapt_draft_k(int64_t k, int64_t proposed, int64_t accepted, int64_t max_k) {
   if (proposed == 0) return k;
   if (accepted == proposed) return std::min(k + 1, max_k);
   if (2 * accepted < proposed) return std::max<int64_t>(k - 1, 1);
   return k;
 }
-
-}  // namespace
 
 int32_t draw_token(std::span<const float> probs, Sampler& sampler) {
   if (sampler.params().temperature == 0.0f) return argmax(probs);
@@ -163,7 +167,7 @@ std::span<const int32_t> SpeculativeSession::step(int64_t k) {
   batch_.insert(batch_.end(), proposal_.tokens.begin(), proposal_.tokens.end());
   const int64_t base = target_.length();
   const std::span<const float> rows = target_.append_all(batch_);
-  const int64_t accepted = verify(rows);
+  const int64_t accepted = verify_draft(rows, proposal_, history_, sampler_, scratch_, produced_);
   // Roll back the rejected drafts: keep history up to, not including, the new last token.
   target_.truncate(base + 1 + accepted);
   history_.insert(history_.end(), produced_.begin(), produced_.end());
@@ -175,41 +179,38 @@ std::span<const int32_t> SpeculativeSession::step(int64_t k) {
   return produced_;
 }
 
-void SpeculativeSession::target_distribution(std::span<const float> row) {
-  logits_.assign(row.begin(), row.end());
-  sampler_.distribution(logits_, context_, probs_);
-}
-
-int64_t SpeculativeSession::verify(std::span<const float> target_rows) {
-  const size_t drafts = proposal_.tokens.size();
+int64_t verify_draft(std::span<const float> target_rows, const DraftProposal& proposal,
+                     std::span<const int32_t> history, Sampler& sampler, VerifyScratch& scratch,
+                     std::vector<int32_t>& produced) {
+  const size_t drafts = proposal.tokens.size();
   const size_t vocab = target_rows.size() / (drafts + 1);
-  if (!proposal_.deterministic() && proposal_.probs.size() != drafts * vocab)
+  if (!proposal.deterministic() && proposal.probs.size() != drafts * vocab)
     throw Error("the draft's distributions have " +
-                std::to_string(proposal_.probs.size() / std::max<size_t>(drafts, 1)) +
+                std::to_string(proposal.probs.size() / std::max<size_t>(drafts, 1)) +
                 " entries per token but the target's vocabulary has " + std::to_string(vocab) +
                 ": the draft and target vocabularies must match");
-  produced_.clear();
-  context_ = history_;
+  produced.clear();
+  scratch.context.assign(history.begin(), history.end());
   for (size_t i = 0; i < drafts; ++i) {
-    target_distribution(target_rows.subspan(i * vocab, vocab));
-    const int32_t token = proposal_.tokens[i];
-    const std::span<const float> q = proposal_.deterministic()
+    target_distribution(target_rows.subspan(i * vocab, vocab), sampler, scratch);
+    const int32_t token = proposal.tokens[i];
+    const std::span<const float> q = proposal.deterministic()
                                          ? std::span<const float>()
-                                         : std::span<const float>(proposal_.probs).subspan(i * vocab, vocab);
-    const double p_token = probs_[static_cast<size_t>(token)];
+                                         : std::span<const float>(proposal.probs).subspan(i * vocab, vocab);
+    const double p_token = scratch.probs[static_cast<size_t>(token)];
     const double q_token = q.empty() ? 1.0 : q[static_cast<size_t>(token)];
     const double ratio = q_token > 0 ? p_token / q_token : 0.0;
     // Greedy only ever sees ratios of 0 or 1, so it never draws.
-    const bool accept = ratio >= 1.0 || (ratio > 0.0 && sampler_.next_uniform() < ratio);
+    const bool accept = ratio >= 1.0 || (ratio > 0.0 && sampler.next_uniform() < ratio);
     if (!accept) {
-      produced_.push_back(draw_residual(probs_, q, token, sampler_, residual_));
+      produced.push_back(draw_residual(scratch.probs, q, token, sampler, scratch.residual));
       return static_cast<int64_t>(i);
     }
-    produced_.push_back(token);
-    context_.push_back(token);
+    produced.push_back(token);
+    scratch.context.push_back(token);
   }
-  target_distribution(target_rows.subspan(drafts * vocab, vocab));
-  produced_.push_back(draw_token(probs_, sampler_));  // the bonus token
+  target_distribution(target_rows.subspan(drafts * vocab, vocab), sampler, scratch);
+  produced.push_back(draw_token(scratch.probs, sampler));  // the bonus token
   return static_cast<int64_t>(drafts);
 }
 
@@ -249,8 +250,8 @@ SpeculativeResult generate_speculative(Decoder& target, Drafter& drafter, Sample
       }
     }
     if (options.adaptive_k)
-      k = adapt_k(k, session.stats().proposed - before.proposed, session.stats().accepted - before.accepted,
-                  options.draft_k);
+      k = adapt_draft_k(k, session.stats().proposed - before.proposed, session.stats().accepted - before.accepted,
+                        options.draft_k);
   }
   gen.generate_seconds = seconds_since(t0);
   result.stats = session.stats();

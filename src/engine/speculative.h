@@ -79,6 +79,27 @@ void check_same_vocabulary(const Model& target, const Model& draft);
 // greedy (no random number used), else an inverse-CDF draw.
 int32_t draw_token(std::span<const float> probs, Sampler& sampler);
 
+// Reusable buffers of verify_draft (vocab-sized rows; no state between calls).
+struct VerifyScratch {
+  std::vector<int32_t> context;  // history + the drafts accepted so far, for penalties
+  std::vector<float> logits;     // [vocab] Sampler::distribution consumes its input
+  std::vector<float> probs;      // [vocab] the target's processed distribution
+  std::vector<float> residual;   // [vocab] normalize(max(0, p - q)) after a rejection
+};
+
+// One round's accept / reject walk over the target's rows [drafts + 1][vocab]
+// (row i: the logits after `history` and the first i drafts). Replaces
+// `produced` with the 1..drafts+1 tokens the round yields and returns how many
+// drafts were accepted. Draws from `sampler` unless it is greedy. Shared by
+// SpeculativeSession and the batching engine (batch_speculation.h).
+int64_t verify_draft(std::span<const float> target_rows, const DraftProposal& proposal,
+                     std::span<const int32_t> history, Sampler& sampler, VerifyScratch& scratch,
+                     std::vector<int32_t>& produced);
+
+// Adaptive k: one more draft after a fully accepted round (up to max_k), one
+// fewer when under half of the drafts survive (down to 1).
+int64_t adapt_draft_k(int64_t k, int64_t proposed, int64_t accepted, int64_t max_k);
+
 struct SpeculativeStats {
   int64_t target_passes = 0;  // verification forward passes (one per round)
   int64_t proposed = 0;       // draft tokens proposed
@@ -109,12 +130,6 @@ class SpeculativeSession {
   const SpeculativeStats& stats() const { return stats_; }
 
  private:
-  // The accept / reject walk over the target's rows [drafts + 1][vocab];
-  // fills produced_ and returns how many drafts were accepted.
-  int64_t verify(std::span<const float> target_rows);
-  // The target's processed distribution for `row`, given context_.
-  void target_distribution(std::span<const float> row);
-
   Decoder& target_;
   Drafter& drafter_;
   Sampler& sampler_;
@@ -122,8 +137,7 @@ class SpeculativeSession {
   DraftProposal proposal_;
   std::vector<int32_t> batch_;     // pending token + drafts
   std::vector<int32_t> produced_;  // this round's new tokens
-  std::vector<int32_t> context_;   // history + accepted drafts, for penalties
-  std::vector<float> logits_, probs_, residual_;
+  VerifyScratch scratch_;
   SpeculativeStats stats_;
 };
 

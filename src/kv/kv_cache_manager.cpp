@@ -67,6 +67,18 @@ void KVCacheManager::commit(SequenceId seq, std::span<const int32_t> tokens, int
   }
 }
 
+void KVCacheManager::truncate(SequenceId seq, int64_t n_tokens) {
+  const auto it = tables_.find(seq);
+  if (it == tables_.end()) return;
+  PageTable& table = it->second;
+  const int64_t keep = blocks_for(std::max<int64_t>(n_tokens, 0));
+  check(static_cast<int64_t>(table.hashes.size()) * block_size() <= n_tokens, "truncation keeps every published block");
+  while (static_cast<int64_t>(table.blocks.size()) > keep) {
+    pool_.release(table.blocks.back());
+    table.blocks.pop_back();
+  }
+}
+
 void KVCacheManager::fork(SequenceId parent, SequenceId child) {
   const auto it = tables_.find(parent);
   check(it != tables_.end(), "fork of a known sequence");

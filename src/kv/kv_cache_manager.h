@@ -48,6 +48,11 @@ class KVCacheManager {
   // Publishes the full blocks among the first n_computed of `tokens` (the
   // sequence's whole token list) for prefix reuse.
   void commit(SequenceId seq, std::span<const int32_t> tokens, int64_t n_computed);
+  // Shrinks the sequence to its first n_tokens positions (speculative
+  // rollback): blocks wholly past them go back to the pool, last first; the
+  // rows of rejected positions in the kept last block are overwritten later.
+  // Published blocks must lie within n_tokens (only final tokens are hashed).
+  void truncate(SequenceId seq, int64_t n_tokens);
   // Shares every block of `parent` with a new sequence `child` (parallel
   // sampling); the first write to a shared block copies it.
   void fork(SequenceId parent, SequenceId child);

@@ -23,6 +23,7 @@ struct SequenceChunk {
   int64_t pos0 = 0;
   std::span<const BlockId> block_table;  // covers at least pos0 + n positions
   bool want_logits = false;              // the last token's logits are needed
+  int64_t logits_rows = 1;               // with want_logits: logits of the last logits_rows tokens (speculative verification)
 };
 
 // Which attention kernel the forward pass runs.
@@ -45,8 +46,8 @@ class Transformer {
   // Continuous batching: every chunk's tokens go through the weights together
   // (one [sum of n][dim] activation matrix, so each weight is read once per
   // step); attention runs per sequence through its page table in `kv`.
-  // Writes one [vocab] row of logits per chunk with want_logits, in chunk
-  // order, to logits ([n wanted][vocab]). Defined in transformer_batch.cpp.
+  // Writes logits_rows [vocab] rows of logits per chunk with want_logits, in
+  // chunk and token order, to logits ([rows wanted][vocab]). Defined in transformer_batch.cpp.
   void forward_batch(std::span<const SequenceChunk> chunks, PagedKVStorage& kv, float* logits);
 
   // Query rows that went through attention since construction (all layers

@@ -2,6 +2,9 @@
 // sequences whose K/V live in the paged cache. Kept apart from
 // transformer.cpp (the single-sequence path) so that the two evolve
 // independently; both share embed(), project_qkv() and ffn_block().
+#include <cstring>
+#include <string>
+
 #include "core/error.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -59,11 +62,15 @@ void Transformer::forward_batch(std::span<const SequenceChunk> chunks, PagedKVSt
   // Only the rows whose logits are wanted go through the output head.
   int64_t row = 0, n_out = 0;
   for (const SequenceChunk& c : chunks) {
-    row += static_cast<int64_t>(c.tokens.size());
+    const auto cn = static_cast<int64_t>(c.tokens.size());
+    row += cn;
     if (!c.want_logits) continue;
-    rmsnorm(x_.data() + (row - 1) * cfg_.dim, model_.weights().output_norm.data(), cfg_.dim, cfg_.norm_eps,
-            xn_.data() + n_out * cfg_.dim);
-    n_out++;
+    if (c.logits_rows < 1 || c.logits_rows > cn)
+      throw Error("forward_batch: logits_rows must be in [1, " + std::to_string(cn) + "], got " +
+                  std::to_string(c.logits_rows));
+    for (int64_t r = row - c.logits_rows; r < row; ++r, ++n_out)
+      rmsnorm(x_.data() + r * cfg_.dim, model_.weights().output_norm.data(), cfg_.dim, cfg_.norm_eps,
+              xn_.data() + n_out * cfg_.dim);
   }
   if (n_out > 0) matmul(model_.weights().output, xn_.data(), n_out, logits);
 }

@@ -29,6 +29,7 @@ struct ServerOptions {
   std::string api_key;      // when set, every endpoint but /health needs "Authorization: Bearer <key>"
   std::string model_id;     // the id /v1/models reports and responses echo
   std::chrono::milliseconds shutdown_grace{10000};  // how long shutdown() lets requests finish before cancelling them
+  SpeculationSettings speculation;  // for requests without a "speculative" field (serve --spec ngram --draft-k K)
 };
 
 class ApiServer {

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/speculation_param.h"
 
 namespace kvserve::server {
 namespace {
@@ -188,6 +189,7 @@ GenerationRequest RequestParser::shared_settings(Endpoint endpoint, const json& 
   s.seed = seed_of(body);
   r.stop = stops_of(body);
   r.ignore_eos = boolean(body, "ignore_eos", false);
+  r.speculation = parse_speculation(body, speculation_);
   out.n = integer_in(body, "n", 1, kMaxChoices, 1);
   out.stream = boolean(body, "stream", false);
   if (const json* options = field(body, "stream_options")) {

@@ -33,9 +33,11 @@ struct ParsedRequest {
 
 class RequestParser {
  public:
-  // context: tokens per sequence (prompt + completion) the engine allows.
-  RequestParser(const Tokenizer& tokenizer, const ChatTemplate& chat_template, int64_t context)
-      : tokenizer_(tokenizer), chat_template_(chat_template), context_(context) {}
+  // context: tokens per sequence (prompt + completion) the engine allows;
+  // speculation: the default of requests without a "speculative" field.
+  RequestParser(const Tokenizer& tokenizer, const ChatTemplate& chat_template, int64_t context,
+                SpeculationSettings speculation = {})
+      : tokenizer_(tokenizer), chat_template_(chat_template), context_(context), speculation_(speculation) {}
 
   ParsedRequest parse(Endpoint endpoint, const nlohmann::json& body) const;
 
@@ -56,6 +58,7 @@ class RequestParser {
   const Tokenizer& tokenizer_;
   const ChatTemplate& chat_template_;
   int64_t context_;
+  SpeculationSettings speculation_;
 };
 
 }  // namespace kvserve::server

@@ -16,6 +16,21 @@ void sample(std::string& out, const std::string& name, const char* type, const s
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + number(value) + "\n";
 }
 
+double ratio(int64_t num, int64_t den) { return den > 0 ? static_cast<double>(num) / static_cast<double>(den) : 0.0; }
+
+void render_speculation(std::string& out, const EngineMetrics& e) {
+  sample(out, "kvserve_spec_rounds_total", "counter", "Speculative verifications (a token + drafts in one pass).",
+         static_cast<double>(e.spec_rounds));
+  sample(out, "kvserve_spec_draft_tokens_total", "counter", "Draft tokens proposed and verified.",
+         static_cast<double>(e.spec_draft_tokens));
+  sample(out, "kvserve_spec_accepted_tokens_total", "counter", "Draft tokens accepted.",
+         static_cast<double>(e.spec_accepted_tokens));
+  sample(out, "kvserve_spec_acceptance_rate", "gauge", "Draft tokens accepted / proposed.",
+         ratio(e.spec_accepted_tokens, e.spec_draft_tokens));
+  sample(out, "kvserve_spec_accepted_per_round", "gauge", "Mean draft tokens accepted per verification.",
+         ratio(e.spec_accepted_tokens, e.spec_rounds));
+}
+
 }  // namespace
 
 void LatencyHistogram::observe(double seconds) {
@@ -54,6 +69,7 @@ std::string ServerMetrics::render(const EngineMetrics& e) const {
   sample(out, "kvserve_generation_tokens_total", "counter", "Tokens generated.", d(e.generated_tokens_total));
   sample(out, "kvserve_requests_finished_total", "counter", "Engine requests finished.", d(e.requests_finished));
   sample(out, "kvserve_preemptions_total", "counter", "Sequences preempted for KV memory.", d(e.preemptions));
+  render_speculation(out, e);
   sample(out, "kvserve_requests_rejected_total", "counter", "Requests refused with 429 (queue full).",
          d(requests_rejected.load()));
   sample(out, "kvserve_client_disconnects_total", "counter", "Requests cancelled because the client went away.",

@@ -1,0 +1,80 @@
+#pragma once
+// Running requests through an Engine in tests: all at once or one at a time,
+// collecting every event, and waiting for the engine to go idle.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace kvserve::engine_run {
+
+struct Output {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  std::string finish_reason;
+};
+
+// Submits every request at once and waits for all final events.
+inline std::vector<Output> run_together(Engine& engine, const std::vector<GenerationRequest>& requests) {
+  std::vector<Output> outs(requests.size());
+  std::vector<std::promise<void>> done(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto id = engine.submit(requests[i], [&outs, &done, i](const GenerationEvent& ev) {
+      outs[i].tokens.insert(outs[i].tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      outs[i].text += ev.text;
+      outs[i].logprobs.insert(outs[i].logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+      if (ev.finished) {
+        outs[i].finish_reason = ev.finish_reason;
+        done[i].set_value();
+      }
+    });
+    EXPECT_TRUE(id.has_value());
+  }
+  for (auto& d : done) d.get_future().wait();
+  return outs;
+}
+
+// Each request alone in one engine, one after the other (no prefix caching);
+// threads: the engine's OpenMP threads (0: the default).
+inline std::vector<Output> run_alone(const Model& model, const Tokenizer& tok,
+                                     const std::vector<GenerationRequest>& requests, int threads = 0,
+                                     KVType kv_type = KVType::F32) {
+  EngineOptions o;
+  o.threads = threads;
+  o.kv_type = kv_type;
+  o.prefix_caching = false;
+  o.kv_blocks = 256;
+  Engine engine(model, tok, o);
+  std::vector<Output> outs;
+  for (const GenerationRequest& r : requests) outs.push_back(run_together(engine, {r})[0]);
+  return outs;
+}
+
+inline GenerationRequest greedy_request(std::vector<int32_t> prompt, int64_t max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+// Prompts of varied lengths, some sharing a prefix.
+inline std::vector<GenerationRequest> mixed_requests(int n, int64_t vocab, int64_t max_tokens) {
+  std::vector<GenerationRequest> rs;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p;
+    const int64_t len = 3 + (i * 11) % 37;
+    for (int64_t j = 0; j < len; ++j) p.push_back(static_cast<int32_t>(((i % 3) * 17 + j * 29 + (j > 20 ? i : 0)) % vocab));
+    rs.push_back(greedy_request(p, max_tokens - (i % 4) * 3));
+  }
+  return rs;
+}
+
+}  // namespace kvserve::engine_run
