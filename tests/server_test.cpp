@@ -8,9 +8,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <random>
-#include <chrono>
 #include <thread>
 
 #include "engine/engine.h"
