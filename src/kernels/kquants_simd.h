@@ -62,6 +62,31 @@ static inline __m256i q5_k_high(__m256i qh, int bit) {
   return mask_bytes(moved, 0x10);
 }
 
+// Chunk k (values 64k .. 64k + 63) of a Q4_K / Q5_K block as unsigned bytes:
+// q[0] the first 32 values (low nibbles, plus the fifth bit for Q5_K),
+// q[1] the next 32 (high nibbles).
+template <typename BlockT, int kBits>
+static inline void k_quant_chunk(const BlockT& b, int k, __m256i q[2]) {
+  const __m256i bytes = load32(b.qs + 32 * k);
+  q[0] = mask_bytes(bytes, 0x0f);
+  q[1] = mask_bytes(_mm256_srli_epi16(bytes, 4), 0x0f);
+  if constexpr (kBits == 5) {
+    const __m256i qh = load32(b.qh);
+    q[0] = _mm256_or_si256(q[0], q5_k_high(qh, 2 * k));
+    q[1] = _mm256_or_si256(q[1], q5_k_high(qh, 2 * k + 1));
+  }
+}
+
+// Half h (values 128h .. 128h + 127) of a Q6_K block as unsigned 6-bit bytes,
+// q[g] holding values 128h + 32g .. 128h + 32g + 31.
+static inline void q6_k_half(const BlockQ6_K& b, int h, __m256i q[4]) {
+  const __m256i a = load32(b.ql + 64 * h), c = load32(b.ql + 64 * h + 32), qh = load32(b.qh + 32 * h);
+  q[0] = _mm256_or_si256(mask_bytes(a, 0x0f), mask_bytes(_mm256_slli_epi16(qh, 4), 0x30));
+  q[1] = _mm256_or_si256(mask_bytes(c, 0x0f), mask_bytes(_mm256_slli_epi16(qh, 2), 0x30));
+  q[2] = _mm256_or_si256(mask_bytes(_mm256_srli_epi16(a, 4), 0x0f), mask_bytes(qh, 0x30));
+  q[3] = _mm256_or_si256(mask_bytes(_mm256_srli_epi16(c, 4), 0x0f), mask_bytes(_mm256_srli_epi16(qh, 2), 0x30));
+}
+
 // 8-bit activations: runs Format::q8_block over every weight block of R rows
 // x N tokens; q8_block(block, qx, scales, acc, offset) adds the block's
 // float-scaled dot to acc (8 lanes) and its offset term to `offset`.

@@ -257,13 +257,8 @@ struct Q8K {
   static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float& offset) {
     const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
     for (int k = 0; k < 4; ++k) {
-      const __m256i bytes = load32(b.qs + 32 * k);
-      __m256i q[2] = {mask_bytes(bytes, 0x0f), mask_bytes(_mm256_srli_epi16(bytes, 4), 0x0f)};
-      if constexpr (kBits == 5) {
-        const __m256i qh = load32(b.qh);
-        q[0] = _mm256_or_si256(q[0], q5_k_high(qh, 2 * k));
-        q[1] = _mm256_or_si256(q[1], q5_k_high(qh, 2 * k + 1));
-      }
+      __m256i q[2];
+      k_quant_chunk<BlockT, kBits>(b, k, q);
       for (int half = 0; half < 2; ++half) {
         const int j = 2 * k + half;
         const KScaleMin sm = kquant_scale_min(b.scales, j);
@@ -286,12 +281,8 @@ struct Q8Q6_K {
     const float d = _cvtsh_ss(b.d);
     const __m256i bias = _mm256_set1_epi8(32);
     for (int h = 0; h < 2; ++h) {
-      const __m256i a = load32(b.ql + 64 * h), c = load32(b.ql + 64 * h + 32), qh = load32(b.qh + 32 * h);
-      const __m256i q[4] = {
-          _mm256_or_si256(mask_bytes(a, 0x0f), mask_bytes(_mm256_slli_epi16(qh, 4), 0x30)),
-          _mm256_or_si256(mask_bytes(c, 0x0f), mask_bytes(_mm256_slli_epi16(qh, 2), 0x30)),
-          _mm256_or_si256(mask_bytes(_mm256_srli_epi16(a, 4), 0x0f), mask_bytes(qh, 0x30)),
-          _mm256_or_si256(mask_bytes(_mm256_srli_epi16(c, 4), 0x0f), mask_bytes(_mm256_srli_epi16(qh, 2), 0x30))};
+      __m256i q[4];
+      q6_k_half(b, h, q);
       for (int g = 0; g < 4; ++g) {
         const int j = 4 * h + g;  // activation block: values 32 j .. 32 j + 31
         const __m256i x = load_act(qx + 32 * j);
