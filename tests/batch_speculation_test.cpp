@@ -18,7 +18,6 @@
 using namespace kvserve;
 using kvserve::test_util::wait_idle;
 using namespace kvserve::engine_run;
-using kvserve::test_util::TempFile;
 
 namespace {
 
@@ -61,23 +60,14 @@ void expect_same(const std::vector<Output>& got, const std::vector<Output>& want
   }
 }
 
-class EngineSpeculation : public ::testing::Test {
+class EngineSpeculation : public TinyModelTest {
  protected:
-  void SetUp() override {
-    ::kvserve::test_util::write_synth_model(file_.path(), "tiny-llama", DType::F32, 3);
-    model_ = Model::load(file_.path());
-    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
-  }
-  int64_t vocab() const { return model_->config().vocab_size; }
   static EngineOptions small_blocks() {
     EngineOptions o;
     o.block_size = 4;  // drafts cross block boundaries, rollback frees blocks
     o.threads = 1;     // a tiny model's steps are OpenMP barriers on a busy machine
     return o;
   }
-  TempFile file_{".gguf"};
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
 };
 
 // Scheduler with a pool of `blocks` blocks of 4 tokens, no model.

@@ -21,23 +21,7 @@ using kvserve::test_util::TempFile;
 using kvserve::test_util::wait_idle;
 using namespace kvserve::engine_run;
 
-namespace {
-
-
-class BatchingTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ::kvserve::test_util::write_synth_model(file_.path(), "tiny-llama", DType::F32, 3);
-    model_ = Model::load(file_.path());
-    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
-  }
-  int64_t vocab() const { return model_->config().vocab_size; }
-  TempFile file_{".gguf"};
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-};
-
-}  // namespace
+using BatchingTest = TinyModelTest;
 
 // A forked sequence shares the parent's partial block; each side's next
 // token goes through copy-on-write and gives the logits of a cold run.

@@ -5,11 +5,13 @@
 
 #include <chrono>
 #include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/engine.h"
+#include "test_util.h"
 
 namespace kvserve::engine_run {
 
@@ -76,5 +78,19 @@ inline std::vector<GenerationRequest> mixed_requests(int n, int64_t vocab, int64
   }
   return rs;
 }
+
+// A tiny random llama (3 layers, f32) written and loaded for each test.
+class TinyModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test_util::write_synth_model(file_.path(), "tiny-llama", DType::F32, 3);
+    model_ = Model::load(file_.path());
+    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
+  }
+  int64_t vocab() const { return model_->config().vocab_size; }
+  test_util::TempFile file_{".gguf"};
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
 
 }  // namespace kvserve::engine_run

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/synth.h"
+#include "engine_run_util.h"
 #include "test_util.h"
 
 using namespace kvserve;
@@ -67,20 +68,15 @@ GenerationRequest request(int32_t n, float temperature, int64_t max_tokens) {
   return r;
 }
 
-class ParallelSamplingTest : public ::testing::Test {
+class ParallelSamplingTest : public engine_run::TinyModelTest {
  protected:
   void SetUp() override {
-    ::kvserve::test_util::write_synth_model(file_.path(), "tiny-llama", DType::F32, 3);
-    model_ = Model::load(file_.path());
-    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
+    TinyModelTest::SetUp();
     EngineOptions o;
     o.block_size = 4;
     o.prefix_caching = false;  // shared blocks come from the fork, not from the prefix cache
     engine_ = std::make_unique<Engine>(*model_, *tokenizer_, o);
   }
-  kvserve::test_util::TempFile file_{".gguf"};
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Engine> engine_;
 };
 
