@@ -205,10 +205,16 @@ class Engine::Impl {
     if (--it->second.unfinished > 0) return it->second.on_event(ev);
     EventCallback callback = std::move(it->second.on_event);
     requests_.erase(it);
+    // Counters first: a client that reads the metrics after its final event
+    // must see its request finished and its blocks back in the pool.
+    {
+      std::lock_guard lock(mutex_);
+      metrics_.requests_finished++;
+    }
+    publish_metrics();
     callback(ev);
     std::lock_guard lock(mutex_);
     live_.erase(id);
-    metrics_.requests_finished++;
     if (live_.empty()) idle_.notify_all();
   }
 
