@@ -37,8 +37,22 @@ const std::vector<Workload>& workloads() {
        "The mitochondria is the powerhouse of the cell. It produces energy in the form of ATP through cellular "
        "respiration, which takes place in its inner membrane.\n\nRepeat the text above word for word:\n"
        "The mitochondria"},
+      // Code: what the Qwen2.5-Coder pair is for (the draft agrees with the target on most tokens).
+      {"code", "def merge_sort(arr):\n    \"\"\"Sort a list with merge sort and return the sorted list.\"\"\"\n"},
   };
   return w;
+}
+
+// The workloads named by --workload (all when none), in the table's order.
+std::vector<Workload> selected_workloads(const std::vector<std::string>& names) {
+  std::vector<Workload> out;
+  for (const std::string& name : names) {
+    const auto it = std::find_if(workloads().begin(), workloads().end(), [&](const Workload& w) { return w.name == name; });
+    if (it == workloads().end()) throw Error("bench --spec: unknown --workload '" + name + "' (story, copy or code)");
+  }
+  for (const Workload& w : workloads())
+    if (names.empty() || std::find(names.begin(), names.end(), w.name) != names.end()) out.push_back(w);
+  return out;
 }
 
 struct Run {
@@ -159,6 +173,7 @@ int run_spec_bench(const BenchOptions& options) {
   if (options.output != "md") throw Error("bench --spec prints markdown only (drop -o " + options.output + ")");
   if (!options.threads.empty() && options.threads.front() > 0) omp_set_num_threads(options.threads.front());
   if (options.repetitions < 1) throw Error("-r must be >= 1, got " + std::to_string(options.repetitions));
+  const std::vector<Workload> chosen = selected_workloads(options.spec_workloads);
   const std::string& target_path = options.models.front();
   auto target = Model::load(target_path);
   auto draft = options.draft.empty() ? Model::load(target_path, ModelLoadOptions{.max_layers = options.draft_layers})
@@ -171,7 +186,7 @@ int run_spec_bench(const BenchOptions& options) {
               static_cast<long long>(setup.n_gen), setup.repetitions);
 
   std::vector<Row> rows;
-  for (const Workload& w : workloads()) {
+  for (const Workload& w : chosen) {
     const std::vector<int32_t> prompt = tokenizer.encode(w.prompt, tokenizer.add_bos());
     const Run baseline = run_target_only(setup, prompt);
     rows.push_back({w.name, "target only", 0, baseline, true});
