@@ -79,6 +79,18 @@ void print_speculation(const RunOptions& opt, const EngineMetrics& m) {
                d(m.spec_accepted_tokens) / d(m.spec_rounds));
 }
 
+// The draft: another model file, or the target's own first layers (same
+// mapped weights, no copy) when --draft is not given.
+std::unique_ptr<Model> load_draft(const RunOptions& opt, const Model& target) {
+  if (opt.draft.empty() && (opt.draft_layers < 1 || opt.draft_layers > target.config().n_layers))
+    throw Error("--draft-layers must be in [1, " + std::to_string(target.config().n_layers) + "], got " +
+                std::to_string(opt.draft_layers));
+  auto draft = opt.draft.empty() ? Model::load(opt.model, ModelLoadOptions{.max_layers = opt.draft_layers})
+                                 : Model::load(opt.draft);
+  check_same_vocabulary(target, *draft);
+  return draft;
+}
+
 // Every prompt of the file through one Engine; outputs printed in file order.
 void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokenizer) {
   const std::vector<std::string> prompts = read_prompts(opt.prompts_file);
@@ -88,6 +100,8 @@ void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokeni
   eo.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
   eo.max_queue = static_cast<int64_t>(prompts.size());
   eo.threads = opt.threads;
+  const std::unique_ptr<Model> draft = opt.spec == "draft" ? load_draft(opt, model) : nullptr;
+  eo.draft_model = draft.get();
   Engine engine(model, tokenizer, eo);
   std::vector<std::string> outputs(prompts.size());
   std::vector<std::promise<void>> done(prompts.size());
@@ -124,18 +138,6 @@ GenerateResult generate_plain(const RunOptions& opt, Decoder& decoder, Sampler& 
   gen.max_new_tokens = opt.n_predict;
   gen.stop_at_end_of_generation = !opt.ignore_eos;
   return generate(decoder, sampler, tokenizer, prompt, gen, on_token);
-}
-
-// The draft: another model file, or the target's own first layers (same
-// mapped weights, no copy) when --draft is not given.
-std::unique_ptr<Model> load_draft(const RunOptions& opt, const Model& target) {
-  if (opt.draft.empty() && (opt.draft_layers < 1 || opt.draft_layers > target.config().n_layers))
-    throw Error("--draft-layers must be in [1, " + std::to_string(target.config().n_layers) + "], got " +
-                std::to_string(opt.draft_layers));
-  auto draft = opt.draft.empty() ? Model::load(opt.model, ModelLoadOptions{.max_layers = opt.draft_layers})
-                                 : Model::load(opt.draft);
-  check_same_vocabulary(target, *draft);
-  return draft;
 }
 
 GenerateResult generate_with_spec(const RunOptions& opt, const Model& target, Decoder& decoder, Sampler& sampler,

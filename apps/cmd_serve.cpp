@@ -36,7 +36,8 @@ struct ServeOptions {
   int threads = 0;
   double grace_seconds = 10;
   std::string kv_type = "f32";
-  std::string spec = "none";  // requests' default speculation (none | ngram); a request's "speculative" overrides it
+  std::string spec = "none";  // requests' default speculation (none | ngram | draft); a request's "speculative" overrides it
+  std::string draft;          // draft model file: enables speculative mode "draft"
   int64_t draft_k = 4;
   bool adaptive_k = false;
 };
@@ -55,11 +56,14 @@ sigset_t block_shutdown_signals() {
 
 void serve(const ServeOptions& opt) {
   if (opt.threads < 0) throw Error("--threads must be >= 0, got " + std::to_string(opt.threads));
-  validate_speculation({parse_speculative_mode(opt.spec), opt.draft_k, opt.adaptive_k});
+  const SpeculationSettings spec_default{parse_speculative_mode(opt.spec), opt.draft_k, opt.adaptive_k};
+  validate_speculation(spec_default, !opt.draft.empty());
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
   const sigset_t signals = block_shutdown_signals();
 
   auto model = Model::load(opt.model);
+  // Requests in draft mode draft with it; the Engine refuses a draft with another vocabulary.
+  const std::unique_ptr<Model> draft = opt.draft.empty() ? nullptr : Model::load(opt.draft);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   std::string template_note;
   ChatTemplate chat_template = ChatTemplate::for_model(model->file(), &template_note);
@@ -69,6 +73,7 @@ void serve(const ServeOptions& opt) {
   engine_options.max_running = opt.max_running;
   engine_options.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
   engine_options.threads = opt.threads;
+  engine_options.draft_model = draft.get();
   Engine engine(*model, tokenizer, engine_options);
 
   server::ServerOptions server_options;
@@ -77,7 +82,7 @@ void serve(const ServeOptions& opt) {
   server_options.api_key = opt.api_key;
   server_options.model_id = opt.alias.empty() ? std::filesystem::path(opt.model).stem().string() : opt.alias;
   server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
-  server_options.speculation = {parse_speculative_mode(opt.spec), opt.draft_k, opt.adaptive_k};
+  server_options.speculation = spec_default;
   server::ApiServer server(engine, *model, tokenizer, std::move(chat_template), server_options);
   const int port = server.bind();
 
@@ -119,10 +124,12 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--shutdown-grace", opt->grace_seconds, "Seconds requests may run on after SIGINT/SIGTERM")
       ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
   cmd->add_option("--spec", opt->spec,
-                  "Default speculative decoding of requests: none or ngram (prompt lookup); a request's "
-                  "\"speculative\" field overrides it")
-      ->check(CLI::IsMember({"none", "ngram"}))
+                  "Default speculative decoding of requests: none, ngram (prompt lookup) or draft (needs --draft); "
+                  "a request's \"speculative\" field overrides it")
+      ->check(CLI::IsMember({"none", "ngram", "draft"}))
       ->capture_default_str();
+  cmd->add_option("--draft", opt->draft,
+                  "Draft model (same vocabulary as the target) for requests in speculative mode \"draft\"");
   cmd->add_option("--draft-k", opt->draft_k, "Drafts verified per pass at most (speculative requests)")
       ->check(CLI::Range(int64_t{1}, kMaxEngineDraftK))
       ->capture_default_str();

@@ -1,11 +1,13 @@
 // Speculative decoding inside the batching engine: the scheduler's draft
 // budget, rollback and prefix publishing (no model); greedy outputs with
-// n-gram drafts equal to those without, alone, concurrent, under preemption,
-// cut by max_tokens and stop strings; cancellation; the sampled distribution
-// (chi-square); the real SmolLM2.
+// n-gram drafts and with a draft model equal to those without, alone,
+// concurrent, under preemption, cut by max_tokens and stop strings;
+// cancellation; the target as its own draft accepting everything; refusals;
+// the sampled distribution (chi-square); the real SmolLM2 and Qwen2.5-Coder.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <future>
 
 #include "core/error.h"
@@ -23,6 +25,11 @@ namespace {
 
 GenerationRequest with_spec(GenerationRequest r, int64_t k, bool adaptive = false) {
   r.speculation = {SpeculativeMode::kNgram, k, adaptive};
+  return r;
+}
+
+GenerationRequest with_draft(GenerationRequest r, int64_t k, bool adaptive = false) {
+  r.speculation = {SpeculativeMode::kDraftModel, k, adaptive};
   return r;
 }
 
@@ -68,6 +75,44 @@ class EngineSpeculation : public TinyModelTest {
     o.threads = 1;     // a tiny model's steps are OpenMP barriers on a busy machine
     return o;
   }
+  // The second generated token of `draws` sampled requests (temperature 1, no
+  // truncation) speculating in `mode`; returns its histogram.
+  std::vector<int64_t> second_token_counts(Engine& engine, const std::vector<int32_t>& prompt,
+                                           const SamplingParams& params, SpeculativeMode mode, int draws) {
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < draws; ++i) {
+      GenerationRequest r = greedy_request(prompt, 3);  // 3: the second token may come with a draft
+      r.speculation = {mode, 3, false};
+      r.sampling = params;
+      r.sampling.seed = 1000 + static_cast<uint64_t>(i);
+      requests.push_back(r);
+    }
+    std::vector<int64_t> counts(static_cast<size_t>(vocab()));
+    for (const Output& out : run_together(engine, requests)) counts[static_cast<size_t>(out.tokens.at(1))] += 1;
+    return counts;
+  }
+  static SamplingParams untruncated() {
+    SamplingParams params;
+    params.temperature = 1.0f;
+    params.top_k = 0;
+    params.top_p = 1.0f;
+    params.min_p = 0.0f;
+    return params;
+  }
+};
+
+// The engine with a draft model: the target's first layer (tiny-llama has 2).
+class EngineDraftModel : public EngineSpeculation {
+ protected:
+  void SetUp() override {
+    EngineSpeculation::SetUp();
+    draft_ = Model::load(file_.path(), ModelLoadOptions{.max_layers = 1});
+  }
+  EngineOptions with_draft_model(EngineOptions o) const {
+    o.draft_model = draft_.get();
+    return o;
+  }
+  std::unique_ptr<Model> draft_;
 };
 
 // Scheduler with a pool of `blocks` blocks of 4 tokens, no model.
@@ -239,15 +284,15 @@ TEST_F(EngineSpeculation, CancelMidSpeculationReturnsAllBlocks) {
   expect_pool_idle(engine);
 }
 
-TEST_F(EngineSpeculation, RefusesDraftModelAndOutOfRangeK) {
+TEST_F(EngineSpeculation, RefusesDraftModeWithoutADraftModelAndOutOfRangeK) {
   Engine engine(*model_, *tokenizer_, {});
   GenerationRequest r = greedy_request({1, 2, 3}, 4);
   r.speculation.mode = SpeculativeMode::kDraftModel;
   try {
     engine.submit(r, [](const GenerationEvent&) {});
-    FAIL() << "draft-model speculation was accepted";
+    FAIL() << "draft-model speculation without a draft model was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("draft-model speculation is not supported by the batching engine"),
+    EXPECT_NE(std::string(e.what()).find("speculative mode 'draft' needs a draft model: start the server with --draft FILE"),
               std::string::npos)
         << e.what();
   }
@@ -261,24 +306,12 @@ TEST_F(EngineSpeculation, SampledTokensKeepTheTargetsDistribution) {
   spec_stats::SingleThreaded single_threaded;  // the exact distributions; the engine has its own option
   std::vector<int32_t> prompt;  // 200 distinct tokens: most first tokens recur in it, so drafts follow
   for (int32_t i = 0; i < 200; ++i) prompt.push_back((i * 7 + 3) % static_cast<int32_t>(vocab()));
-  SamplingParams params;
-  params.temperature = 1.0f;
-  params.top_k = 0;
-  params.top_p = 1.0f;
-  params.min_p = 0.0f;
+  const SamplingParams params = untruncated();
   constexpr int kDraws = 3000;
   EngineOptions o = small_blocks();
   o.max_queue = kDraws;
   Engine engine(*model_, *tokenizer_, o);
-  std::vector<GenerationRequest> requests;
-  for (int i = 0; i < kDraws; ++i) {
-    GenerationRequest r = with_spec(greedy_request(prompt, 3), 3);  // 3: the second token may come with a draft
-    r.sampling = params;
-    r.sampling.seed = 1000 + static_cast<uint64_t>(i);
-    requests.push_back(r);
-  }
-  std::vector<int64_t> counts(static_cast<size_t>(vocab()));
-  for (const Output& out : run_together(engine, requests)) counts[static_cast<size_t>(out.tokens.at(1))] += 1;
+  const std::vector<int64_t> counts = second_token_counts(engine, prompt, params, SpeculativeMode::kNgram, kDraws);
   const EngineMetrics m = engine.metrics();
   EXPECT_GT(m.spec_rounds, kDraws / 3);  // the test exercises verification
   EXPECT_GT(m.spec_accepted_tokens, 0);
@@ -319,5 +352,143 @@ TEST(EngineSpeculationRealModel, SmolLM2MixedConcurrentGreedyEqualsWithout) {
   const auto together = run_together(engine, mixed);
   for (size_t i = 0; i < together.size(); ++i) expect_same({together[i]}, {plain[i / 2]}, "SmolLM2 " + std::to_string(i));
   EXPECT_GT(engine.metrics().spec_accepted_tokens, 0);
+  expect_pool_idle(engine);
+}
+
+// ---- Draft-model speculation in the engine ----
+
+TEST_F(EngineDraftModel, GreedyAloneEqualsTheTargetForEveryK) {
+  const auto requests = workload(vocab(), 24);
+  const auto plain = run_alone(*model_, *tokenizer_, requests);
+  Engine engine(*model_, *tokenizer_, with_draft_model(small_blocks()));
+  for (const auto& [k, adaptive] : std::vector<std::pair<int64_t, bool>>{{1, false}, {4, false}, {8, true}}) {
+    std::vector<Output> spec;
+    for (const GenerationRequest& r : requests) spec.push_back(run_together(engine, {with_draft(r, k, adaptive)})[0]);
+    expect_same(spec, plain, "draft model, k " + std::to_string(k));
+  }
+  const EngineMetrics m = engine.metrics();
+  EXPECT_GT(m.spec_rounds, 0);
+  EXPECT_GT(m.spec_accepted_tokens, 0);                 // some drafts are kept
+  EXPECT_LT(m.spec_accepted_tokens, m.spec_draft_tokens);  // and some rolled back
+  expect_pool_idle(engine);
+}
+
+TEST_F(EngineDraftModel, EightConcurrentMixedRequestsEqualEachRunAlone) {
+  auto requests = workload(vocab(), 24);
+  requests[2].sampling.repetition_penalty = 1.3f;  // the draft's q and the target's p see the same penalties
+  const auto plain = run_alone(*model_, *tokenizer_, requests);
+  std::vector<GenerationRequest> mixed = requests;  // draft model, n-gram and plain requests together
+  for (size_t i = 0; i < mixed.size(); i += 2) mixed[i] = with_draft(mixed[i], 4);
+  for (size_t i = 1; i < mixed.size(); i += 4) mixed[i] = with_spec(mixed[i], 6, true);
+  mixed[7] = with_draft(mixed[7], 6, true);
+  EngineOptions o = with_draft_model(small_blocks());
+  o.max_batch_tokens = 16;  // the budget, not k, limits the drafts
+  Engine engine(*model_, *tokenizer_, o);
+  expect_same(run_together(engine, mixed), plain, "concurrent");
+  EXPECT_GT(engine.metrics().spec_rounds, 0);
+  expect_pool_idle(engine);
+}
+
+TEST_F(EngineDraftModel, PreemptionUnderATinyPoolGivesIdenticalOutputs) {
+  auto requests = workload(vocab(), 30);
+  const auto plain = run_alone(*model_, *tokenizer_, requests);
+  for (GenerationRequest& r : requests) r = with_draft(r, 4);
+  EngineOptions o = with_draft_model(small_blocks());
+  o.kv_blocks = 24;  // 96 token slots for 8 sequences of up to 58 tokens
+  Engine engine(*model_, *tokenizer_, o);
+  expect_same(run_together(engine, requests), plain, "tiny pool");
+  const EngineMetrics m = engine.metrics();
+  EXPECT_GT(m.preemptions, 0);  // recomputed sequences re-sync their draft caches
+  EXPECT_GT(m.spec_rounds, 0);
+  expect_pool_idle(engine);
+}
+
+// The target as its own draft: every draft is accepted (the plumbing is
+// right), and max_tokens / stop strings still end rounds mid-way.
+TEST_F(EngineDraftModel, TheTargetAsItsOwnDraftAcceptsEverythingAndStopsMidRound) {
+  EngineOptions o = small_blocks();
+  o.draft_model = model_.get();
+  Engine engine(*model_, *tokenizer_, o);
+  const GenerationRequest base = greedy_request(mixed_requests(1, vocab(), 20)[0].prompt, 20);
+  const Output full = run_alone(*model_, *tokenizer_, {base})[0];
+  expect_same({run_together(engine, {with_draft(base, 4)})[0]}, {full}, "self draft");
+  const EngineMetrics m = engine.metrics();
+  EXPECT_GT(m.spec_draft_tokens, 0);
+  EXPECT_EQ(m.spec_accepted_tokens, m.spec_draft_tokens);
+  EXPECT_LE(m.spec_rounds, 20 / 5 + 1);  // k + 1 = 5 tokens per verification
+  for (int64_t n = 1; n <= 12; ++n) {
+    GenerationRequest r = with_draft(base, 8);
+    r.max_tokens = n;
+    const Output got = run_together(engine, {r})[0];
+    ASSERT_EQ(got.tokens.size(), static_cast<size_t>(n));  // never past max_tokens
+    EXPECT_TRUE(std::equal(got.tokens.begin(), got.tokens.end(), full.tokens.begin())) << "max_tokens " << n;
+    EXPECT_EQ(got.finish_reason, "length");
+  }
+  for (size_t pos = 2; pos + 2 < full.text.size() && pos < 40; pos += 5) {
+    GenerationRequest plain = base;
+    plain.stop = {full.text.substr(pos, 2)};
+    const Output want = run_together(engine, {plain})[0];
+    expect_same({run_together(engine, {with_draft(plain, 8)})[0]}, {want}, "stop at " + std::to_string(pos));
+  }
+  expect_pool_idle(engine);
+}
+
+TEST_F(EngineDraftModel, ADraftWithAnotherVocabularyIsRefused) {
+  test_util::TempFile qwen(".gguf");
+  test_util::write_synth_model(qwen.path(), "tiny-qwen2");
+  auto other = Model::load(qwen.path());
+  EngineOptions o;
+  o.draft_model = other.get();
+  try {
+    Engine engine(*model_, *tokenizer_, o);
+    FAIL() << "a draft with another vocabulary was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vocabulary of 384 tokens but the target"), std::string::npos) << e.what();
+  }
+}
+
+// Sampling with the draft model's own q (not one-hot): the full min(1, p/q)
+// rule with the residual keeps the target's distribution.
+TEST_F(EngineDraftModel, SampledTokensKeepTheTargetsDistribution) {
+  if (test_util::skip_slow()) GTEST_SKIP() << "slow unoptimized";
+  spec_stats::SingleThreaded single_threaded;
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 12; ++i) prompt.push_back((i * 7 + 3) % static_cast<int32_t>(vocab()));
+  const SamplingParams params = untruncated();
+  constexpr int kDraws = 3000;
+  EngineOptions o = with_draft_model(small_blocks());
+  o.max_queue = kDraws;
+  Engine engine(*model_, *tokenizer_, o);
+  const auto counts = second_token_counts(engine, prompt, params, SpeculativeMode::kDraftModel, kDraws);
+  const EngineMetrics m = engine.metrics();
+  EXPECT_GE(m.spec_rounds, kDraws);  // every request verifies drafts for its second token
+  EXPECT_GT(m.spec_accepted_tokens, 0);
+  EXPECT_LT(m.spec_accepted_tokens, m.spec_draft_tokens);  // rejections exercise the residual
+  spec_stats::expect_fits(counts, spec_stats::second_token_distribution(*model_, prompt, params),
+                          "engine, draft model, second token");
+}
+
+// Qwen2.5-Coder 0.5B drafting for 1.5B through the engine: greedy output
+// equal to the target alone.
+TEST(EngineSpeculationRealModel, QwenCoderDraftGreedyEqualsTheTargetAlone) {
+  if (test_util::skip_slow()) GTEST_SKIP() << "slow unoptimized";
+  const std::string target_path = test_util::model_dir() + "/qwen2.5-coder-1.5b-instruct.gguf";
+  const std::string draft_path = test_util::model_dir() + "/qwen2.5-coder-0.5b-instruct.gguf";
+  if (!std::filesystem::exists(target_path) || !std::filesystem::exists(draft_path))
+    GTEST_SKIP() << "the Qwen2.5-Coder models are not in models/";
+  auto target = Model::load(target_path);
+  auto draft = Model::load(draft_path);
+  const Tokenizer tok = Tokenizer::from_gguf(target->file());
+  const GenerationRequest r = greedy_request(tok.encode("def fibonacci(n):\n", tok.add_bos()), 16);
+  const Output plain = run_alone(*target, tok, {r}, 1)[0];
+  EngineOptions o;
+  o.max_context = 256;
+  o.threads = 1;  // as run_alone: the same kernels' rounding
+  o.draft_model = draft.get();
+  Engine engine(*target, tok, o);
+  expect_same({run_together(engine, {with_draft(r, 4)})[0]}, {plain}, "qwen coder");
+  const EngineMetrics m = engine.metrics();
+  EXPECT_GT(m.spec_rounds, 0);
+  EXPECT_GT(m.spec_accepted_tokens, 0);  // a real draft of the same family agrees often
   expect_pool_idle(engine);
 }

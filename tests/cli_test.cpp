@@ -52,3 +52,24 @@ TEST(Cli, EngineFrontEndsTakeTheKVType) {
   EXPECT_NE(bench.output.find("KV q8_0: 272 bytes/token"), std::string::npos) << bench.output;
   expect_one_line_error("run -m " + small.path() + " -f " + prompts.path() + " -n 2 --kv-type q8_0", "head size is 16");
 }
+
+// `run -f --spec draft` drafts with a model inside the engine (the same greedy
+// text as without); a draft with another vocabulary, or `serve --spec draft`
+// without --draft, is a one-line error.
+TEST(Cli, EngineFrontEndsTakeADraftModel) {
+  TempFile model(".gguf"), qwen(".gguf"), prompts(".txt");
+  ::kvserve::test_util::write_synth_model(model.path(), "tiny-llama");
+  ::kvserve::test_util::write_synth_model(qwen.path(), "tiny-qwen2");
+  const std::string text = "the cat\nsat on\n";
+  prompts.write(std::vector<uint8_t>(text.begin(), text.end()));
+  const std::string run = "run -m " + model.path() + " -f " + prompts.path() + " --parallel 2 -n 12 --temp 0 --ignore-eos";
+  const auto plain = run_kvserve(run);
+  const auto spec = run_kvserve(run + " --spec draft --draft " + model.path() + " --draft-k 3");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(spec.exit_code, 0) << spec.output;
+  EXPECT_NE(spec.output.find("speculative: draft, k 3"), std::string::npos) << spec.output;
+  EXPECT_EQ(spec.output.substr(0, spec.output.find("2 prompts")), plain.output.substr(0, plain.output.find("2 prompts")));
+  expect_one_line_error(run + " --spec draft --draft " + qwen.path(), "vocabulary of 384 tokens");
+  expect_one_line_error("serve -m " + model.path() + " --port 0 --spec draft", "needs a draft model");
+  expect_one_line_error("serve -m " + model.path() + " --port 0 --draft " + qwen.path(), "vocabulary of 384 tokens");
+}

@@ -1,7 +1,7 @@
 // Speculation through the server: the "speculative" request field (parsing
 // and 400s naming the field), the `serve --spec` default, the same greedy
-// text with and without it over HTTP (streamed too), and the /metrics
-// counters.
+// text with and without it over HTTP (streamed too; n-gram and draft-model
+// drafts), and the /metrics counters.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -31,8 +31,10 @@ class ServerSpeculation : public ::testing::Test {
     server_->shutdown();
     listener_.join();
   }
-  void start(const SpeculationSettings& server_default) {
-    engine_ = std::make_unique<Engine>(*model_, *tokenizer_, EngineOptions{});
+  void start(const SpeculationSettings& server_default, const Model* draft_model = nullptr) {
+    EngineOptions eo;
+    eo.draft_model = draft_model;
+    engine_ = std::make_unique<Engine>(*model_, *tokenizer_, eo);
     server::ServerOptions o;
     o.port = 0;
     o.speculation = server_default;
@@ -56,8 +58,9 @@ class ServerSpeculation : public ::testing::Test {
     if (!speculative.is_null()) body["speculative"] = speculative;
     return body;
   }
-  SpeculationSettings parse(const json& speculative, SpeculationSettings server_default = {}) const {
-    server::RequestParser parser(*tokenizer_, chat_template_, 256, server_default);
+  SpeculationSettings parse(const json& speculative, SpeculationSettings server_default = {},
+                            bool has_draft_model = false) const {
+    server::RequestParser parser(*tokenizer_, chat_template_, 256, server_default, has_draft_model);
     json body = {{"prompt", "hi"}, {"speculative", speculative}};
     return parser.parse(server::Endpoint::kCompletions, body).requests.at(0).speculation;
   }
@@ -85,6 +88,8 @@ TEST_F(ServerSpeculation, FieldSelectsModeAndK) {
   EXPECT_EQ(s.draft_k, 3);
   EXPECT_TRUE(s.adaptive_k);
   EXPECT_EQ(parse({{"mode", "none"}}, server_default).mode, SpeculativeMode::kNone);
+  EXPECT_EQ(parse({{"mode", "draft"}}, server_default, true).mode, SpeculativeMode::kDraftModel);
+  EXPECT_EQ(parse({{"mode", "draft"}}, server_default, true).draft_k, 6);
 }
 
 TEST_F(ServerSpeculation, BadFieldsAre400sNamingTheField) {
@@ -137,4 +142,37 @@ TEST_F(ServerSpeculation, ServeDefaultAppliesToRequestsWithoutTheField) {
   const int64_t rounds = engine_->metrics().spec_rounds;
   EXPECT_EQ(completion_text(greedy(false)), spec);
   EXPECT_EQ(engine_->metrics().spec_rounds, rounds);  // "speculative": false turns it off
+}
+
+TEST_F(ServerSpeculation, DraftModeWithoutADraftModelIsA400NamingTheMode) {
+  start({});
+  httplib::Client c("127.0.0.1", port_);
+  const auto r = c.Post("/v1/completions", greedy({{"mode", "draft"}}).dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  const json error = json::parse(r->body)["error"];
+  EXPECT_EQ(error["param"], "speculative.mode");
+  EXPECT_NE(error["message"].get<std::string>().find("start the server with --draft FILE"), std::string::npos)
+      << r->body;
+}
+
+TEST_F(ServerSpeculation, DraftModeGivesTheSameGreedyTextAsWithout) {
+  auto draft = Model::load(file_.path(), ModelLoadOptions{.max_layers = 1});
+  start({}, draft.get());
+  const std::string plain = completion_text(greedy(nullptr));
+  EXPECT_EQ(engine_->metrics().spec_rounds, 0);
+  EXPECT_EQ(completion_text(greedy({{"mode", "draft"}})), plain);
+  EXPECT_EQ(completion_text(greedy({{"mode", "draft"}, {"draft_k", 7}, {"adaptive_k", true}})), plain);
+  EXPECT_GT(engine_->metrics().spec_rounds, 0);
+  EXPECT_GT(engine_->metrics().spec_draft_tokens, 0);
+}
+
+TEST_F(ServerSpeculation, ServeDefaultDraftModeAppliesToRequestsWithoutTheField) {
+  auto draft = Model::load(file_.path(), ModelLoadOptions{.max_layers = 1});
+  start({SpeculativeMode::kDraftModel, 4, false}, draft.get());
+  const std::string spec = completion_text(greedy(nullptr));
+  const int64_t rounds = engine_->metrics().spec_rounds;
+  EXPECT_GT(rounds, 0);
+  EXPECT_EQ(completion_text(greedy(false)), spec);
+  EXPECT_EQ(engine_->metrics().spec_rounds, rounds);
 }

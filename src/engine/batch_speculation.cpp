@@ -6,11 +6,11 @@
 
 namespace kvserve {
 
-void validate_speculation(const SpeculationSettings& settings) {
+void validate_speculation(const SpeculationSettings& settings, bool has_draft_model) {
   if (settings.mode == SpeculativeMode::kNone) return;
-  if (settings.mode == SpeculativeMode::kDraftModel)
-    throw Error("draft-model speculation is not supported by the batching engine (only n-gram / prompt-lookup "
-                "drafts: speculative mode \"ngram\"); use `kvserve run --spec draft` for one sequence");
+  if (settings.mode == SpeculativeMode::kDraftModel && !has_draft_model)
+    throw Error("speculative mode 'draft' needs a draft model: start the server with --draft FILE "
+                "(EngineOptions::draft_model), or use mode 'ngram'");
   if (settings.draft_k < 1 || settings.draft_k > kMaxEngineDraftK)
     throw Error("draft_k must be in [1, " + std::to_string(kMaxEngineDraftK) + "], got " +
                 std::to_string(settings.draft_k));
@@ -32,15 +32,27 @@ const char* speculative_mode_name(SpeculativeMode mode) {
   return "none";
 }
 
-RequestSpeculation::RequestSpeculation(const SpeculationSettings& settings)
-    : settings_(settings), k_(settings.draft_k) {}
+RequestSpeculation::RequestSpeculation(const SpeculationSettings& settings, const DraftModelSource& draft)
+    : settings_(settings), draft_(draft), k_(settings.draft_k) {}
+
+Drafter& RequestSpeculation::drafter() {
+  if (settings_.mode != SpeculativeMode::kDraftModel) return ngram_;
+  if (!model_drafter_) {
+    check(draft_.model != nullptr, "draft-model requests were validated against the engine's draft model");
+    const int64_t context = std::min(draft_.max_context, draft_.model->config().context_length);
+    model_drafter_ = std::make_unique<ModelDrafter>(*draft_.model, context);
+  }
+  return *model_drafter_;
+}
 
 std::span<const int32_t> RequestSpeculation::propose(std::span<const int32_t> history, int64_t max_drafts,
                                                      Sampler& sampler) {
   proposal_.tokens.clear();
   proposal_.probs.clear();
   if (!enabled() || max_drafts <= 0) return {};
-  drafter_.propose(history, std::min(k_, max_drafts), sampler, proposal_);
+  // ModelDrafter::propose syncs its cache to `history` itself (truncating to
+  // the common prefix), so rollbacks and recomputes need no extra commit.
+  drafter().propose(history, std::min(k_, max_drafts), sampler, proposal_);
   return proposal_.tokens;
 }
 

@@ -141,7 +141,7 @@ class Engine::Impl {
     for (int32_t id : r.prompt)
       if (id < 0 || id >= model_.config().vocab_size) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
     r.sampling.validate();
-    validate_speculation(r.speculation);
+    validate_speculation(r.speculation, options_.draft_model != nullptr);
   }
 
   void loop() {
@@ -166,7 +166,10 @@ class Engine::Impl {
 
   void admit(Pending p) {
     const RequestId id = p.id;
-    auto [it, inserted] = requests_.try_emplace(id, std::move(p.request), std::move(p.on_event), tokenizer_);
+    // A sequence holds prompt + max_tokens tokens at most: its draft KV cache needs no more.
+    const auto longest = static_cast<int64_t>(p.request.prompt.size()) + std::min(p.request.max_tokens, context_limit_);
+    const DraftModelSource draft{options_.draft_model, std::min(context_limit_, longest)};
+    auto [it, inserted] = requests_.try_emplace(id, std::move(p.request), std::move(p.on_event), tokenizer_, draft);
     check(inserted, "request ids are unique");
     RequestState& rs = it->second;
     if (rs.request.max_tokens == 0) return finish_all(id, "length");
@@ -198,6 +201,7 @@ class Engine::Impl {
   void finish(RequestId id, Branch& b, GenerationEvent& ev, const std::string& reason) {
     scheduler_.remove(b.seq);
     owners_.erase(b.seq);
+    b.spec.release();  // the draft KV cache, at once (other branches may run on)
     b.finished = true;
     ev.finished = true;
     ev.finish_reason = reason;
@@ -425,8 +429,15 @@ class Engine::Impl {
   std::thread thread_;  // last: starts after every other member is ready
 };
 
+namespace {
+const EngineOptions& checked_draft(const Model& model, const EngineOptions& options) {
+  if (options.draft_model != nullptr) check_same_vocabulary(model, *options.draft_model);
+  return options;
+}
+}  // namespace
+
 Engine::Engine(const Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
-    : impl_(std::make_unique<Impl>(model, tokenizer, options)) {}
+    : impl_(std::make_unique<Impl>(model, tokenizer, checked_draft(model, options))) {}
 Engine::~Engine() = default;
 std::optional<RequestId> Engine::submit(GenerationRequest request, EventCallback on_event) {
   return impl_->submit(std::move(request), std::move(on_event));

@@ -31,7 +31,7 @@ using RequestId = uint64_t;
 enum class SpeculativeMode {
   kNone,
   kNgram,       // prompt lookup: the continuation of the latest earlier n-gram of prompt + output
-  kDraftModel,  // a draft model: single-sequence only (`kvserve run --spec draft`); the engine refuses it
+  kDraftModel,  // a draft model (EngineOptions::draft_model) proposes; refused when the engine has none
 };
 
 struct SpeculationSettings {
@@ -85,6 +85,11 @@ struct EngineOptions {
   bool prefix_caching = true;       // reuse cached full blocks of earlier prompts
   int threads = 0;                  // OpenMP threads of the engine thread's kernels; 0: the process default
                                     // (omp_set_num_threads in another thread does not reach the engine's)
+  // The draft model of SpeculativeMode::kDraftModel requests (null: such
+  // requests are refused). It must share the target's vocabulary and outlive
+  // the engine. Each drafting sequence gets its own contiguous draft KV cache,
+  // outside the paged pool (docs/speculative.md).
+  const Model* draft_model = nullptr;
 };
 
 struct EngineMetrics {
@@ -111,6 +116,7 @@ struct EngineMetrics {
 class Engine {
  public:
   // The model and tokenizer must outlive the engine. Starts the engine thread.
+  // Throws kvserve::Error when options.draft_model has another vocabulary.
   Engine(const Model& model, const Tokenizer& tokenizer, const EngineOptions& options);
   ~Engine();  // cancels what is left and joins the engine thread
   Engine(const Engine&) = delete;
@@ -118,7 +124,7 @@ class Engine {
 
   // Queues a request. Throws kvserve::Error for one that can never run (empty
   // or too long prompt, bad sampling parameters, max_tokens < 0, n outside
-  // [1, 128], draft-model speculation or draft_k out of range); returns
+  // [1, 128], draft-model speculation without a draft model, draft_k out of range); returns
   // nullopt when the waiting queue is full or the engine is shutting down.
   std::optional<RequestId> submit(GenerationRequest request, EventCallback on_event);
   // Stops a request (every branch) at once and frees its KV memory; each

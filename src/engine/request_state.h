@@ -23,8 +23,8 @@ namespace kvserve {
 constexpr SequenceId kNoSequence = 0;  // a branch not forked yet
 
 struct Branch {
-  Branch(const GenerationRequest& r, int32_t index, const Tokenizer& tokenizer)
-      : index(index), sampler(seeded(r.sampling, index)), stream(tokenizer), stops(r.stop), spec(r.speculation) {}
+  Branch(const GenerationRequest& r, int32_t index, const Tokenizer& tokenizer, const DraftModelSource& draft)
+      : index(index), sampler(seeded(r.sampling, index)), stream(tokenizer), stops(r.stop), spec(r.speculation, draft) {}
   static SamplingParams seeded(SamplingParams p, int32_t index) {
     p.seed += static_cast<uint64_t>(index);
     return p;
@@ -34,15 +34,15 @@ struct Branch {
   Sampler sampler;
   TokenTextStream stream;
   StopStringMatcher stops;
-  RequestSpeculation spec;  // this branch's drafts and acceptance statistics
+  RequestSpeculation spec;  // this branch's drafter (its own draft KV cache in draft-model mode) and adaptive k
   int64_t completion_tokens = 0;
   bool finished = false;
 };
 
 struct RequestState {
-  RequestState(GenerationRequest r, EventCallback callback, const Tokenizer& tokenizer)
+  RequestState(GenerationRequest r, EventCallback callback, const Tokenizer& tokenizer, const DraftModelSource& draft)
       : request(std::move(r)), on_event(std::move(callback)), unfinished(request.n) {
-    for (int32_t i = 0; i < request.n; ++i) branches.push_back(std::make_unique<Branch>(request, i, tokenizer));
+    for (int32_t i = 0; i < request.n; ++i) branches.push_back(std::make_unique<Branch>(request, i, tokenizer, draft));
   }
   GenerationRequest request;
   EventCallback on_event;

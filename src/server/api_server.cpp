@@ -44,7 +44,7 @@ ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokeni
       chat_template_(std::move(chat_template)),
       options_(std::move(options)),
       context_(std::min(engine.options().max_context, model.config().context_length)),
-      parser_(tokenizer_, chat_template_, context_, options_.speculation),
+      parser_(tokenizer_, chat_template_, context_, options_.speculation, engine.options().draft_model != nullptr),
       http_(std::make_unique<httplib::Server>()) {
   // Every waiting or running request holds an HTTP thread while it streams.
   const auto threads = static_cast<size_t>(std::clamp<int64_t>(

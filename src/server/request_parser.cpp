@@ -189,7 +189,7 @@ GenerationRequest RequestParser::shared_settings(Endpoint endpoint, const json& 
   s.seed = seed_of(body);
   r.stop = stops_of(body);
   r.ignore_eos = boolean(body, "ignore_eos", false);
-  r.speculation = parse_speculation(body, speculation_);
+  r.speculation = parse_speculation(body, speculation_, has_draft_model_);
   out.n = integer_in(body, "n", 1, kMaxChoices, 1);
   out.stream = boolean(body, "stream", false);
   if (const json* options = field(body, "stream_options")) {

@@ -34,10 +34,12 @@ struct ParsedRequest {
 class RequestParser {
  public:
   // context: tokens per sequence (prompt + completion) the engine allows;
-  // speculation: the default of requests without a "speculative" field.
+  // speculation: the default of requests without a "speculative" field;
+  // has_draft_model: whether "mode": "draft" can run (the engine has a draft model).
   RequestParser(const Tokenizer& tokenizer, const ChatTemplate& chat_template, int64_t context,
-                SpeculationSettings speculation = {})
-      : tokenizer_(tokenizer), chat_template_(chat_template), context_(context), speculation_(speculation) {}
+                SpeculationSettings speculation = {}, bool has_draft_model = false)
+      : tokenizer_(tokenizer), chat_template_(chat_template), context_(context), speculation_(speculation),
+        has_draft_model_(has_draft_model) {}
 
   ParsedRequest parse(Endpoint endpoint, const nlohmann::json& body) const;
 
@@ -59,6 +61,7 @@ class RequestParser {
   const ChatTemplate& chat_template_;
   int64_t context_;
   SpeculationSettings speculation_;
+  bool has_draft_model_;
 };
 
 }  // namespace kvserve::server

@@ -13,17 +13,18 @@ using json = nlohmann::json;
 
 constexpr const char* kField = "speculative";
 
-SpeculativeMode mode_of(const json& value) {
+SpeculativeMode mode_of(const json& value, bool has_draft_model) {
   const std::string param = std::string(kField) + ".mode";
-  if (!value.is_string()) throw invalid(param, param + " must be \"ngram\" or \"none\"");
+  if (!value.is_string()) throw invalid(param, param + " must be \"ngram\", \"draft\" or \"none\"");
   SpeculativeMode mode = SpeculativeMode::kNone;
   try {
     mode = parse_speculative_mode(value.get<std::string>());
   } catch (const Error& e) {
     throw invalid(param, e.what());
   }
-  if (mode == SpeculativeMode::kDraftModel)
-    throw invalid(param, "draft-model speculation is not available in the server (only \"ngram\" prompt-lookup drafts)");
+  if (mode == SpeculativeMode::kDraftModel && !has_draft_model)
+    throw invalid(param, "speculative mode 'draft' needs a draft model: start the server with --draft FILE "
+                         "(or use mode \"ngram\")");
   return mode;
 }
 
@@ -36,11 +37,11 @@ int64_t draft_k_of(const json& value) {
   return value.get<int64_t>();
 }
 
-SpeculationSettings from_object(const json& object, SpeculationSettings s) {
+SpeculationSettings from_object(const json& object, SpeculationSettings s, bool has_draft_model) {
   s.mode = SpeculativeMode::kNgram;
   for (const auto& [key, value] : object.items()) {
     if (value.is_null()) continue;
-    if (key == "mode") s.mode = mode_of(value);
+    if (key == "mode") s.mode = mode_of(value, has_draft_model);
     else if (key == "draft_k") s.draft_k = draft_k_of(value);
     else if (key == "adaptive_k") {
       if (!value.is_boolean()) throw invalid("speculative.adaptive_k", "speculative.adaptive_k must be true or false");
@@ -55,7 +56,8 @@ SpeculationSettings from_object(const json& object, SpeculationSettings s) {
 
 }  // namespace
 
-SpeculationSettings parse_speculation(const json& body, const SpeculationSettings& server_default) {
+SpeculationSettings parse_speculation(const json& body, const SpeculationSettings& server_default,
+                                      bool has_draft_model) {
   const auto it = body.find(kField);
   if (it == body.end() || it->is_null()) return server_default;
   SpeculationSettings s = server_default;
@@ -65,7 +67,7 @@ SpeculationSettings parse_speculation(const json& body, const SpeculationSetting
   }
   if (!it->is_object())
     throw invalid(kField, "speculative must be true, false or an object {\"mode\", \"draft_k\", \"adaptive_k\"}");
-  return from_object(*it, s);
+  return from_object(*it, s, has_draft_model);
 }
 
 }  // namespace kvserve::server
