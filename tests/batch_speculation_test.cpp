@@ -67,6 +67,31 @@ void expect_same(const std::vector<Output>& got, const std::vector<Output>& want
   }
 }
 
+// Rounds cut short: with max_tokens 1..12 and with stop strings taken from
+// `full` (base's output without speculation), speculation in `mode` gives the
+// same tokens and text as plain decoding.
+void expect_rounds_end_mid_way(Engine& engine, const GenerationRequest& base, const Output& full,
+                               SpeculativeMode mode) {
+  const auto speculative = [mode](GenerationRequest r) {
+    r.speculation = {mode, 8, false};
+    return r;
+  };
+  for (int64_t n = 1; n <= 12; ++n) {
+    GenerationRequest r = speculative(base);
+    r.max_tokens = n;
+    const Output got = run_together(engine, {r})[0];
+    ASSERT_EQ(got.tokens.size(), static_cast<size_t>(n));  // never past max_tokens
+    EXPECT_TRUE(std::equal(got.tokens.begin(), got.tokens.end(), full.tokens.begin())) << "max_tokens " << n;
+    EXPECT_EQ(got.finish_reason, "length");
+  }
+  for (size_t pos = 2; pos + 2 < full.text.size() && pos < 40; pos += 5) {
+    GenerationRequest plain = base;
+    plain.stop = {full.text.substr(pos, 2)};
+    const Output want = run_together(engine, {plain})[0];
+    expect_same({run_together(engine, {speculative(plain)})[0]}, {want}, "stop at " + std::to_string(pos));
+  }
+}
+
 class EngineSpeculation : public TinyModelTest {
  protected:
   static EngineOptions small_blocks() {
@@ -249,21 +274,7 @@ TEST_F(EngineSpeculation, MaxTokensAndStopStringsCutInsideAcceptedRuns) {
   Engine engine(*model_, *tokenizer_, small_blocks());
   const GenerationRequest base = greedy_request(cycle_prompt(6, 4, vocab(), 1), 20);
   const Output full = run_together(engine, {base})[0];
-  for (int64_t n = 1; n <= 12; ++n) {
-    GenerationRequest r = with_spec(base, 8);
-    r.max_tokens = n;
-    const Output got = run_together(engine, {r})[0];
-    ASSERT_EQ(got.tokens.size(), static_cast<size_t>(n));  // never past max_tokens
-    EXPECT_TRUE(std::equal(got.tokens.begin(), got.tokens.end(), full.tokens.begin())) << "max_tokens " << n;
-    EXPECT_EQ(got.finish_reason, "length");
-  }
-  for (size_t pos = 2; pos + 2 < full.text.size() && pos < 40; pos += 5) {
-    GenerationRequest plain = base;
-    plain.stop = {full.text.substr(pos, 2)};
-    const Output want = run_together(engine, {plain})[0];
-    const Output got = run_together(engine, {with_spec(plain, 8)})[0];
-    expect_same({got}, {want}, "stop at " + std::to_string(pos));
-  }
+  expect_rounds_end_mid_way(engine, base, full, SpeculativeMode::kNgram);
   EXPECT_GT(engine.metrics().spec_accepted_tokens, 0);
   expect_pool_idle(engine);
 }
@@ -416,20 +427,7 @@ TEST_F(EngineDraftModel, TheTargetAsItsOwnDraftAcceptsEverythingAndStopsMidRound
   EXPECT_GT(m.spec_draft_tokens, 0);
   EXPECT_EQ(m.spec_accepted_tokens, m.spec_draft_tokens);
   EXPECT_LE(m.spec_rounds, 20 / 5 + 1);  // k + 1 = 5 tokens per verification
-  for (int64_t n = 1; n <= 12; ++n) {
-    GenerationRequest r = with_draft(base, 8);
-    r.max_tokens = n;
-    const Output got = run_together(engine, {r})[0];
-    ASSERT_EQ(got.tokens.size(), static_cast<size_t>(n));  // never past max_tokens
-    EXPECT_TRUE(std::equal(got.tokens.begin(), got.tokens.end(), full.tokens.begin())) << "max_tokens " << n;
-    EXPECT_EQ(got.finish_reason, "length");
-  }
-  for (size_t pos = 2; pos + 2 < full.text.size() && pos < 40; pos += 5) {
-    GenerationRequest plain = base;
-    plain.stop = {full.text.substr(pos, 2)};
-    const Output want = run_together(engine, {plain})[0];
-    expect_same({run_together(engine, {with_draft(plain, 8)})[0]}, {want}, "stop at " + std::to_string(pos));
-  }
+  expect_rounds_end_mid_way(engine, base, full, SpeculativeMode::kDraftModel);
   expect_pool_idle(engine);
 }
 
