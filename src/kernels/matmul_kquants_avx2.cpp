@@ -17,6 +17,7 @@
 
 #include "core/dtype.h"
 #include "core/half.h"
+#include "kernels/exact_simd.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kquants_simd.h"
 
@@ -295,16 +296,19 @@ struct Q8Q6_K {
   }
 };
 
-template <typename Q8Format, typename ExactFormat>
-constexpr QuantKernels kernels_for() {
-  return {run_row_tiles<Q8RowDot<Q8Format>>, run_row_tiles<ExactRowDot<ExactFormat>>};
-}
+// f32 activations: these one-token kernels for decode, the dequantizing
+// DequantRowDot (exact_simd.h) for several tokens.
+using exact_dq::exact_kernel;
+template <typename Format>
+using Many = exact_dq::DequantRowDot<Format, exact_dq::kRegsAvx2>;
 
 constexpr KQuantKernels kAvx2KQuants = {
-    kernels_for<Q8Q5_0, ExactQ5_0>(),
-    {run_row_tiles<Q8RowDot<Q8K<BlockQ4_K, 4>>>, run_row_tiles<KOffsetRowDot<BlockQ4_K, 4>>},
-    {run_row_tiles<Q8RowDot<Q8K<BlockQ5_K, 5>>>, run_row_tiles<KOffsetRowDot<BlockQ5_K, 5>>},
-    {run_row_tiles<Q8RowDot<Q8Q6_K>>, run_row_tiles<Q6KRowDot>},
+    {run_row_tiles<Q8RowDot<Q8Q5_0>>, exact_kernel<ExactRowDot<ExactQ5_0>, Many<exact_dq::DqQ5_0>>},
+    {run_row_tiles<Q8RowDot<Q8K<BlockQ4_K, 4>>>,
+     exact_kernel<KOffsetRowDot<BlockQ4_K, 4>, Many<exact_dq::DqK<BlockQ4_K, 4>>>},
+    {run_row_tiles<Q8RowDot<Q8K<BlockQ5_K, 5>>>,
+     exact_kernel<KOffsetRowDot<BlockQ5_K, 5>, Many<exact_dq::DqK<BlockQ5_K, 5>>>},
+    {run_row_tiles<Q8RowDot<Q8Q6_K>>, exact_kernel<Q6KRowDot, Many<exact_dq::DqQ6_K>>},
 };
 
 }  // namespace
