@@ -249,11 +249,11 @@ struct DequantRowDot {
 constexpr int kRegsAvx2 = 16;
 constexpr int kRegsAvx512 = 32;
 
-// f32 activations: the one-token kernel One for decode, the dequantizing
-// Many (a DequantRowDot) for several tokens.
-template <typename One, typename Many>
+// f32 activations: the one-token kernel One for decode (and up to
+// kOneUpTo tokens), the dequantizing Many (a DequantRowDot) for more.
+template <typename One, typename Many, int kOneUpTo = 1>
 void exact_kernel(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
-  if (job.n_tokens == 1) run_row_tiles<One>(job, row_begin, row_end);
+  if (job.n_tokens <= kOneUpTo) run_row_tiles<One>(job, row_begin, row_end);
   else run_row_tiles<Many>(job, row_begin, row_end);
 }
 

@@ -92,7 +92,9 @@ template <typename Format, QuantKernels KQuantKernels::*kType>
 void exact_kernel(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
   constexpr bool kDequantOneToken =
       std::is_same_v<Format, exact_dq::DqQ6_K> || std::is_same_v<Format, exact_dq::DqQ5_0>;
-  if (job.n_tokens == 1 && !kDequantOneToken) (avx2_kquant_kernels().*kType).exact(job, row_begin, row_end);
+  // Q4_K / Q5_K: the offset form also for two tokens (see matmul_kquants_avx2.cpp).
+  constexpr int64_t kAvx2UpTo = kDequantOneToken ? 0 : 2;
+  if (job.n_tokens <= kAvx2UpTo) (avx2_kquant_kernels().*kType).exact(job, row_begin, row_end);
   else run_row_tiles<exact_dq::DequantRowDot<Format, exact_dq::kRegsAvx512>>(job, row_begin, row_end);
 }
 
