@@ -188,10 +188,14 @@ static inline float horizontal_sum(__m256 v) { return kquants_simd::horizontal_s
 template <typename Format, int kRegs>
 struct DequantRowDot {
   static constexpr int kMaxTokens = kMaxTokensPerPass;
+  // One row reads its activations straight into the FMAs (no register).
   static constexpr int registers_needed(int rows, int n, bool split) {
-    return 4 * rows + rows * n * (split ? 2 : 1) + 1;
+    return 4 * rows + rows * n * (split ? 2 : 1) + (rows > 1 ? 1 : 0);
   }
-  static constexpr int kFree = kRegs - 6;  // constants and temporaries
+  // Left for constants and temporaries: 4 of AVX2's 16 (so that 3 and 4
+  // tokens still get split chains: 3 chains of 4 dependent FMAs per 32
+  // values made AVX2's 3-token SmolLM2 pass 16% slower than main's), 6 of 32.
+  static constexpr int kFree = kRegs == 16 ? 12 : kRegs - 6;
   static constexpr int rows_for(int n) {
     for (int rows : {4, 2})
       if (registers_needed(rows, n, false) <= kFree) return rows;

@@ -200,19 +200,24 @@ void dot_and_store_n(const MatmulJob& job, int64_t first_row, int64_t row_step, 
 template <typename RowDot, int N>
 void run_small_batch(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t groups) {
   constexpr int R = rows_per_call<RowDot>(N);
+  const int64_t base = job.n_tokens / groups, extra = job.n_tokens % groups;  // sizes base + (g < extra)
   const auto all_tokens = [&](auto dot, int64_t row, int64_t step) {
     for (int64_t g = 0, t = 0; g < groups; ++g) {
-      const int64_t n = job.n_tokens / groups + (g < job.n_tokens % groups ? 1 : 0);
+      const int64_t n = base + (g < extra ? 1 : 0);
       dot(row, step, t, n);
       t += n;
     }
   };
   const int64_t step = (row_end - row_begin) / R;
-  for (int64_t r = row_begin; r < row_begin + step; ++r)
-    all_tokens([&](int64_t row, int64_t s, int64_t t, int64_t n) {
-      if (n == N) dot_and_store<RowDot, R, N>(job, row, s, t);
-      else dot_and_store_n<RowDot, R>(job, row, s, t, n);
-    }, r, step);
+  if (groups == 1) {  // decode and n <= kMaxTokens: no group loop per row
+    for (int64_t r = row_begin; r < row_begin + step; ++r) dot_and_store<RowDot, R, N>(job, r, step, 0);
+  } else {
+    for (int64_t r = row_begin; r < row_begin + step; ++r)
+      all_tokens([&](int64_t row, int64_t s, int64_t t, int64_t n) {
+        if (n == N) dot_and_store<RowDot, R, N>(job, row, s, t);
+        else dot_and_store_n<RowDot, R>(job, row, s, t, n);
+      }, r, step);
+  }
   for (int64_t r = row_begin + step * R; r < row_end; ++r)
     all_tokens([&](int64_t row, int64_t s, int64_t t, int64_t n) { dot_and_store_n<RowDot, 1>(job, row, s, t, n); },
                r, 1);
