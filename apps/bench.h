@@ -24,6 +24,7 @@ struct BenchOptions {
   std::vector<int> draft_k = {1, 2, 4, 6, 8};
   int draft_layers = 6;                    // layers of the truncated copy when draft is ""
   std::vector<std::string> spec_workloads; // --workload: story, copy, code (none: all)
+  bool pass_only = false;                  // only the one-pass-over-n-tokens table (target, n = 1..9)
   // --serving
   std::string url;                         // drive a running server instead of the in-process engine
   std::string model_name;                  // with --url: the model name sent ("" : ask GET /v1/models)

@@ -164,6 +164,26 @@ void print_rows(const std::vector<Row>& rows) {
   }
 }
 
+// --pass-only: the target's pass cost for every n = 1..9 (a verification
+// pass of draft length k scores k + 1 tokens), with t(n) / t(1); the n are
+// interleaved over `repetitions` rounds, each n keeping its best.
+int run_pass_bench(const Model& target, std::span<const int32_t> prompt, int repetitions) {
+  constexpr int64_t kMaxN = 9;
+  std::vector<double> best(kMaxN + 1, 1e30);
+  for (int round = 0; round < std::max(repetitions, 1); ++round)
+    for (int64_t n = 1; n <= kMaxN; ++n) best[n] = std::min(best[n], pass_ms(target, prompt, n));
+  std::printf("\n| one pass over n tokens |");
+  for (int64_t n = 1; n <= kMaxN; ++n) std::printf(" n=%lld |", static_cast<long long>(n));
+  std::printf("\n|---|");
+  for (int64_t n = 1; n <= kMaxN; ++n) std::printf("---:|");
+  std::printf("\n| ms |");
+  for (int64_t n = 1; n <= kMaxN; ++n) std::printf(" %.2f |", best[n]);
+  std::printf("\n| t(n) / t(1) |");
+  for (int64_t n = 1; n <= kMaxN; ++n) std::printf(" %.2f |", best[n] / best[1]);
+  std::printf("\n");
+  return 0;
+}
+
 }  // namespace
 
 int run_spec_bench(const BenchOptions& options) {
@@ -176,6 +196,13 @@ int run_spec_bench(const BenchOptions& options) {
   const std::vector<Workload> chosen = selected_workloads(options.spec_workloads);
   const std::string& target_path = options.models.front();
   auto target = Model::load(target_path);
+  if (options.pass_only) {
+    const Tokenizer tokenizer = Tokenizer::from_gguf(target->file());
+    std::printf("target: %s (%s) | threads: %d | best of %d rounds\n", target->config().name.c_str(),
+                target_path.c_str(), omp_get_max_threads(), options.repetitions);
+    return run_pass_bench(*target, tokenizer.encode(workloads().front().prompt, tokenizer.add_bos()),
+                          options.repetitions);
+  }
   auto draft = options.draft.empty() ? Model::load(target_path, ModelLoadOptions{.max_layers = options.draft_layers})
                                      : Model::load(options.draft);
   check_same_vocabulary(*target, *draft);

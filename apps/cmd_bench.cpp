@@ -22,6 +22,8 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--draft-k", opt->draft_k, "Draft lengths to test with --spec")->capture_default_str();
   cmd->add_option("--workload", opt->spec_workloads, "With --spec: workloads to run (story, copy, code; default all)");
+  cmd->add_flag("--pass-only", opt->pass_only,
+                "With --spec: only time one target pass over n = 1..9 tokens (and t(n) / t(1))");
   cmd->add_flag("--serving", opt->serving, "Benchmark a serving workload (continuous batching)");
   cmd->add_option("--url", opt->url, "With --serving: drive a running OpenAI-compatible server (http://host:port)");
   cmd->add_option("--model-name", opt->model_name, "With --url: the model name to send (default: the first of /v1/models)");

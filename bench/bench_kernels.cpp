@@ -1,9 +1,13 @@
 // Kernel benchmark: memory read bandwidth, then matmul throughput per weight
 // type, shape, token count and kernel path, printed as markdown tables.
 //   ./build/bench_kernels [--decode-only] [--no-bandwidth] [--wide] [TYPE...]
+//   ./build/bench_kernels --tokens [TYPE...]
 // OMP_NUM_THREADS sets the matmul threads; TYPE (q4_1, f16, ...) limits the
 // types; --decode-only skips the 64-token runs; --wide uses 1536-column
 // shapes (Qwen2.5-1.5B's width), which K-quants always get (rows of 256).
+// --tokens: matmul time for n_tokens = 1..9 (speculative verification passes)
+// on the layer shapes of SmolLM2-135M and Qwen2.5-1.5B, both activation
+// precisions, 1 and 2 threads, with t(n) / t(1).
 // Numbers are best-of-N wall times; the machine may be shared, so rerun when
 // a number looks off.
 #include <omp.h>
@@ -147,6 +151,70 @@ void bench_type(DType type, const Shape& shape, double bandwidth, bool decode_on
   std::fflush(stdout);
 }
 
+// Matmul time for n_tokens = 1..kMaxTokens on one cold shape: every n and
+// both activation precisions interleaved over kRounds rounds, best kept.
+void bench_tokens(DType type, const Shape& shape, int threads) {
+  constexpr int64_t kMaxTokens = 9;
+  BenchMatrix m = make_matrix(type, shape);
+  const ActivationPrecision precisions[] = {ActivationPrecision::kF32, ActivationPrecision::kQ8};
+  double best[2][kMaxTokens + 1];
+  for (auto& row : best) std::fill(std::begin(row), std::end(row), 1e30);
+  AlignedBuffer<float> x(static_cast<size_t>(kMaxTokens * shape.cols));
+  Noise noise{7};
+  for (size_t i = 0; i < x.size(); ++i) x[i] = noise.next();
+  std::vector<float> y(static_cast<size_t>(kMaxTokens * shape.rows));
+  set_kernel_isa(best_isa());
+  omp_set_num_threads(threads);
+  for (int round = 0; round < kRounds; ++round)
+    for (int p = 0; p < 2; ++p) {
+      set_activation_precision(precisions[p]);
+      for (int64_t n = 1; n <= kMaxTokens; ++n) {
+        size_t next = 0;
+        best[p][n] = std::min(best[p][n], best_time(
+                                              [&] {
+                                                const AlignedBuffer<uint8_t>& w = m.copies[next++ % m.copies.size()];
+                                                matmul(view_of(type, shape, w.data(), m.bytes), x.data(), n, y.data());
+                                              },
+                                              0.05));
+      }
+    }
+  set_activation_precision(ActivationPrecision::kF32);
+  for (int p = 0; p < 2; ++p) {
+    std::printf("| %s | %s | %s | %d |", dtype_name(type), shape.label, activation_precision_name(precisions[p]),
+                threads);
+    for (int64_t n = 1; n <= kMaxTokens; ++n) std::printf(" %.3f |", best[p][n] * 1e3);
+    std::printf(" %.1f |", static_cast<double>(m.bytes) / best[p][1] / 1e9);
+    for (int64_t n : {2, 3, 5, 9}) std::printf(" %.2f |", best[p][n] / best[p][1]);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
+
+void run_tokens_bench(const std::vector<DType>& only) {
+  struct Case {
+    DType type;
+    Shape shape;
+  };
+  // SmolLM2-135M (dim 576, FFN 1536, Q4_1) and Qwen2.5-1.5B (dim 1536, FFN
+  // 8960, Q4_K with Q6_K ffn_down), plus the other block types on SmolLM2's FFN shape.
+  const Case cases[] = {
+      {DType::Q4_1, {"1536x576 (cold)", 1536, 576, true}},   {DType::Q4_1, {"576x1536 (cold)", 576, 1536, true}},
+      {DType::Q4_0, {"1536x576 (cold)", 1536, 576, true}},   {DType::Q8_0, {"1536x576 (cold)", 1536, 576, true}},
+      {DType::Q5_0, {"1536x576 (cold)", 1536, 576, true}},   {DType::Q4_K, {"8960x1536 (cold)", 8960, 1536, true}},
+      {DType::Q4_K, {"1536x1536 (cold)", 1536, 1536, true}}, {DType::Q6_K, {"1536x8960 (cold)", 1536, 8960, true}},
+  };
+  std::printf("## matmul ms vs n_tokens (%s, best of %d interleaved rounds)\n\n", isa_name(best_isa()), kRounds);
+  std::printf("| type | shape (rows x cols) | activations | threads |");
+  for (int n = 1; n <= 9; ++n) std::printf(" n=%d |", n);
+  std::printf(" n=1 GB/s | t2/t1 | t3/t1 | t5/t1 | t9/t1 |\n|---|---|---|---|");
+  for (int n = 1; n <= 14; ++n) std::printf("---:|");
+  std::printf("\n");
+  for (const Case& c : cases) {
+    if (!only.empty() && std::find(only.begin(), only.end(), c.type) == only.end()) continue;
+    for (int threads : {1, 2}) bench_tokens(c.type, c.shape, threads);
+  }
+}
+
 }  // namespace
 }  // namespace kvserve
 
@@ -154,6 +222,7 @@ struct Options {
   bool decode_only = false;
   bool bandwidth = true;
   bool wide = false;
+  bool tokens = false;
   std::vector<kvserve::DType> types;
 };
 
@@ -168,11 +237,13 @@ Options parse_options(int argc, char** argv) {
       o.bandwidth = false;
     } else if (arg == "--wide") {
       o.wide = true;
+    } else if (arg == "--tokens") {
+      o.tokens = true;
     } else {
       o.types.push_back(parse_dtype(arg));
     }
   }
-  if (o.types.empty()) o.types = {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::F16, DType::BF16, DType::F32};
+  if (o.types.empty() && !o.tokens) o.types = {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::F16, DType::BF16, DType::F32};
   return o;
 }
 
@@ -233,6 +304,10 @@ void print_paired_decode(const kvserve::AlignedBuffer<uint8_t>& buf, int max_thr
 int run(int argc, char** argv) {
   using namespace kvserve;
   const Options options = parse_options(argc, argv);
+  if (options.tokens) {
+    run_tokens_bench(options.types);
+    return 0;
+  }
   const int threads = omp_get_max_threads();
   AlignedBuffer<uint8_t> buf(options.bandwidth ? size_t{1} << 30 : 0);
   Noise noise{42};

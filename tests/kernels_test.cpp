@@ -99,11 +99,16 @@ struct Shape {
   int64_t rows, cols, n_tokens;
 };
 
+// Token counts: every small batch (1..9: decode and speculative verification
+// passes, one or two token groups per call), 13 and 16 (the largest groups of
+// the small-batch pass), 17 (the prefill tiles).
+constexpr int64_t kTokenCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17};
+
 std::vector<Shape> awkward_shapes() {
   std::vector<Shape> shapes;
   for (int64_t rows : {1, 7, 33, 100})
     for (int64_t cols : {32, 64, 96, 4128})
-      for (int64_t n_tokens : {1, 3, 5, 17}) shapes.push_back({rows, cols, n_tokens});
+      for (int64_t n_tokens : kTokenCounts) shapes.push_back({rows, cols, n_tokens});
   return shapes;
 }
 

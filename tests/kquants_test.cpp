@@ -271,15 +271,16 @@ struct Shape {
   int64_t rows, cols, n_tokens;
 };
 
-// Rows not a multiple of the 4-row decode pass, several super-blocks, token
-// counts around the 4-token prefill pass.
+// Rows not a multiple of the 4-row decode pass, several super-blocks, every
+// small-batch token count (1..9: one or two token groups per call), 13 and 16
+// (the largest small batches), 17 (the prefill tiles).
 std::vector<Shape> shapes_for(DType type) {
   const std::vector<int64_t> cols = type == DType::Q5_0 ? std::vector<int64_t>{32, 96, 288, 2080}
                                                         : std::vector<int64_t>{256, 768, 1280};
   std::vector<Shape> shapes;
   for (int64_t rows : {1, 7, 33})
     for (int64_t c : cols)
-      for (int64_t n_tokens : {1, 3, 6}) shapes.push_back({rows, c, n_tokens});
+      for (int64_t n_tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17}) shapes.push_back({rows, c, n_tokens});
   return shapes;
 }
 

@@ -139,14 +139,37 @@ const KernelTable& active_kernel_table();
 // Shape of one kernel call: RowDot::dot<R, N>(job, first_row, row_step,
 // first_token, out[R * N]) computes rows first_row + r * row_step (r < R)
 // times tokens first_token + i (i < N) into out[r * N + i].
-// Decode (one token) takes kRowsPerPass rows at once so that independent
-// accumulator chains hide the FMA and reduction latency of short rows; the
-// rows are far apart (row_step = a quarter of the thread's slice) so that each
-// is its own monotonic stream for the hardware prefetcher, which neighbouring
-// rows read in lockstep defeat. Prefill takes one row and kTokensPerPass
-// tokens so that each loaded, unpacked weight is used that many times.
-constexpr int kRowsPerPass = 4;
-constexpr int kTokensPerPass = 4;  // run_row_tiles' switch covers 1..4
+//
+// Decode (one token) and small batches (up to kSmallBatchTokens, e.g. a
+// speculative verification pass of 2..9 tokens) take R rows at once, far
+// apart (row_step = 1/R of the thread's slice) so that each is its own
+// monotonic stream for the hardware prefetcher, which neighbouring rows read
+// in lockstep defeat; each weight block is loaded and unpacked once and used
+// for all N tokens of the call, so a pass over n tokens streams the weights
+// once. More tokens than a kernel holds in registers (RowDot's kMaxTokens)
+// go in balanced groups over the same R rows, which then come from L1.
+// Independent R * N accumulator chains hide the FMA and reduction latency.
+// Prefill (more tokens) takes one row at a time in tiles that stay in L1/L2
+// while every group of tokens passes over them.
+constexpr int kRowsPerPass = 4;           // rows of a one-token pass (default)
+constexpr int kTokensPerPass = 4;         // tokens of one call, unless RowDot says kMaxTokens
+constexpr int kMaxTokensPerPass = 8;      // the most any kernel takes (the switches below)
+constexpr int64_t kSmallBatchTokens = 16; // up to here: the decode-like pass
+
+// RowDot::kMaxTokens where given (at most kMaxTokensPerPass), else kTokensPerPass.
+template <typename RowDot>
+constexpr int max_tokens_per_call() {
+  if constexpr (requires { RowDot::kMaxTokens; }) return RowDot::kMaxTokens;
+  else return kTokensPerPass;
+}
+// Rows per call with n tokens: RowDot::rows_for(n) where given, else 4 rows
+// for one token, 2 for two, 1 beyond (16 registers hold R * N accumulators
+// plus the unpacked weights).
+template <typename RowDot>
+constexpr int rows_per_call(int n) {
+  if constexpr (requires { RowDot::rows_for(1); }) return RowDot::rows_for(n);
+  else return n == 1 ? kRowsPerPass : n == 2 ? 2 : 1;
+}
 
 template <typename RowDot, int R, int N>
 void dot_and_store(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token) {
@@ -156,31 +179,78 @@ void dot_and_store(const MatmulJob& job, int64_t first_row, int64_t row_step, in
     for (int i = 0; i < N; ++i) job.y[(first_token + i) * job.rows + first_row + r * row_step] = out[r * N + i];
 }
 
+// One call over rows first_row + r * row_step (r < R) and tokens
+// [first_token, first_token + n), 1 <= n <= kMaxTokensPerPass.
+template <typename RowDot, int R>
+void dot_and_store_n(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, int64_t n) {
+  switch (n) {
+    case 8: if constexpr (max_tokens_per_call<RowDot>() >= 8) { dot_and_store<RowDot, R, 8>(job, first_row, row_step, first_token); break; } [[fallthrough]];
+    case 7: if constexpr (max_tokens_per_call<RowDot>() >= 7) { dot_and_store<RowDot, R, 7>(job, first_row, row_step, first_token); break; } [[fallthrough]];
+    case 6: if constexpr (max_tokens_per_call<RowDot>() >= 6) { dot_and_store<RowDot, R, 6>(job, first_row, row_step, first_token); break; } [[fallthrough]];
+    case 5: if constexpr (max_tokens_per_call<RowDot>() >= 5) { dot_and_store<RowDot, R, 5>(job, first_row, row_step, first_token); break; } [[fallthrough]];
+    case 4: dot_and_store<RowDot, R, 4>(job, first_row, row_step, first_token); break;
+    case 3: dot_and_store<RowDot, R, 3>(job, first_row, row_step, first_token); break;
+    case 2: dot_and_store<RowDot, R, 2>(job, first_row, row_step, first_token); break;
+    default: dot_and_store<RowDot, R, 1>(job, first_row, row_step, first_token); break;
+  }
+}
+
+// The decode-like pass over rows [row_begin, row_end) for all tokens, which
+// come in `groups` balanced groups of at most N tokens (the largest group).
+template <typename RowDot, int N>
+void run_small_batch(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t groups) {
+  constexpr int R = rows_per_call<RowDot>(N);
+  const int64_t base = job.n_tokens / groups, extra = job.n_tokens % groups;  // sizes base + (g < extra)
+  const auto all_tokens = [&](auto dot, int64_t row, int64_t step) {
+    for (int64_t g = 0, t = 0; g < groups; ++g) {
+      const int64_t n = base + (g < extra ? 1 : 0);
+      dot(row, step, t, n);
+      t += n;
+    }
+  };
+  const int64_t step = (row_end - row_begin) / R;
+  if (groups == 1) {  // decode and n <= kMaxTokens: no group loop per row
+    for (int64_t r = row_begin; r < row_begin + step; ++r) dot_and_store<RowDot, R, N>(job, r, step, 0);
+  } else {
+    for (int64_t r = row_begin; r < row_begin + step; ++r)
+      all_tokens([&](int64_t row, int64_t s, int64_t t, int64_t n) {
+        if (n == N) dot_and_store<RowDot, R, N>(job, row, s, t);
+        else dot_and_store_n<RowDot, R>(job, row, s, t, n);
+      }, r, step);
+  }
+  for (int64_t r = row_begin + step * R; r < row_end; ++r)
+    all_tokens([&](int64_t row, int64_t s, int64_t t, int64_t n) { dot_and_store_n<RowDot, 1>(job, row, s, t, n); },
+               r, 1);
+}
+
 // Runs RowDot over rows [row_begin, row_end) and all tokens. For prefill the
 // rows are taken in tiles small enough to stay in L1/L2 while every group of
-// kTokensPerPass tokens passes over them, so each weight comes from DRAM once.
+// tokens passes over them, so each weight comes from DRAM once.
 template <typename RowDot>
 void run_row_tiles(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
-  if (job.n_tokens == 1) {
-    const int64_t step = (row_end - row_begin) / kRowsPerPass;
-    for (int64_t r = row_begin; r < row_begin + step; ++r) dot_and_store<RowDot, kRowsPerPass, 1>(job, r, step, 0);
-    for (int64_t r = row_begin + step * kRowsPerPass; r < row_end; ++r) dot_and_store<RowDot, 1, 1>(job, r, 1, 0);
+  constexpr int kMax = max_tokens_per_call<RowDot>();
+  static_assert(kMax >= kTokensPerPass && kMax <= kMaxTokensPerPass);
+  if (job.n_tokens <= kSmallBatchTokens) {
+    const int64_t groups = (job.n_tokens + kMax - 1) / kMax;
+    switch ((job.n_tokens + groups - 1) / groups) {  // the largest group
+      case 8: if constexpr (kMax >= 8) { run_small_batch<RowDot, 8>(job, row_begin, row_end, groups); break; } [[fallthrough]];
+      case 7: if constexpr (kMax >= 7) { run_small_batch<RowDot, 7>(job, row_begin, row_end, groups); break; } [[fallthrough]];
+      case 6: if constexpr (kMax >= 6) { run_small_batch<RowDot, 6>(job, row_begin, row_end, groups); break; } [[fallthrough]];
+      case 5: if constexpr (kMax >= 5) { run_small_batch<RowDot, 5>(job, row_begin, row_end, groups); break; } [[fallthrough]];
+      case 4: run_small_batch<RowDot, 4>(job, row_begin, row_end, groups); break;
+      case 3: run_small_batch<RowDot, 3>(job, row_begin, row_end, groups); break;
+      case 2: run_small_batch<RowDot, 2>(job, row_begin, row_end, groups); break;
+      default: run_small_batch<RowDot, 1>(job, row_begin, row_end, groups); break;
+    }
     return;
   }
   constexpr size_t kTileBytes = 32 * 1024;
   const int64_t tile_rows = std::clamp<int64_t>(static_cast<int64_t>(kTileBytes / job.row_bytes), 1, 64);
   for (int64_t tile = row_begin; tile < row_end; tile += tile_rows) {
     const int64_t tile_end = std::min(row_end, tile + tile_rows);
-    for (int64_t t = 0; t < job.n_tokens; t += kTokensPerPass) {
-      const int64_t n = std::min<int64_t>(kTokensPerPass, job.n_tokens - t);
-      for (int64_t r = tile; r < tile_end; ++r) {
-        switch (n) {
-          case 4: dot_and_store<RowDot, 1, 4>(job, r, 1, t); break;
-          case 3: dot_and_store<RowDot, 1, 3>(job, r, 1, t); break;
-          case 2: dot_and_store<RowDot, 1, 2>(job, r, 1, t); break;
-          default: dot_and_store<RowDot, 1, 1>(job, r, 1, t); break;
-        }
-      }
+    for (int64_t t = 0; t < job.n_tokens; t += kMax) {
+      const int64_t n = std::min<int64_t>(kMax, job.n_tokens - t);
+      for (int64_t r = tile; r < tile_end; ++r) dot_and_store_n<RowDot, 1>(job, r, 1, t, n);
     }
   }
 }

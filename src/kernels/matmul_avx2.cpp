@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "kernels/exact_simd.h"
 #include "kernels/kernel_table.h"
 
 namespace kvserve {
@@ -340,6 +341,10 @@ struct ExactRowDot {
   }
 };
 
+using exact_dq::exact_kernel;
+template <typename Format>
+using Many = exact_dq::DequantRowDot<Format, exact_dq::kRegsAvx2>;
+
 }  // namespace
 
 const KernelTable& avx2_kernel_table() {
@@ -351,9 +356,9 @@ const KernelTable& avx2_kernel_table() {
     run_row_tiles<Q4RowDot<Q4_0Format>>,
     run_row_tiles<Q4RowDot<Q4_1Format>>,
     run_row_tiles<Q8_0RowDot>,
-    run_row_tiles<ExactRowDot<ExactQ4_0>>,
-    run_row_tiles<ExactRowDot<ExactQ4_1>>,
-    run_row_tiles<ExactRowDot<ExactQ8_0>>,
+    exact_kernel<ExactRowDot<ExactQ4_0>, Many<exact_dq::DqQ4_0>>,
+    exact_kernel<ExactRowDot<ExactQ4_1>, Many<exact_dq::DqQ4_1>>,
+    exact_kernel<ExactRowDot<ExactQ8_0>, Many<exact_dq::DqQ8_0>>,
     avx2_kquant_kernels(),
   };
   return table;

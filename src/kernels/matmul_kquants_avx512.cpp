@@ -2,7 +2,9 @@
 // vpdpbusd (u8 x s8, four products summed per int32 lane, no s16
 // intermediate) replaces AVX2's maddubs + madd. 256-bit registers, as for
 // the other Q4 types (faster than 512-bit on Zen 4, see docs/kernels.md).
-// f32 activations use the AVX2 kernels (FMA-bound; 512-bit gains nothing here).
+// f32 activations: exact_simd.h with 32 registers for several tokens (and
+// one, for Q5_0 and Q6_K), else the AVX2 kernels (FMA-bound; 512-bit gains
+// nothing here).
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized (see matmul_avx512.cpp).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -10,7 +12,10 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <type_traits>
+
 #include "core/dtype.h"
+#include "kernels/exact_simd.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kquants_simd.h"
 
@@ -77,14 +82,30 @@ struct VnniQ6_K {
   }
 };
 
+// f32 activations: DequantRowDot (exact_simd.h) with this file's 32
+// registers for several tokens, and for one token where it beats the AVX2
+// one-token kernel: Q6_K (1.34 vs 2.24 ms on 1536x8960: 4 rows x 2
+// accumulators, no per-16-value scaling FMA per token) and Q5_0 (0.085 vs
+// 0.120 ms on 1536x576). Q4_K / Q5_K keep the offset-form one-token kernel
+// (1.30 vs 1.46 ms on 8960x1536).
+template <typename Format, QuantKernels KQuantKernels::*kType>
+void exact_kernel(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
+  constexpr bool kDequantOneToken =
+      std::is_same_v<Format, exact_dq::DqQ6_K> || std::is_same_v<Format, exact_dq::DqQ5_0>;
+  // Q4_K / Q5_K: the offset form also for two tokens (see matmul_kquants_avx2.cpp).
+  constexpr int64_t kAvx2UpTo = kDequantOneToken ? 0 : 2;
+  if (job.n_tokens <= kAvx2UpTo) (avx2_kquant_kernels().*kType).exact(job, row_begin, row_end);
+  else run_row_tiles<exact_dq::DequantRowDot<Format, exact_dq::kRegsAvx512>>(job, row_begin, row_end);
+}
+
 }  // namespace
 
 const KQuantKernels& avx512_kquant_kernels() {
   static const KQuantKernels kernels = {
-      {run_row_tiles<Q8RowDot<VnniQ5_0>>, avx2_kquant_kernels().q5_0.exact},
-      {run_row_tiles<Q8RowDot<VnniK<BlockQ4_K, 4>>>, avx2_kquant_kernels().q4_k.exact},
-      {run_row_tiles<Q8RowDot<VnniK<BlockQ5_K, 5>>>, avx2_kquant_kernels().q5_k.exact},
-      {run_row_tiles<Q8RowDot<VnniQ6_K>>, avx2_kquant_kernels().q6_k.exact},
+      {run_row_tiles<Q8RowDot<VnniQ5_0>>, exact_kernel<exact_dq::DqQ5_0, &KQuantKernels::q5_0>},
+      {run_row_tiles<Q8RowDot<VnniK<BlockQ4_K, 4>>>, exact_kernel<exact_dq::DqK<BlockQ4_K, 4>, &KQuantKernels::q4_k>},
+      {run_row_tiles<Q8RowDot<VnniK<BlockQ5_K, 5>>>, exact_kernel<exact_dq::DqK<BlockQ5_K, 5>, &KQuantKernels::q5_k>},
+      {run_row_tiles<Q8RowDot<VnniQ6_K>>, exact_kernel<exact_dq::DqQ6_K, &KQuantKernels::q6_k>},
   };
   return kernels;
 }
