@@ -203,8 +203,9 @@ int run_spec_bench(const BenchOptions& options) {
     return run_pass_bench(*target, tokenizer.encode(workloads().front().prompt, tokenizer.add_bos()),
                           options.repetitions);
   }
-  auto draft = options.draft.empty() ? Model::load(target_path, ModelLoadOptions{.max_layers = options.draft_layers})
-                                     : Model::load(options.draft);
+  const ModelLoadOptions draft_options{.max_layers = options.draft.empty() ? options.draft_layers : 0,
+                                        .max_output_rows = options.draft_vocab};
+  auto draft = Model::load(options.draft.empty() ? target_path : options.draft, draft_options);
   check_same_vocabulary(*target, *draft);
   const Tokenizer tokenizer = Tokenizer::from_gguf(target->file());
   const Setup setup{*target, *draft, tokenizer, options.n_gen.front(), options.repetitions};

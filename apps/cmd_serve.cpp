@@ -39,6 +39,7 @@ struct ServeOptions {
   std::string spec = "none";  // requests' default speculation (none | ngram | draft); a request's "speculative" overrides it
   std::string draft;          // draft model file: enables speculative mode "draft"
   int64_t draft_k = 4;
+  int64_t draft_vocab = 0;    // draft logits only for ids below this (0: all)
   bool adaptive_k = false;
 };
 
@@ -63,7 +64,7 @@ void serve(const ServeOptions& opt) {
 
   auto model = Model::load(opt.model);
   // Requests in draft mode draft with it; the Engine refuses a draft with another vocabulary.
-  const std::unique_ptr<Model> draft = opt.draft.empty() ? nullptr : Model::load(opt.draft);
+  const std::unique_ptr<Model> draft = opt.draft.empty() ? nullptr : Model::load(opt.draft, ModelLoadOptions{.max_output_rows = opt.draft_vocab});
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   std::string template_note;
   ChatTemplate chat_template = ChatTemplate::for_model(model->file(), &template_note);
@@ -133,6 +134,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--draft-k", opt->draft_k, "Drafts verified per pass at most (speculative requests)")
       ->check(CLI::Range(int64_t{1}, kMaxEngineDraftK))
       ->capture_default_str();
+  cmd->add_option("--draft-vocab", opt->draft_vocab, kDraftVocabHelp)->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->add_flag("--adaptive-k", opt->adaptive_k, "Shrink a request's draft length when its drafts are rejected");
   cmd->callback([opt] { serve(*opt); });
 }

@@ -69,6 +69,13 @@ TEST(Cli, EngineFrontEndsTakeADraftModel) {
   ASSERT_EQ(spec.exit_code, 0) << spec.output;
   EXPECT_NE(spec.output.find("speculative: draft, k 3"), std::string::npos) << spec.output;
   EXPECT_EQ(spec.output.substr(0, spec.output.find("2 prompts")), plain.output.substr(0, plain.output.find("2 prompts")));
+  // A draft head over the first 100 ids only: the same text.
+  const auto narrow = run_kvserve(run + " --spec draft --draft " + model.path() + " --draft-k 3 --draft-vocab 100");
+  ASSERT_EQ(narrow.exit_code, 0) << narrow.output;
+  EXPECT_EQ(narrow.output.substr(0, narrow.output.find("2 prompts")), plain.output.substr(0, plain.output.find("2 prompts")));
+  const auto negative = run_kvserve(run + " --spec draft --draft-vocab -5");
+  EXPECT_NE(negative.exit_code, 0);
+  EXPECT_NE(negative.output.find("--draft-vocab: Value -5 not in range"), std::string::npos) << negative.output;
   expect_one_line_error(run + " --spec draft --draft " + qwen.path(), "vocabulary of 384 tokens");
   expect_one_line_error("serve -m " + model.path() + " --port 0 --spec draft", "needs a draft model");
   expect_one_line_error("serve -m " + model.path() + " --port 0 --draft " + qwen.path(), "vocabulary of 384 tokens");

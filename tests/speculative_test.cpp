@@ -240,6 +240,13 @@ TEST_F(SpecDistribution, BadDraftsStillGiveTheTargetsDistribution) {
   c = speculative_counts(*target_, uniform, prompt_, 2, params, kDraws);
   expect_fits(c.first, first, "uniform draft, first token");
   expect_fits(c.second, second, "uniform draft, second token");
+  // A draft head that never proposes ids >= 100: a proposal distribution with
+  // zeros, still exact.
+  auto narrow = Model::load(target_file_.path(), ModelLoadOptions{.max_layers = 1, .max_output_rows = 100});
+  ModelDrafter narrow_head(*narrow, 256);
+  c = speculative_counts(*target_, narrow_head, prompt_, 3, params, kDraws);
+  expect_fits(c.first, first, "narrow-head draft, first token");
+  expect_fits(c.second, second, "narrow-head draft, second token");
   NgramDrafter ngram;  // the prompt repeats, so it proposes 45 17 200 ...
   c = speculative_counts(*target_, ngram, prompt_, 3, params, kDraws);
   expect_fits(c.first, first, "n-gram draft, first token");
@@ -349,6 +356,45 @@ TEST(SpecModel, MaxLayersOutOfRangeIsRefused) {
   EXPECT_EQ(tiny_model(f, 4, 7, 2)->weights().layers.size(), 2u);
   EXPECT_THROW(Model::load(f.path(), ModelLoadOptions{.max_layers = 5}), Error);
   EXPECT_THROW(Model::load(f.path(), ModelLoadOptions{.max_layers = -1}), Error);
+}
+
+TEST(SpecModel, MaxOutputRowsKeepsTheFirstLogitsAndMasksTheRest) {
+  SingleThreaded single_threaded;
+  TempFile f(".gguf");
+  auto full = tiny_model(f, 2, 7);
+  auto narrow = Model::load(f.path(), ModelLoadOptions{.max_output_rows = 101});
+  EXPECT_EQ(narrow->weights().output.rows(), 101);
+  EXPECT_LT(narrow->weight_bytes_per_token(), full->weight_bytes_per_token());
+  const auto prompt = prompt_of(9, 320, 3);
+  auto full_decoder = make_decoder("cached", *full, 64);
+  auto narrow_decoder = make_decoder("cached", *narrow, 64);
+  // All rows of a multi-token pass (each moved to its own [vocab] stride).
+  const std::span<const float> full_logits = full_decoder->append_all(prompt);
+  const std::vector<float> want(full_logits.begin(), full_logits.end());
+  const std::span<const float> got = narrow_decoder->append_all(prompt);
+  ASSERT_EQ(got.size(), prompt.size() * 320);
+  for (size_t t = 0; t < prompt.size(); ++t)
+    for (size_t id = 0; id < 320; ++id) {
+      const float g = got[t * 320 + id];
+      if (id < 101) EXPECT_FLOAT_EQ(g, want[t * 320 + id]) << "token " << t << " id " << id;
+      else EXPECT_TRUE(std::isinf(g) && g < 0) << "token " << t << " id " << id << ": " << g;
+    }
+  EXPECT_THROW(Model::load(f.path(), ModelLoadOptions{.max_output_rows = -1}), Error);
+  EXPECT_EQ(Model::load(f.path(), ModelLoadOptions{.max_output_rows = 5000})->weights().output.rows(), 320);
+}
+
+TEST(SpecGreedy, NarrowDraftHeadMatchesTargetTokenForToken) {
+  SingleThreaded single_threaded;
+  TempFile f(".gguf");
+  auto target = tiny_model(f, 4, 7);
+  auto draft = Model::load(f.path(), ModelLoadOptions{.max_layers = 2, .max_output_rows = 160});
+  const Tokenizer tok = Tokenizer::from_gguf(target->file());
+  for (int64_t salt : {2, 40}) {
+    const auto prompt = prompt_of(5 + salt % 7, 320, salt);
+    ModelDrafter drafter(*draft, 256);
+    const SpeculativeResult r = speculative_tokens(*target, drafter, tok, prompt, 40, 4, greedy());
+    EXPECT_EQ(r.generation.tokens, plain_tokens(*target, tok, prompt, 40, greedy())) << "salt " << salt;
+  }
 }
 
 namespace {

@@ -84,6 +84,13 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
   mw.output_norm = w.vector("output_norm.weight", c.dim);
   mw.tied_output = m->file_->find_tensor("output.weight") == nullptr;
   mw.output = mw.tied_output ? mw.token_embd : w.matrix("output.weight", c.vocab_size, c.dim);
+  if (options.max_output_rows < 0)
+    throw Error(path + ": the output head cannot keep " + std::to_string(options.max_output_rows) + " rows");
+  if (options.max_output_rows > 0 && options.max_output_rows < c.vocab_size) {
+    mw.output.ne = {c.dim, options.max_output_rows, 1, 1};
+    mw.output.nbytes = mw.output.row_bytes() * static_cast<size_t>(options.max_output_rows);
+    m->config_.name += " (logits for the first " + std::to_string(options.max_output_rows) + " tokens)";
+  }
   for (int64_t i = 0; i < c.n_layers; ++i) mw.layers.push_back(load_layer(w, c, i));
   return m;
 }

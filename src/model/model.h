@@ -39,6 +39,12 @@ struct ModelLoadOptions {
   // speculative decoding made from the target's own file, with no weight
   // copies. 0 keeps every block; more than the file has is an error.
   int64_t max_layers = 0;
+  // Compute logits only for token ids below this (the output head's first
+  // rows); the others get -inf, so they are never sampled. A cheaper draft
+  // head for speculative decoding: byte-level BPE vocabularies number their
+  // tokens in merge order, so low ids are the frequent ones. Any proposal
+  // distribution keeps the rejection rule exact. 0 keeps every row.
+  int64_t max_output_rows = 0;
 };
 
 class Model {

@@ -1,5 +1,9 @@
 #include "model/transformer.h"
 
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
@@ -122,7 +126,21 @@ void Transformer::forward(std::span<const int32_t> tokens, ContiguousKVCache& ca
   for (int64_t t = first; t < n; ++t)
     rmsnorm(x_.data() + t * cfg_.dim, model_.weights().output_norm.data(), cfg_.dim, cfg_.norm_eps,
             xn_.data() + (t - first) * cfg_.dim);
-  matmul(model_.weights().output, xn_.data(), n - first, logits);
+  output_logits(n - first, logits);
+}
+
+void Transformer::output_logits(int64_t n_rows, float* logits) {
+  const TensorView& head = model_.weights().output;
+  matmul(head, xn_.data(), n_rows, logits);
+  const int64_t rows = head.rows(), vocab = cfg_.vocab_size;
+  if (rows == vocab) return;
+  // A truncated head wrote [n_rows][rows]: spread to [n_rows][vocab], last row
+  // first (rows move up in place), the missing ids at -inf.
+  for (int64_t t = n_rows - 1; t >= 0; --t) {
+    float* dst = logits + t * vocab;
+    std::memmove(dst, logits + t * rows, static_cast<size_t>(rows) * sizeof(float));
+    std::fill(dst + rows, dst + vocab, -std::numeric_limits<float>::infinity());
+  }
 }
 
 }  // namespace kvserve

@@ -64,6 +64,8 @@ class Transformer {
   void attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache);
   void attend(int64_t layer, int64_t n, int64_t pos0, const ContiguousKVCache& cache);
   void ffn_block(int64_t layer, int64_t n);
+  // Logits of xn_'s first n_rows rows, [n_rows][vocab] (see max_output_rows).
+  void output_logits(int64_t n_rows, float* logits);
   void paged_attention_block(int64_t layer, std::span<const SequenceChunk> chunks, PagedKVStorage& kv);
 
   const Model& model_;

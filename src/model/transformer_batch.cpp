@@ -72,7 +72,7 @@ void Transformer::forward_batch(std::span<const SequenceChunk> chunks, PagedKVSt
       rmsnorm(x_.data() + r * cfg_.dim, model_.weights().output_norm.data(), cfg_.dim, cfg_.norm_eps,
               xn_.data() + n_out * cfg_.dim);
   }
-  if (n_out > 0) matmul(model_.weights().output, xn_.data(), n_out, logits);
+  if (n_out > 0) output_logits(n_out, logits);
 }
 
 }  // namespace kvserve
