@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "apps/draft_flags.h"
+
 namespace kvserve::cli {
 
 struct BenchOptions {
@@ -23,7 +25,7 @@ struct BenchOptions {
   std::string draft;                       // draft model path ("" : a truncated copy of the target)
   std::vector<int> draft_k = {1, 2, 4, 6, 8};
   int draft_layers = 6;                    // layers of the truncated copy when draft is ""
-  int64_t draft_vocab = 0;                 // draft logits only for ids below this (0: all)
+  cli::DraftFlags draft_flags;             // --draft-vocab, --draft-activations
   std::vector<std::string> spec_workloads; // --workload: story, copy, code (none: all)
   bool pass_only = false;                  // only the one-pass-over-n-tokens table (target, n = 1..9)
   // --serving

@@ -203,8 +203,7 @@ int run_spec_bench(const BenchOptions& options) {
     return run_pass_bench(*target, tokenizer.encode(workloads().front().prompt, tokenizer.add_bos()),
                           options.repetitions);
   }
-  const ModelLoadOptions draft_options{.max_layers = options.draft.empty() ? options.draft_layers : 0,
-                                        .max_output_rows = options.draft_vocab};
+  const ModelLoadOptions draft_options = options.draft_flags.load_options(options.draft.empty() ? options.draft_layers : 0);
   auto draft = Model::load(options.draft.empty() ? target_path : options.draft, draft_options);
   check_same_vocabulary(*target, *draft);
   const Tokenizer tokenizer = Tokenizer::from_gguf(target->file());

@@ -20,7 +20,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--draft", opt->draft, "Draft model for --spec (default: a truncated copy of the target)");
   cmd->add_option("--draft-layers", opt->draft_layers, "With --spec and no --draft: layers of the target used as the draft")
       ->capture_default_str();
-  cmd->add_option("--draft-vocab", opt->draft_vocab, kDraftVocabHelp)->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  add_draft_flags(cmd, opt->draft_flags);
   cmd->add_option("--draft-k", opt->draft_k, "Draft lengths to test with --spec")->capture_default_str();
   cmd->add_option("--workload", opt->spec_workloads, "With --spec: workloads to run (story, copy, code; default all)");
   cmd->add_flag("--pass-only", opt->pass_only,

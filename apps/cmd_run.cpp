@@ -14,6 +14,7 @@
 #include <string>
 
 #include "apps/commands.h"
+#include "apps/draft_flags.h"
 #include "core/error.h"
 #include "engine/batch_speculation.h"
 #include "engine/decoder.h"
@@ -48,7 +49,7 @@ struct RunOptions {
   std::string draft;          // draft model file ("": the target's first --draft-layers layers)
   int64_t draft_k = 5;
   int64_t draft_layers = 6;
-  int64_t draft_vocab = 0;    // draft logits only for ids below this (0: all)
+  DraftFlags draft_flags;     // --draft-vocab, --draft-activations
   bool adaptive_k = false;
 };
 
@@ -86,8 +87,7 @@ std::unique_ptr<Model> load_draft(const RunOptions& opt, const Model& target) {
   if (opt.draft.empty() && (opt.draft_layers < 1 || opt.draft_layers > target.config().n_layers))
     throw Error("--draft-layers must be in [1, " + std::to_string(target.config().n_layers) + "], got " +
                 std::to_string(opt.draft_layers));
-  const ModelLoadOptions draft_options{.max_layers = opt.draft.empty() ? opt.draft_layers : 0,
-                                        .max_output_rows = opt.draft_vocab};
+  const ModelLoadOptions draft_options = opt.draft_flags.load_options(opt.draft.empty() ? opt.draft_layers : 0);
   auto draft = Model::load(opt.draft.empty() ? opt.model : opt.draft, draft_options);
   check_same_vocabulary(target, *draft);
   return draft;
@@ -262,7 +262,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("--draft-layers", opt->draft_layers,
                   "Layers of the target used as the draft when --draft is not given")
       ->capture_default_str();
-  cmd->add_option("--draft-vocab", opt->draft_vocab, kDraftVocabHelp)->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  add_draft_flags(cmd, opt->draft_flags);
   cmd->add_flag("--adaptive-k", opt->adaptive_k,
                 "Shrink the draft length when acceptance is low (--draft-k is the ceiling)");
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "Keep generating past end-of-generation tokens");

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "apps/commands.h"
+#include "apps/draft_flags.h"
 #include "core/error.h"
 #include "engine/batch_speculation.h"
 #include "engine/engine.h"
@@ -39,7 +40,7 @@ struct ServeOptions {
   std::string spec = "none";  // requests' default speculation (none | ngram | draft); a request's "speculative" overrides it
   std::string draft;          // draft model file: enables speculative mode "draft"
   int64_t draft_k = 4;
-  int64_t draft_vocab = 0;    // draft logits only for ids below this (0: all)
+  DraftFlags draft_flags;     // --draft-vocab, --draft-activations
   bool adaptive_k = false;
 };
 
@@ -64,7 +65,7 @@ void serve(const ServeOptions& opt) {
 
   auto model = Model::load(opt.model);
   // Requests in draft mode draft with it; the Engine refuses a draft with another vocabulary.
-  const std::unique_ptr<Model> draft = opt.draft.empty() ? nullptr : Model::load(opt.draft, ModelLoadOptions{.max_output_rows = opt.draft_vocab});
+  const std::unique_ptr<Model> draft = opt.draft.empty() ? nullptr : Model::load(opt.draft, opt.draft_flags.load_options());
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   std::string template_note;
   ChatTemplate chat_template = ChatTemplate::for_model(model->file(), &template_note);
@@ -134,7 +135,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--draft-k", opt->draft_k, "Drafts verified per pass at most (speculative requests)")
       ->check(CLI::Range(int64_t{1}, kMaxEngineDraftK))
       ->capture_default_str();
-  cmd->add_option("--draft-vocab", opt->draft_vocab, kDraftVocabHelp)->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  add_draft_flags(cmd, opt->draft_flags);
   cmd->add_flag("--adaptive-k", opt->adaptive_k, "Shrink a request's draft length when its drafts are rejected");
   cmd->callback([opt] { serve(*opt); });
 }

@@ -15,9 +15,5 @@ void register_serve(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_ladder(CLI::App& app);
 
-// --draft-vocab, shared by run, serve and bench --spec.
-inline constexpr const char* kDraftVocabHelp =
-    "The draft computes logits only for token ids below this (a cheaper draft head: byte-level BPE ids follow merge "
-    "order, so low ids are the frequent tokens; output is unchanged); 0: all";
 
 }  // namespace kvserve::cli

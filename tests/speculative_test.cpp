@@ -16,6 +16,7 @@
 #include "engine/generate.h"
 #include "engine/ngram_draft.h"
 #include "engine/speculative.h"
+#include "kernels/dispatch.h"
 #include "model/synth.h"
 #include "spec_stats.h"
 #include "test_util.h"
@@ -381,6 +382,40 @@ TEST(SpecModel, MaxOutputRowsKeepsTheFirstLogitsAndMasksTheRest) {
     }
   EXPECT_THROW(Model::load(f.path(), ModelLoadOptions{.max_output_rows = -1}), Error);
   EXPECT_EQ(Model::load(f.path(), ModelLoadOptions{.max_output_rows = 5000})->weights().output.rows(), 320);
+}
+
+TEST(SpecModel, ADraftsActivationsApplyToItsPassesOnly) {
+  SingleThreaded single_threaded;
+  TempFile f(".gguf");
+  kvserve::test_util::write_synth_model(f.path(), "tiny-llama", DType::Q4_0, 3);
+  const ActivationPrecision process_default = activation_precision();
+  {
+    const ScopedActivationPrecision scope(ActivationPrecision::kQ8);
+    EXPECT_EQ(activation_precision(), ActivationPrecision::kQ8);
+    {
+      const ScopedActivationPrecision none(std::nullopt);  // empty: no change
+      EXPECT_EQ(activation_precision(), ActivationPrecision::kQ8);
+    }
+  }
+  EXPECT_EQ(activation_precision(), process_default);
+  auto exact = Model::load(f.path(), ModelLoadOptions{.activations = ActivationPrecision::kF32});
+  auto q8 = Model::load(f.path(), ModelLoadOptions{.activations = ActivationPrecision::kQ8});
+  const auto prompt = prompt_of(6, 320, 9);
+  auto logits_of = [&](const Model& m) {
+    auto decoder = make_decoder("cached", m, 64);
+    const std::span<const float> out = decoder->append(prompt);
+    return std::vector<float>(out.begin(), out.end());
+  };
+  const std::vector<float> exact_logits = logits_of(*exact), q8_logits = logits_of(*q8);
+  EXPECT_EQ(activation_precision(), process_default);  // the passes restored it
+  EXPECT_NE(exact_logits, q8_logits);                   // 8-bit activations round
+  EXPECT_LT(kvserve::test_util::relative_error(q8_logits, exact_logits), 0.1);
+  // A q8 draft for an exact target: still the target's greedy tokens.
+  auto target = Model::load(f.path());
+  const Tokenizer tok = Tokenizer::from_gguf(target->file());
+  ModelDrafter drafter(*q8, 256);
+  EXPECT_EQ(speculative_tokens(*target, drafter, tok, prompt, 30, 4, greedy()).generation.tokens,
+            plain_tokens(*target, tok, prompt, 30, greedy()));
 }
 
 TEST(SpecGreedy, NarrowDraftHeadMatchesTargetTokenForToken) {

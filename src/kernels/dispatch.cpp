@@ -28,6 +28,8 @@ std::atomic<const KernelTable*>& active_table_slot() {
   return slot;
 }
 
+thread_local std::optional<ActivationPrecision> thread_precision;
+
 }  // namespace
 
 const char* isa_name(Isa isa) {
@@ -103,7 +105,18 @@ ActivationPrecision parse_activation_precision(std::string_view name) {
   throw Error("unknown activation precision '" + std::string(name) + "' (expected f32 or q8)");
 }
 
-ActivationPrecision activation_precision() { return precision_slot().load(std::memory_order_relaxed); }
+ActivationPrecision activation_precision() {
+  return thread_precision ? *thread_precision : precision_slot().load(std::memory_order_relaxed);
+}
+
+ScopedActivationPrecision::ScopedActivationPrecision(std::optional<ActivationPrecision> precision)
+    : active_(precision.has_value()), previous_(thread_precision) {
+  if (active_) thread_precision = precision;
+}
+
+ScopedActivationPrecision::~ScopedActivationPrecision() {
+  if (active_) thread_precision = previous_;
+}
 
 void set_activation_precision(ActivationPrecision p) { precision_slot().store(p, std::memory_order_relaxed); }
 

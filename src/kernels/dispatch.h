@@ -3,6 +3,7 @@
 // this build) supports is chosen on first use, unless the environment variable
 // KVSERVE_ISA=scalar|avx2|avx512 forces one. Tests and benchmarks switch paths
 // in-process with set_kernel_isa().
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -44,8 +45,26 @@ enum class ActivationPrecision { kF32, kQ8 };
 const char* activation_precision_name(ActivationPrecision p);
 // Parses "f32" or "q8"; throws kvserve::Error otherwise.
 ActivationPrecision parse_activation_precision(std::string_view name);
-// The first call reads KVSERVE_ACTIVATIONS (f32 | q8).
+// The first call reads KVSERVE_ACTIVATIONS (f32 | q8); a
+// ScopedActivationPrecision on the calling thread takes precedence.
 ActivationPrecision activation_precision();
 void set_activation_precision(ActivationPrecision p);
+
+// Makes this thread's matmuls use `precision` until destroyed (no change when
+// empty): a draft model runs with 8-bit activations while its target stays
+// exact (a draft's rounding changes which tokens it proposes, never the
+// output). Matmuls read the precision on the calling thread, before their
+// OpenMP region, so the scope covers their worker threads too.
+class ScopedActivationPrecision {
+ public:
+  explicit ScopedActivationPrecision(std::optional<ActivationPrecision> precision);
+  ~ScopedActivationPrecision();
+  ScopedActivationPrecision(const ScopedActivationPrecision&) = delete;
+  ScopedActivationPrecision& operator=(const ScopedActivationPrecision&) = delete;
+
+ private:
+  bool active_ = false;
+  std::optional<ActivationPrecision> previous_;
+};
 
 }  // namespace kvserve

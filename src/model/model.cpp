@@ -92,6 +92,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
     m->config_.name += " (logits for the first " + std::to_string(options.max_output_rows) + " tokens)";
   }
   for (int64_t i = 0; i < c.n_layers; ++i) mw.layers.push_back(load_layer(w, c, i));
+  m->activations_ = options.activations;
   return m;
 }
 

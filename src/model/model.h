@@ -3,10 +3,12 @@
 // memory-mapped GGUF file (no copies); the small 1-D tensors (norms, biases)
 // are converted to f32 once. Const after load and thread-compatible.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 #include "model/config.h"
 #include "model/gguf.h"
 
@@ -45,6 +47,9 @@ struct ModelLoadOptions {
   // tokens in merge order, so low ids are the frequent ones. Any proposal
   // distribution keeps the rejection rule exact. 0 keeps every row.
   int64_t max_output_rows = 0;
+  // This model's matmuls use these activations whatever the process default
+  // (kernels/dispatch.h): drafts take q8, faster and harmless to the output.
+  std::optional<ActivationPrecision> activations = std::nullopt;
 };
 
 class Model {
@@ -55,6 +60,8 @@ class Model {
   const GGUFFile& file() const { return *file_; }
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
+  // The activation precision its passes use; empty: the process default.
+  std::optional<ActivationPrecision> activations() const { return activations_; }
   // Bytes of weights read to decode one token (every matrix once).
   size_t weight_bytes_per_token() const;
 
@@ -62,6 +69,7 @@ class Model {
   std::unique_ptr<GGUFFile> file_;
   ModelConfig config_;
   ModelWeights weights_;
+  std::optional<ActivationPrecision> activations_;
 };
 
 }  // namespace kvserve

@@ -114,6 +114,7 @@ void Transformer::forward(std::span<const int32_t> tokens, ContiguousKVCache& ca
   if (cache.size() + n > cache.capacity())
     throw Error("sequence of " + std::to_string(cache.size() + n) + " tokens exceeds the KV cache capacity of " +
                 std::to_string(cache.capacity()) + " tokens");
+  const ScopedActivationPrecision precision(model_.activations());
   resize_scratch(n);
   embed(tokens);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {

@@ -52,6 +52,7 @@ void Transformer::forward_batch(std::span<const SequenceChunk> chunks, PagedKVSt
   }
   const auto n = static_cast<int64_t>(batch_tokens_.size());
   if (n == 0) throw Error("forward_batch: empty batch");
+  const ScopedActivationPrecision precision(model_.activations());
   resize_scratch(n);
   embed(batch_tokens_);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
