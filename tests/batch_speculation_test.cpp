@@ -489,4 +489,11 @@ TEST(EngineSpeculationRealModel, QwenCoderDraftGreedyEqualsTheTargetAlone) {
   EXPECT_GT(m.spec_rounds, 0);
   EXPECT_GT(m.spec_accepted_tokens, 0);  // a real draft of the same family agrees often
   expect_pool_idle(engine);
+  // The fast draft configuration (--draft-vocab 16384, 8-bit activations): the same text.
+  auto fast_draft = Model::load(draft_path, {.max_output_rows = 16384, .activations = ActivationPrecision::kQ8});
+  o.draft_model = fast_draft.get();
+  Engine fast(*target, tok, o);
+  expect_same({run_together(fast, {with_draft(r, 4)})[0]}, {plain}, "qwen coder, fast draft");
+  EXPECT_GT(fast.metrics().spec_accepted_tokens, 0);
+  expect_pool_idle(fast);
 }
