@@ -87,15 +87,17 @@ static inline void q6_k_half(const BlockQ6_K& b, int h, __m256i q[4]) {
   q[3] = _mm256_or_si256(mask_bytes(_mm256_srli_epi16(c, 4), 0x0f), mask_bytes(_mm256_srli_epi16(qh, 2), 0x30));
 }
 
-// 8-bit activations: runs Format::q8_block over every weight block of R rows
-// x N tokens; q8_block(block, qx, scales, acc, offset) adds the block's
-// float-scaled dot to acc (8 lanes) and its offset term to `offset`.
-template <typename Format>
+// 8-bit activations, R rows x N tokens per call. Format::q8_block<N>(block,
+// a, b, acc, offset) unpacks weight block b of one row once (bits, sub-block
+// scales) and adds its dot with all N tokens' activations a[i]: the
+// float-scaled part to acc[i] (8 lanes), the offset term to offset[i]. So a
+// pass over n tokens unpacks each block once per kTokens tokens, not per token.
+template <typename Format, int kTokens>
 struct Q8RowDot {
+  static constexpr int kMaxTokens = kTokens;
   template <int R, int N>
   static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     using Block = typename Format::Block;
-    constexpr int kSubBlocks = Format::kValues / 32;
     const int64_t n_blocks = job.cols / Format::kValues;
     const Block* blocks[R];
     Q8ActRow a[N];
@@ -111,16 +113,19 @@ struct Q8RowDot {
     }
     for (int64_t b = 0; b < n_blocks; ++b) {
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-        for (int i = 0; i < N; ++i)
-          Format::q8_block(blocks[r][b], a[i].qs + b * Format::kValues, a[i].scales + b * kSubBlocks, acc[r][i],
-                           offset[r][i]);
+      for (int r = 0; r < R; ++r) Format::template q8_block<N>(blocks[r][b], a, b, acc[r], offset[r]);
     }
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < N; ++i) out[r * N + i] = horizontal_sum(acc[r][i]) + offset[r][i];
   }
 };
+
+// Token i's activations of values 32 j .. 32 j + 31 of weight block b (of
+// kValues values) and their scale.
+template <int kValues>
+static inline __m256i act_bytes(const Q8ActRow& a, int64_t b, int j) { return load_act(a.qs + b * kValues + 32 * j); }
+template <int kValues>
+static inline Q8ActScale act_scale(const Q8ActRow& a, int64_t b, int j) { return a.scales[b * (kValues / 32) + j]; }
 
 }  // namespace kquants_simd
 }  // namespace kvserve

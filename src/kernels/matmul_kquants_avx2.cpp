@@ -241,15 +241,25 @@ struct KOffsetRowDot {
 
 // ---- 8-bit activations (Q8RowDot in kquants_simd.h) ----------------------
 
+// Each q8_block<N> unpacks one weight block once, then loops over the N
+// tokens (see Q8RowDot).
+
 // Q5_0: q <= 31, so maddubs pairs stay below 2 * 31 * 127.
 struct Q8Q5_0 {
   using Block = BlockQ5_0;
   static constexpr int kValues = kQK4_0;
-  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float& offset) {
+  template <int N>
+  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc,
+                                              float* offset) {
     const float d = _cvtsh_ss(b.d);
-    const __m256 dot = _mm256_cvtepi32_ps(dot_u8_s8(q5_0_bytes(b), load_act(qx)));
-    acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * sc[0].d), acc);
-    offset -= 16.0f * d * sc[0].s;
+    const __m256i q = q5_0_bytes(b);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const Q8ActScale s = act_scale<kValues>(a[i], block, 0);
+      const __m256 dot = _mm256_cvtepi32_ps(dot_u8_s8(q, act_bytes<kValues>(a[i], block, 0)));
+      acc[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * s.d), acc[i]);
+      offset[i] -= 16.0f * d * s.s;
+    }
   }
 };
 
@@ -259,18 +269,28 @@ template <typename BlockT, int kBits>
 struct Q8K {
   using Block = BlockT;
   static constexpr int kValues = kQK_K;
-  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float& offset) {
+  template <int N>
+  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc,
+                                              float* offset) {
     const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
+#pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       __m256i q[2];
       k_quant_chunk<BlockT, kBits>(b, k, q);
+#pragma GCC unroll 2
       for (int half = 0; half < 2; ++half) {
         const int j = 2 * k + half;
         const KScaleMin sm = kquant_scale_min(b.scales, j);
-        const __m256i pairs = _mm256_maddubs_epi16(q[half], load_act(qx + 32 * j));
-        const __m256i dot = _mm256_madd_epi16(pairs, _mm256_set1_epi16(sm.scale));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * sc[j].d), acc);
-        offset -= dmin * static_cast<float>(sm.min) * sc[j].s;
+        const __m256i scale = _mm256_set1_epi16(sm.scale);
+        const float min = dmin * static_cast<float>(sm.min);
+#pragma GCC unroll 8
+        for (int i = 0; i < N; ++i) {
+          const Q8ActScale s = act_scale<kValues>(a[i], block, j);
+          const __m256i pairs = _mm256_maddubs_epi16(q[half], act_bytes<kValues>(a[i], block, j));
+          const __m256i dot = _mm256_madd_epi16(pairs, scale);
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * s.d), acc[i]);
+          offset[i] -= min * s.s;
+        }
       }
     }
   }
@@ -282,23 +302,34 @@ struct Q8K {
 struct Q8Q6_K {
   using Block = BlockQ6_K;
   static constexpr int kValues = kQK_K;
-  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float&) {
+  template <int N>
+  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc, float*) {
     const float d = _cvtsh_ss(b.d);
     const __m256i bias = _mm256_set1_epi8(32);
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       __m256i q[4];
       q6_k_half(b, h, q);
+#pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
         const int j = 4 * h + g;  // activation block: values 32 j .. 32 j + 31
-        const __m256i x = load_act(qx + 32 * j);
-        const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], x), _mm256_maddubs_epi16(bias, x));
         const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(b.scales[2 * j + 1]), _mm_set1_epi16(b.scales[2 * j]));
-        const __m256i dot = _mm256_madd_epi16(pairs, scales);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * sc[j].d), acc);
+#pragma GCC unroll 8
+        for (int i = 0; i < N; ++i) {
+          const __m256i x = act_bytes<kValues>(a[i], block, j);
+          const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], x), _mm256_maddubs_epi16(bias, x));
+          const __m256i dot = _mm256_madd_epi16(pairs, scales);
+          const __m256 scale = _mm256_set1_ps(d * act_scale<kValues>(a[i], block, j).d);
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[i]);
+        }
       }
     }
   }
 };
+
+// Tokens per q8 call: 4 accumulators and 4 offsets leave room in 16
+// registers for one row's unpacked weights and the constants.
+constexpr int kQ8Tokens = 4;
 
 // f32 activations: these one-token kernels for decode, the dequantizing
 // DequantRowDot (exact_simd.h) for several tokens.
@@ -307,13 +338,13 @@ template <typename Format>
 using Many = exact_dq::DequantRowDot<Format, exact_dq::kRegsAvx2>;
 
 constexpr KQuantKernels kAvx2KQuants = {
-    {run_row_tiles<Q8RowDot<Q8Q5_0>>, exact_kernel<ExactRowDot<ExactQ5_0>, Many<exact_dq::DqQ5_0>>},
+    {run_row_tiles<Q8RowDot<Q8Q5_0, kQ8Tokens>>, exact_kernel<ExactRowDot<ExactQ5_0>, Many<exact_dq::DqQ5_0>>},
     // Q4_K / Q5_K: the offset form also for two tokens (1.50 vs 1.72 ms on 8960x1536).
-    {run_row_tiles<Q8RowDot<Q8K<BlockQ4_K, 4>>>,
+    {run_row_tiles<Q8RowDot<Q8K<BlockQ4_K, 4>, kQ8Tokens>>,
      exact_kernel<KOffsetRowDot<BlockQ4_K, 4>, Many<exact_dq::DqK<BlockQ4_K, 4>>, 2>},
-    {run_row_tiles<Q8RowDot<Q8K<BlockQ5_K, 5>>>,
+    {run_row_tiles<Q8RowDot<Q8K<BlockQ5_K, 5>, kQ8Tokens>>,
      exact_kernel<KOffsetRowDot<BlockQ5_K, 5>, Many<exact_dq::DqK<BlockQ5_K, 5>>, 2>},
-    {run_row_tiles<Q8RowDot<Q8Q6_K>>, exact_kernel<Q6KRowDot, Many<exact_dq::DqQ6_K>>},
+    {run_row_tiles<Q8RowDot<Q8Q6_K, kQ8Tokens>>, exact_kernel<Q6KRowDot, Many<exact_dq::DqQ6_K>>},
 };
 
 }  // namespace
