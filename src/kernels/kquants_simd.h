@@ -87,6 +87,51 @@ static inline void q6_k_half(const BlockQ6_K& b, int h, __m256i q[4]) {
   q[3] = _mm256_or_si256(mask_bytes(_mm256_srli_epi16(c, 4), 0x0f), mask_bytes(_mm256_srli_epi16(qh, 2), 0x30));
 }
 
+// ---- Per-super-block vectors, one lane per 32-value sub-block ----------
+//
+// A 256-value block's eight sub-block dots are summed across lanes into one
+// vector, so the float scaling costs one multiply-add per block and token
+// instead of one per sub-block. The lane order that falls out of the
+// horizontal adds is kSubBlockOrder = {0, 1, 4, 5, 2, 3, 6, 7}; the weight and
+// activation scales are arranged to match it.
+
+// The sum of each of eight int32 vectors' lanes, in kSubBlockOrder.
+static inline __m256i sum_sub_blocks(const __m256i dot[8]) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(dot[0], dot[1]), _mm256_hadd_epi32(dot[4], dot[5]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(dot[2], dot[3]), _mm256_hadd_epi32(dot[6], dot[7]));
+  // a: [0, 1, 4, 5] per 128-bit half, b: [2, 3, 6, 7]; add the halves.
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// One token's activation scales of a 256-value block (8 {d, s} pairs), as
+// d and s vectors in kSubBlockOrder.
+struct ActSubScales {
+  __m256 d, s;
+};
+static inline ActSubScales act_sub_scales(const Q8ActScale* sc) {
+  const __m256 first = _mm256_loadu_ps(&sc[0].d), second = _mm256_loadu_ps(&sc[4].d);
+  return {_mm256_shuffle_ps(first, second, 0x88), _mm256_shuffle_ps(first, second, 0xdd)};
+}
+
+// Q4_K / Q5_K sub-block scales and mins as exact floats in kSubBlockOrder
+// (kquant_scale_min for all j at once, on 32-bit words as in ggml).
+struct KSubScaleMins {
+  __m256 scale, min;
+};
+static inline KSubScaleMins k_scale_mins(const uint8_t* packed) {
+  uint32_t w[3];
+  std::memcpy(w, packed, sizeof(w));
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kTop2 = 0x03030303;
+  const uint32_t scales_0_3 = w[0] & kLow6, mins_0_3 = w[1] & kLow6;
+  const uint32_t scales_4_7 = (w[2] & kLow4) | (((w[0] >> 6) & kTop2) << 4);
+  const uint32_t mins_4_7 = ((w[2] >> 4) & kLow4) | (((w[1] >> 6) & kTop2) << 4);
+  const __m128i bytes = _mm_setr_epi32(static_cast<int>(scales_0_3), static_cast<int>(scales_4_7),
+                                       static_cast<int>(mins_0_3), static_cast<int>(mins_4_7));
+  const __m128i ordered = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15));
+  return {_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(ordered)),
+          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(ordered, ordered)))};
+}
+
 // 8-bit activations, R rows x N tokens per call. Format::q8_block<N>(block,
 // a, b, acc, offset) unpacks weight block b of one row once (bits, sub-block
 // scales) and adds its dot with all N tokens' activations a[i]: the
