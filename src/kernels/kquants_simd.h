@@ -95,10 +95,19 @@ static inline void q6_k_half(const BlockQ6_K& b, int h, __m256i q[4]) {
 // horizontal adds is kSubBlockOrder = {0, 1, 4, 5, 2, 3, 6, 7}; the weight and
 // activation scales are arranged to match it.
 
-// The sum of each of eight int32 vectors' lanes, in kSubBlockOrder.
+// _mm256_hadd_epi32(u, v) for lanes within int16 range: pack, then add
+// pairs. Two single-uop instructions instead of hadd's three (the q8 Q4_K
+// pass: 1.12 vs 1.47 ms for 5 tokens on 8960x1536).
+static inline __m256i add_pairs(__m256i u, __m256i v) {
+  return _mm256_madd_epi16(_mm256_packs_epi32(u, v), _mm256_set1_epi16(1));
+}
+
+// The sum of each of eight int32 vectors' lanes, in kSubBlockOrder. Every
+// lane and every pair sum of two lanes must fit int16: a 4-product dpbusd
+// lane of the K-quants is at most 4 * 32 * 127 = 16256.
 static inline __m256i sum_sub_blocks(const __m256i dot[8]) {
-  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(dot[0], dot[1]), _mm256_hadd_epi32(dot[4], dot[5]));
-  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(dot[2], dot[3]), _mm256_hadd_epi32(dot[6], dot[7]));
+  const __m256i a = add_pairs(add_pairs(dot[0], dot[1]), add_pairs(dot[4], dot[5]));
+  const __m256i b = add_pairs(add_pairs(dot[2], dot[3]), add_pairs(dot[6], dot[7]));
   // a: [0, 1, 4, 5] per 128-bit half, b: [2, 3, 6, 7]; add the halves.
   return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }

@@ -88,9 +88,10 @@ struct VnniK {
 struct VnniQ6_K {
   using Block = BlockQ6_K;
   static constexpr int kValues = kQK_K;
-  // Lanes [g0 g2 g4 g6 | g1 g3 g5 g7] of 8 groups: even groups of values 0..15, odd of 16..31.
+  // Lanes [g0 g2 g4 g6 | g1 g3 g5 g7] of 8 groups: even groups of values
+  // 0..15, odd of 16..31 (|lane| <= 4 * 32 * 127, see sum_sub_blocks).
   static __m256i sum_groups(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
-    return _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    return add_pairs(add_pairs(v0, v1), add_pairs(v2, v3));
   }
   template <int N>
   [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc, float*) {
