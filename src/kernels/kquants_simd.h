@@ -149,6 +149,7 @@ static inline KSubScaleMins k_scale_mins(const uint8_t* packed) {
 template <typename Format, int kTokens>
 struct Q8RowDot {
   static constexpr int kMaxTokens = kTokens;
+  static constexpr int rows_for(int n) { return n == 1 ? 4 : n <= 4 ? 2 : 1; }
   template <int R, int N>
   static void dot(const MatmulJob& job, int64_t first_row, int64_t row_step, int64_t first_token, float* out) {
     using Block = typename Format::Block;

@@ -263,35 +263,30 @@ struct Q8Q5_0 {
   }
 };
 
-// Q4_K / Q5_K: maddubs pairs <= 2 * 31 * 127; madd by the 6-bit scale gives
-// int32 sc * dot directly.
+// Q4_K / Q5_K: sub-block j adds d sc_j dx_j dot_j - dmin m_j s_j. Per token
+// the eight sub-block dots (maddubs pairs <= 2 * 31 * 127, madd to int32) are
+// summed across lanes into one vector (lane per sub-block, kquants_simd.h),
+// scaled and offset in two multiply-adds.
 template <typename BlockT, int kBits>
 struct Q8K {
   using Block = BlockT;
   static constexpr int kValues = kQK_K;
   template <int N>
-  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc,
-                                              float* offset) {
-    const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
+  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc, float*) {
+    __m256i q[8];  // q[j]: sub-block j's unsigned values
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      __m256i q[2];
-      k_quant_chunk<BlockT, kBits>(b, k, q);
-#pragma GCC unroll 2
-      for (int half = 0; half < 2; ++half) {
-        const int j = 2 * k + half;
-        const KScaleMin sm = kquant_scale_min(b.scales, j);
-        const __m256i scale = _mm256_set1_epi16(sm.scale);
-        const float min = dmin * static_cast<float>(sm.min);
+    for (int k = 0; k < 4; ++k) k_quant_chunk<BlockT, kBits>(b, k, q + 2 * k);
+    const KSubScaleMins sm = k_scale_mins(b.scales);
+    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), sm.scale);
+    const __m256 min = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), sm.min);
 #pragma GCC unroll 8
-        for (int i = 0; i < N; ++i) {
-          const Q8ActScale s = act_scale<kValues>(a[i], block, j);
-          const __m256i pairs = _mm256_maddubs_epi16(q[half], act_bytes<kValues>(a[i], block, j));
-          const __m256i dot = _mm256_madd_epi16(pairs, scale);
-          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * s.d), acc[i]);
-          offset[i] -= min * s.s;
-        }
-      }
+    for (int i = 0; i < N; ++i) {
+      __m256i dot[8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) dot[j] = dot_u8_s8(q[j], act_bytes<kValues>(a[i], block, j));
+      const ActSubScales x = act_sub_scales(a[i].scales + block * 8);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_sub_blocks(dot)), _mm256_mul_ps(scale, x.d), acc[i]);
+      acc[i] = _mm256_fnmadd_ps(min, x.s, acc[i]);
     }
   }
 };
