@@ -182,5 +182,81 @@ static inline __m256i act_bytes(const Q8ActRow& a, int64_t b, int j) { return lo
 template <int kValues>
 static inline Q8ActScale act_scale(const Q8ActRow& a, int64_t b, int j) { return a.scales[b * (kValues / 32) + j]; }
 
+// ---- Q4_K / Q5_K / Q6_K with 8-bit activations, shared by both ISAs ----
+//
+// Each q8_block<N> unpacks one weight block and its scales once, then per
+// token sums its sub-block dots across lanes (sum_sub_blocks) and scales the
+// sums with one or two multiply-adds. Dot is the ISA's integer dot: u8_s8(w,
+// a) (4-product int32 lane sums of unsigned w times signed a) and q6(q, a),
+// the same for (q - 32) with q unsigned 6-bit.
+
+// Q4_K / Q5_K: sub-block j adds d sc_j dx_j dot_j - dmin m_j s_j.
+template <typename BlockT, int kBits, typename Dot>
+struct LaneSumK {
+  using Block = BlockT;
+  static constexpr int kValues = kQK_K;
+  template <int N>
+  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc, float*) {
+    __m256i q[8];  // q[j]: sub-block j's unsigned values
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) k_quant_chunk<BlockT, kBits>(b, k, q + 2 * k);
+    const KSubScaleMins sm = k_scale_mins(b.scales);
+    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), sm.scale);
+    const __m256 min = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), sm.min);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      __m256i dot[8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) dot[j] = Dot::u8_s8(q[j], act_bytes<kValues>(a[i], block, j));
+      const ActSubScales x = act_sub_scales(a[i].scales + block * 8);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_sub_blocks(dot)), _mm256_mul_ps(scale, x.d), acc[i]);
+      acc[i] = _mm256_fnmadd_ps(min, x.s, acc[i]);
+    }
+  }
+};
+
+// Q6_K: per 32 values j, lanes 0..3 of the dot belong to 16-value group 2j
+// and lanes 4..7 to group 2j + 1, each with its own 8-bit scale. Per token
+// the groups' dots are summed across lanes into two vectors, [g0 g2 g4 g6 |
+// g1 g3 g5 g7] for j < 4 and likewise for groups 8..15, then scaled by
+// d scale_g dx_j.
+template <typename Dot>
+struct LaneSumQ6_K {
+  using Block = BlockQ6_K;
+  static constexpr int kValues = kQK_K;
+  // |lane| <= 4 * 32 * 127, as sum_sub_blocks needs.
+  static __m256i sum_groups(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+    return add_pairs(add_pairs(v0, v1), add_pairs(v2, v3));
+  }
+  template <int N>
+  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc, float*) {
+    __m256i q[8];  // q[j]: values 32 j .. 32 j + 31, unsigned 6-bit
+    q6_k_half(b, 0, q);
+    q6_k_half(b, 1, q + 4);
+    // d * scales[g] in the lane order of sum_groups.
+    const __m128i scales = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)),
+                                            _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+    const __m256 first_scales = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scales)));
+    const __m256 second_scales =
+        _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(scales, scales))));
+    // dx of activation blocks 0..3 (4..7) in both halves: every other float of four {d, s} pairs.
+    const __m256i every_d = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      __m256i dot[8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) dot[j] = Dot::q6(q[j], act_bytes<kValues>(a[i], block, j));
+      const Q8ActScale* sc = a[i].scales + block * 8;
+      const __m256 dx_first = _mm256_permutevar8x32_ps(_mm256_loadu_ps(&sc[0].d), every_d);
+      const __m256 dx_second = _mm256_permutevar8x32_ps(_mm256_loadu_ps(&sc[4].d), every_d);
+      const __m256 first = _mm256_cvtepi32_ps(sum_groups(dot[0], dot[1], dot[2], dot[3]));
+      const __m256 second = _mm256_cvtepi32_ps(sum_groups(dot[4], dot[5], dot[6], dot[7]));
+      acc[i] = _mm256_fmadd_ps(first, _mm256_mul_ps(first_scales, dx_first), acc[i]);
+      acc[i] = _mm256_fmadd_ps(second, _mm256_mul_ps(second_scales, dx_second), acc[i]);
+    }
+  }
+};
+
 }  // namespace kquants_simd
 }  // namespace kvserve

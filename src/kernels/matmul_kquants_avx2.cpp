@@ -263,62 +263,14 @@ struct Q8Q5_0 {
   }
 };
 
-// Q4_K / Q5_K: sub-block j adds d sc_j dx_j dot_j - dmin m_j s_j. Per token
-// the eight sub-block dots (maddubs pairs <= 2 * 31 * 127, madd to int32) are
-// summed across lanes into one vector (lane per sub-block, kquants_simd.h),
-// scaled and offset in two multiply-adds.
-template <typename BlockT, int kBits>
-struct Q8K {
-  using Block = BlockT;
-  static constexpr int kValues = kQK_K;
-  template <int N>
-  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc, float*) {
-    __m256i q[8];  // q[j]: sub-block j's unsigned values
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) k_quant_chunk<BlockT, kBits>(b, k, q + 2 * k);
-    const KSubScaleMins sm = k_scale_mins(b.scales);
-    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), sm.scale);
-    const __m256 min = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), sm.min);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      __m256i dot[8];
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) dot[j] = dot_u8_s8(q[j], act_bytes<kValues>(a[i], block, j));
-      const ActSubScales x = act_sub_scales(a[i].scales + block * 8);
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_sub_blocks(dot)), _mm256_mul_ps(scale, x.d), acc[i]);
-      acc[i] = _mm256_fnmadd_ps(min, x.s, acc[i]);
-    }
-  }
-};
-
-// Q6_K: pairs = maddubs(q, qx) - maddubs(32, qx), i.e. (q - 32) qx summed in
-// pairs: |pairs| <= 2 * 32 * 127; madd by the signed 8-bit scales (lanes 0..7
-// the first 16 values, 8..15 the second) gives int32 sc * dot.
-struct Q8Q6_K {
-  using Block = BlockQ6_K;
-  static constexpr int kValues = kQK_K;
-  template <int N>
-  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc, float*) {
-    const float d = _cvtsh_ss(b.d);
-    const __m256i bias = _mm256_set1_epi8(32);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      __m256i q[4];
-      q6_k_half(b, h, q);
-#pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) {
-        const int j = 4 * h + g;  // activation block: values 32 j .. 32 j + 31
-        const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(b.scales[2 * j + 1]), _mm_set1_epi16(b.scales[2 * j]));
-#pragma GCC unroll 8
-        for (int i = 0; i < N; ++i) {
-          const __m256i x = act_bytes<kValues>(a[i], block, j);
-          const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], x), _mm256_maddubs_epi16(bias, x));
-          const __m256i dot = _mm256_madd_epi16(pairs, scales);
-          const __m256 scale = _mm256_set1_ps(d * act_scale<kValues>(a[i], block, j).d);
-          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[i]);
-        }
-      }
-    }
+// The integer dots of LaneSumK / LaneSumQ6_K (kquants_simd.h): maddubs
+// pairs stay within int16 (<= 2 * 31 * 127 for Q4_K / Q5_K; for Q6_K each
+// of q x and 32 x is <= 2 * 63 * 127, their difference <= 2 * 32 * 127).
+struct Avx2Dot {
+  static __m256i u8_s8(__m256i w, __m256i a) { return dot_u8_s8(w, a); }
+  static __m256i q6(__m256i q, __m256i a) {
+    const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q, a), _mm256_maddubs_epi16(_mm256_set1_epi8(32), a));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
   }
 };
 
@@ -335,11 +287,11 @@ using Many = exact_dq::DequantRowDot<Format, exact_dq::kRegsAvx2>;
 constexpr KQuantKernels kAvx2KQuants = {
     {run_row_tiles<Q8RowDot<Q8Q5_0, kQ8Tokens>>, exact_kernel<ExactRowDot<ExactQ5_0>, Many<exact_dq::DqQ5_0>>},
     // Q4_K / Q5_K: the offset form also for two tokens (1.50 vs 1.72 ms on 8960x1536).
-    {run_row_tiles<Q8RowDot<Q8K<BlockQ4_K, 4>, kQ8Tokens>>,
+    {run_row_tiles<Q8RowDot<LaneSumK<BlockQ4_K, 4, Avx2Dot>, kQ8Tokens>>,
      exact_kernel<KOffsetRowDot<BlockQ4_K, 4>, Many<exact_dq::DqK<BlockQ4_K, 4>>, 2>},
-    {run_row_tiles<Q8RowDot<Q8K<BlockQ5_K, 5>, kQ8Tokens>>,
+    {run_row_tiles<Q8RowDot<LaneSumK<BlockQ5_K, 5, Avx2Dot>, kQ8Tokens>>,
      exact_kernel<KOffsetRowDot<BlockQ5_K, 5>, Many<exact_dq::DqK<BlockQ5_K, 5>>, 2>},
-    {run_row_tiles<Q8RowDot<Q8Q6_K, kQ8Tokens>>, exact_kernel<Q6KRowDot, Many<exact_dq::DqQ6_K>>},
+    {run_row_tiles<Q8RowDot<LaneSumQ6_K<Avx2Dot>, kQ8Tokens>>, exact_kernel<Q6KRowDot, Many<exact_dq::DqQ6_K>>},
 };
 
 }  // namespace

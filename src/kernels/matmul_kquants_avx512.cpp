@@ -53,78 +53,10 @@ struct VnniQ5_0 {
   }
 };
 
-// Q4_K / Q5_K: sub-block j adds d sc_j dx_j dot_j - dmin m_j s_j. Per
-// token the eight sub-block dots are summed across lanes into one vector
-// (lane per sub-block), scaled by d sc dx and offset by dmin m s in two
-// multiply-adds.
-template <typename BlockT, int kBits>
-struct VnniK {
-  using Block = BlockT;
-  static constexpr int kValues = kQK_K;
-  template <int N>
-  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc, float*) {
-    __m256i q[8];  // q[j]: sub-block j's unsigned values
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) k_quant_chunk<BlockT, kBits>(b, k, q + 2 * k);
-    const KSubScaleMins sm = k_scale_mins(b.scales);
-    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), sm.scale);
-    const __m256 min = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), sm.min);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      __m256i dot[8];
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) dot[j] = dpbusd(q[j], act_bytes<kValues>(a[i], block, j));
-      const ActSubScales x = act_sub_scales(a[i].scales + block * 8);
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_sub_blocks(dot)), _mm256_mul_ps(scale, x.d), acc[i]);
-      acc[i] = _mm256_fnmadd_ps(min, x.s, acc[i]);
-    }
-  }
-};
-
-// Q6_K: per 32 values j, dot(q, qx) - dot(32, qx) as int32 lanes 0..3
-// (16-value group 2j) and 4..7 (group 2j + 1). Per token the groups' dots
-// are summed across lanes into two vectors, [g0 g2 g4 g6 | g1 g3 g5 g7] for
-// j < 4 and likewise for groups 8..15, then scaled by d scale_g dx_j.
-struct VnniQ6_K {
-  using Block = BlockQ6_K;
-  static constexpr int kValues = kQK_K;
-  // Lanes [g0 g2 g4 g6 | g1 g3 g5 g7] of 8 groups: even groups of values
-  // 0..15, odd of 16..31 (|lane| <= 4 * 32 * 127, see sum_sub_blocks).
-  static __m256i sum_groups(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
-    return add_pairs(add_pairs(v0, v1), add_pairs(v2, v3));
-  }
-  template <int N>
-  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc, float*) {
-    __m256i q[8];  // q[j]: values 32 j .. 32 j + 31, unsigned 6-bit
-    q6_k_half(b, 0, q);
-    q6_k_half(b, 1, q + 4);
-    // d * scales[g] in the lane order of sum_groups.
-    const __m128i scales = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)),
-                                            _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
-    const __m256 first_scales = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scales)));
-    const __m256 second_scales =
-        _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(scales, scales))));
-    const __m256i bias = _mm256_set1_epi8(32);
-    // dx of activation blocks 0..3 (4..7) in both halves: every other float of four {d, s} pairs.
-    const __m256i every_d = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      __m256i dot[8];
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
-        const __m256i x = act_bytes<kValues>(a[i], block, j);
-        dot[j] = _mm256_sub_epi32(dpbusd(q[j], x), dpbusd(bias, x));
-      }
-      const Q8ActScale* sc = a[i].scales + block * 8;
-      const __m256 dx_first = _mm256_permutevar8x32_ps(_mm256_loadu_ps(&sc[0].d), every_d);
-      const __m256 dx_second = _mm256_permutevar8x32_ps(_mm256_loadu_ps(&sc[4].d), every_d);
-      const __m256 first = _mm256_cvtepi32_ps(sum_groups(dot[0], dot[1], dot[2], dot[3]));
-      const __m256 second = _mm256_cvtepi32_ps(sum_groups(dot[4], dot[5], dot[6], dot[7]));
-      acc[i] = _mm256_fmadd_ps(first, _mm256_mul_ps(first_scales, dx_first), acc[i]);
-      acc[i] = _mm256_fmadd_ps(second, _mm256_mul_ps(second_scales, dx_second), acc[i]);
-    }
-  }
+// The integer dots of LaneSumK / LaneSumQ6_K (kquants_simd.h).
+struct VnniDot {
+  static __m256i u8_s8(__m256i w, __m256i a) { return dpbusd(w, a); }
+  static __m256i q6(__m256i q, __m256i a) { return _mm256_sub_epi32(dpbusd(q, a), dpbusd(_mm256_set1_epi8(32), a)); }
 };
 
 // f32 activations: DequantRowDot (exact_simd.h) with this file's 32
@@ -148,9 +80,9 @@ void exact_kernel(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
 const KQuantKernels& avx512_kquant_kernels() {
   static const KQuantKernels kernels = {
       {run_row_tiles<Q8RowDot<VnniQ5_0, kQ8Tokens>>, exact_kernel<exact_dq::DqQ5_0, &KQuantKernels::q5_0>},
-      {run_row_tiles<Q8RowDot<VnniK<BlockQ4_K, 4>, kQ8Tokens>>, exact_kernel<exact_dq::DqK<BlockQ4_K, 4>, &KQuantKernels::q4_k>},
-      {run_row_tiles<Q8RowDot<VnniK<BlockQ5_K, 5>, kQ8Tokens>>, exact_kernel<exact_dq::DqK<BlockQ5_K, 5>, &KQuantKernels::q5_k>},
-      {run_row_tiles<Q8RowDot<VnniQ6_K, kQ8Tokens>>, exact_kernel<exact_dq::DqQ6_K, &KQuantKernels::q6_k>},
+      {run_row_tiles<Q8RowDot<LaneSumK<BlockQ4_K, 4, VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqK<BlockQ4_K, 4>, &KQuantKernels::q4_k>},
+      {run_row_tiles<Q8RowDot<LaneSumK<BlockQ5_K, 5, VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqK<BlockQ5_K, 5>, &KQuantKernels::q5_k>},
+      {run_row_tiles<Q8RowDot<LaneSumQ6_K<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqQ6_K, &KQuantKernels::q6_k>},
   };
   return kernels;
 }
