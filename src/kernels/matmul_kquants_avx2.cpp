@@ -8,9 +8,10 @@
 //  - Q5_0: the block dequantized in registers (d q - 16 d), then FMA'd with x.
 //
 // 8-bit activations (Q8Order::Plain, blocks of 32): per 32 values an exact
-// integer dot (maddubs u8 x s8 -> s16 pairs, madd -> s32), times the
-// integer sub-block scale where the type has one, then scaled in float by
-// d * dx. Every s16 intermediate is bounded below 32767 (see each format).
+// integer dot (maddubs u8 x s8 -> s16 pairs, madd -> s32); the K-quants sum
+// a block's dots across lanes and scale them in float (LaneSumK /
+// LaneSumQ6_K in kquants_simd.h), Q5_0 scales each dot by d * dx. Every s16
+// intermediate is bounded below 32767 (see each format).
 #include <immintrin.h>
 
 #include <cstring>
@@ -274,8 +275,8 @@ struct Avx2Dot {
   }
 };
 
-// Tokens per q8 call: 4 accumulators and 4 offsets leave room in 16
-// registers for one row's unpacked weights and the constants.
+// Tokens per q8 call: 4, the default of the 16-register kernels (not tuned
+// for these).
 constexpr int kQ8Tokens = 4;
 
 // f32 activations: these one-token kernels for decode, the dequantizing

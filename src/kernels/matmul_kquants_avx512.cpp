@@ -26,15 +26,12 @@ using namespace kquants_simd;
 
 __m256i dpbusd(__m256i w, __m256i a) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a); }
 
-// Tokens per q8 call: 8 accumulators and 8 offsets fit the 32 registers
-// beside one row's unpacked weights.
+// Tokens per q8 call: 8 tokens' accumulators fit the 32 registers beside a
+// K-quant row's eight unpacked weight vectors.
 constexpr int kQ8Tokens = 8;
 
-// Each q8_block<N> below unpacks one weight block (bits and scales) once
-// and then loops over the N tokens; per token it does what the one-token
-// kernel did, in the same order, so results do not depend on N.
-
-// Q5_0: w = d q - 16 d, q <= 31 unsigned.
+// Q5_0: w = d q - 16 d, q <= 31 unsigned. The block is unpacked once, then
+// each token does what the one-token kernel did (results do not depend on N).
 struct VnniQ5_0 {
   using Block = BlockQ5_0;
   static constexpr int kValues = kQK4_0;
