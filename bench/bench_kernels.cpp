@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -151,6 +152,10 @@ void bench_type(DType type, const Shape& shape, double bandwidth, bool decode_on
   std::fflush(stdout);
 }
 
+// The --tokens bench's kernel path: KVSERVE_ISA where set (e.g. avx2 on an
+// AVX-512 machine), else the best one.
+Isa tokens_bench_isa() { return std::getenv("KVSERVE_ISA") ? active_isa() : best_isa(); }
+
 // Matmul time for n_tokens = 1..kMaxTokens on one cold shape: every n and
 // both activation precisions interleaved over kRounds rounds, best kept.
 void bench_tokens(DType type, const Shape& shape, int threads) {
@@ -163,7 +168,7 @@ void bench_tokens(DType type, const Shape& shape, int threads) {
   Noise noise{7};
   for (size_t i = 0; i < x.size(); ++i) x[i] = noise.next();
   std::vector<float> y(static_cast<size_t>(kMaxTokens * shape.rows));
-  set_kernel_isa(best_isa());
+  set_kernel_isa(tokens_bench_isa());
   omp_set_num_threads(threads);
   for (int round = 0; round < kRounds; ++round)
     for (int p = 0; p < 2; ++p) {
@@ -203,7 +208,7 @@ void run_tokens_bench(const std::vector<DType>& only) {
       {DType::Q5_0, {"1536x576 (cold)", 1536, 576, true}},   {DType::Q4_K, {"8960x1536 (cold)", 8960, 1536, true}},
       {DType::Q4_K, {"1536x1536 (cold)", 1536, 1536, true}}, {DType::Q6_K, {"1536x8960 (cold)", 1536, 8960, true}},
   };
-  std::printf("## matmul ms vs n_tokens (%s, best of %d interleaved rounds)\n\n", isa_name(best_isa()), kRounds);
+  std::printf("## matmul ms vs n_tokens (%s, best of %d interleaved rounds)\n\n", isa_name(tokens_bench_isa()), kRounds);
   std::printf("| type | shape (rows x cols) | activations | threads |");
   for (int n = 1; n <= 9; ++n) std::printf(" n=%d |", n);
   std::printf(" n=1 GB/s | t2/t1 | t3/t1 | t5/t1 | t9/t1 |\n|---|---|---|---|");

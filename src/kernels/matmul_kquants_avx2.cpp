@@ -8,9 +8,10 @@
 //  - Q5_0: the block dequantized in registers (d q - 16 d), then FMA'd with x.
 //
 // 8-bit activations (Q8Order::Plain, blocks of 32): per 32 values an exact
-// integer dot (maddubs u8 x s8 -> s16 pairs, madd -> s32), times the
-// integer sub-block scale where the type has one, then scaled in float by
-// d * dx. Every s16 intermediate is bounded below 32767 (see each format).
+// integer dot (maddubs u8 x s8 -> s16 pairs, madd -> s32); the K-quants sum
+// a block's dots across lanes and scale them in float (LaneSumK /
+// LaneSumQ6_K in kquants_simd.h), Q5_0 scales each dot by d * dx. Every s16
+// intermediate is bounded below 32767 (see each format).
 #include <immintrin.h>
 
 #include <cstring>
@@ -241,64 +242,42 @@ struct KOffsetRowDot {
 
 // ---- 8-bit activations (Q8RowDot in kquants_simd.h) ----------------------
 
+// Each q8_block<N> unpacks one weight block once, then loops over the N
+// tokens (see Q8RowDot).
+
 // Q5_0: q <= 31, so maddubs pairs stay below 2 * 31 * 127.
 struct Q8Q5_0 {
   using Block = BlockQ5_0;
   static constexpr int kValues = kQK4_0;
-  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float& offset) {
+  template <int N>
+  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc,
+                                              float* offset) {
     const float d = _cvtsh_ss(b.d);
-    const __m256 dot = _mm256_cvtepi32_ps(dot_u8_s8(q5_0_bytes(b), load_act(qx)));
-    acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * sc[0].d), acc);
-    offset -= 16.0f * d * sc[0].s;
-  }
-};
-
-// Q4_K / Q5_K: maddubs pairs <= 2 * 31 * 127; madd by the 6-bit scale gives
-// int32 sc * dot directly.
-template <typename BlockT, int kBits>
-struct Q8K {
-  using Block = BlockT;
-  static constexpr int kValues = kQK_K;
-  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float& offset) {
-    const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
-    for (int k = 0; k < 4; ++k) {
-      __m256i q[2];
-      k_quant_chunk<BlockT, kBits>(b, k, q);
-      for (int half = 0; half < 2; ++half) {
-        const int j = 2 * k + half;
-        const KScaleMin sm = kquant_scale_min(b.scales, j);
-        const __m256i pairs = _mm256_maddubs_epi16(q[half], load_act(qx + 32 * j));
-        const __m256i dot = _mm256_madd_epi16(pairs, _mm256_set1_epi16(sm.scale));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * sc[j].d), acc);
-        offset -= dmin * static_cast<float>(sm.min) * sc[j].s;
-      }
+    const __m256i q = q5_0_bytes(b);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const Q8ActScale s = act_scale<kValues>(a[i], block, 0);
+      const __m256 dot = _mm256_cvtepi32_ps(dot_u8_s8(q, act_bytes<kValues>(a[i], block, 0)));
+      acc[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * s.d), acc[i]);
+      offset[i] -= 16.0f * d * s.s;
     }
   }
 };
 
-// Q6_K: pairs = maddubs(q, qx) - maddubs(32, qx), i.e. (q - 32) qx summed in
-// pairs: |pairs| <= 2 * 32 * 127; madd by the signed 8-bit scales (lanes 0..7
-// the first 16 values, 8..15 the second) gives int32 sc * dot.
-struct Q8Q6_K {
-  using Block = BlockQ6_K;
-  static constexpr int kValues = kQK_K;
-  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float&) {
-    const float d = _cvtsh_ss(b.d);
-    const __m256i bias = _mm256_set1_epi8(32);
-    for (int h = 0; h < 2; ++h) {
-      __m256i q[4];
-      q6_k_half(b, h, q);
-      for (int g = 0; g < 4; ++g) {
-        const int j = 4 * h + g;  // activation block: values 32 j .. 32 j + 31
-        const __m256i x = load_act(qx + 32 * j);
-        const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], x), _mm256_maddubs_epi16(bias, x));
-        const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(b.scales[2 * j + 1]), _mm_set1_epi16(b.scales[2 * j]));
-        const __m256i dot = _mm256_madd_epi16(pairs, scales);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * sc[j].d), acc);
-      }
-    }
+// The integer dots of LaneSumK / LaneSumQ6_K (kquants_simd.h): maddubs
+// pairs stay within int16 (<= 2 * 31 * 127 for Q4_K / Q5_K; for Q6_K each
+// of q x and 32 x is <= 2 * 63 * 127, their difference <= 2 * 32 * 127).
+struct Avx2Dot {
+  static __m256i u8_s8(__m256i w, __m256i a) { return dot_u8_s8(w, a); }
+  static __m256i q6(__m256i q, __m256i a) {
+    const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q, a), _mm256_maddubs_epi16(_mm256_set1_epi8(32), a));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
   }
 };
+
+// Tokens per q8 call: 4, the default of the 16-register kernels (not tuned
+// for these).
+constexpr int kQ8Tokens = 4;
 
 // f32 activations: these one-token kernels for decode, the dequantizing
 // DequantRowDot (exact_simd.h) for several tokens.
@@ -307,13 +286,13 @@ template <typename Format>
 using Many = exact_dq::DequantRowDot<Format, exact_dq::kRegsAvx2>;
 
 constexpr KQuantKernels kAvx2KQuants = {
-    {run_row_tiles<Q8RowDot<Q8Q5_0>>, exact_kernel<ExactRowDot<ExactQ5_0>, Many<exact_dq::DqQ5_0>>},
+    {run_row_tiles<Q8RowDot<Q8Q5_0, kQ8Tokens>>, exact_kernel<ExactRowDot<ExactQ5_0>, Many<exact_dq::DqQ5_0>>},
     // Q4_K / Q5_K: the offset form also for two tokens (1.50 vs 1.72 ms on 8960x1536).
-    {run_row_tiles<Q8RowDot<Q8K<BlockQ4_K, 4>>>,
+    {run_row_tiles<Q8RowDot<LaneSumK<BlockQ4_K, 4, Avx2Dot>, kQ8Tokens>>,
      exact_kernel<KOffsetRowDot<BlockQ4_K, 4>, Many<exact_dq::DqK<BlockQ4_K, 4>>, 2>},
-    {run_row_tiles<Q8RowDot<Q8K<BlockQ5_K, 5>>>,
+    {run_row_tiles<Q8RowDot<LaneSumK<BlockQ5_K, 5, Avx2Dot>, kQ8Tokens>>,
      exact_kernel<KOffsetRowDot<BlockQ5_K, 5>, Many<exact_dq::DqK<BlockQ5_K, 5>>, 2>},
-    {run_row_tiles<Q8RowDot<Q8Q6_K>>, exact_kernel<Q6KRowDot, Many<exact_dq::DqQ6_K>>},
+    {run_row_tiles<Q8RowDot<LaneSumQ6_K<Avx2Dot>, kQ8Tokens>>, exact_kernel<Q6KRowDot, Many<exact_dq::DqQ6_K>>},
 };
 
 }  // namespace

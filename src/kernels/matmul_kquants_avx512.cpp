@@ -26,60 +26,34 @@ using namespace kquants_simd;
 
 __m256i dpbusd(__m256i w, __m256i a) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a); }
 
-// Q5_0: w = d q - 16 d, q <= 31 unsigned.
+// Tokens per q8 call: 8 tokens' accumulators fit the 32 registers beside a
+// K-quant row's eight unpacked weight vectors.
+constexpr int kQ8Tokens = 8;
+
+// Q5_0: w = d q - 16 d, q <= 31 unsigned. The block is unpacked once, then
+// each token does what the one-token kernel did (results do not depend on N).
 struct VnniQ5_0 {
   using Block = BlockQ5_0;
   static constexpr int kValues = kQK4_0;
-  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float& offset) {
+  template <int N>
+  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc,
+                                              float* offset) {
     const float d = _cvtsh_ss(b.d);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dpbusd(q5_0_bytes(b), load_act(qx))), _mm256_set1_ps(d * sc[0].d), acc);
-    offset -= 16.0f * d * sc[0].s;
-  }
-};
-
-// Q4_K / Q5_K: sub-block j adds d sc_j dx_j dot_j and -dmin m_j s_j.
-template <typename BlockT, int kBits>
-struct VnniK {
-  using Block = BlockT;
-  static constexpr int kValues = kQK_K;
-  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float& offset) {
-    const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
-    for (int k = 0; k < 4; ++k) {
-      __m256i q[2];
-      k_quant_chunk<BlockT, kBits>(b, k, q);
-      for (int half = 0; half < 2; ++half) {
-        const int j = 2 * k + half;
-        const KScaleMin sm = kquant_scale_min(b.scales, j);
-        const __m256 dot = _mm256_cvtepi32_ps(dpbusd(q[half], load_act(qx + 32 * j)));
-        acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * static_cast<float>(sm.scale) * sc[j].d), acc);
-        offset -= dmin * static_cast<float>(sm.min) * sc[j].s;
-      }
+    const __m256i q = q5_0_bytes(b);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const Q8ActScale s = act_scale<kValues>(a[i], block, 0);
+      const __m256 dot = _mm256_cvtepi32_ps(dpbusd(q, act_bytes<kValues>(a[i], block, 0)));
+      acc[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * s.d), acc[i]);
+      offset[i] -= 16.0f * d * s.s;
     }
   }
 };
 
-// Q6_K: dot(q, qx) - dot(32, qx) per int32 lane (lanes 0..3 hold values
-// 0..15 of the 32, lanes 4..7 values 16..31), times each half's scale.
-struct VnniQ6_K {
-  using Block = BlockQ6_K;
-  static constexpr int kValues = kQK_K;
-  static void q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc, __m256& acc, float&) {
-    const float d = _cvtsh_ss(b.d);
-    const __m256i bias = _mm256_set1_epi8(32);
-    for (int h = 0; h < 2; ++h) {
-      __m256i q[4];
-      q6_k_half(b, h, q);
-      for (int g = 0; g < 4; ++g) {
-        const int j = 4 * h + g;
-        const __m256i x = load_act(qx + 32 * j);
-        const __m256i dot = _mm256_sub_epi32(dpbusd(q[g], x), dpbusd(bias, x));
-        const float scale = d * sc[j].d;
-        const __m256 scales =
-            _mm256_set_m128(_mm_set1_ps(scale * b.scales[2 * j + 1]), _mm_set1_ps(scale * b.scales[2 * j]));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scales, acc);
-      }
-    }
-  }
+// The integer dots of LaneSumK / LaneSumQ6_K (kquants_simd.h).
+struct VnniDot {
+  static __m256i u8_s8(__m256i w, __m256i a) { return dpbusd(w, a); }
+  static __m256i q6(__m256i q, __m256i a) { return _mm256_sub_epi32(dpbusd(q, a), dpbusd(_mm256_set1_epi8(32), a)); }
 };
 
 // f32 activations: DequantRowDot (exact_simd.h) with this file's 32
@@ -102,10 +76,10 @@ void exact_kernel(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
 
 const KQuantKernels& avx512_kquant_kernels() {
   static const KQuantKernels kernels = {
-      {run_row_tiles<Q8RowDot<VnniQ5_0>>, exact_kernel<exact_dq::DqQ5_0, &KQuantKernels::q5_0>},
-      {run_row_tiles<Q8RowDot<VnniK<BlockQ4_K, 4>>>, exact_kernel<exact_dq::DqK<BlockQ4_K, 4>, &KQuantKernels::q4_k>},
-      {run_row_tiles<Q8RowDot<VnniK<BlockQ5_K, 5>>>, exact_kernel<exact_dq::DqK<BlockQ5_K, 5>, &KQuantKernels::q5_k>},
-      {run_row_tiles<Q8RowDot<VnniQ6_K>>, exact_kernel<exact_dq::DqQ6_K, &KQuantKernels::q6_k>},
+      {run_row_tiles<Q8RowDot<VnniQ5_0, kQ8Tokens>>, exact_kernel<exact_dq::DqQ5_0, &KQuantKernels::q5_0>},
+      {run_row_tiles<Q8RowDot<LaneSumK<BlockQ4_K, 4, VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqK<BlockQ4_K, 4>, &KQuantKernels::q4_k>},
+      {run_row_tiles<Q8RowDot<LaneSumK<BlockQ5_K, 5, VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqK<BlockQ5_K, 5>, &KQuantKernels::q5_k>},
+      {run_row_tiles<Q8RowDot<LaneSumQ6_K<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqQ6_K, &KQuantKernels::q6_k>},
   };
   return kernels;
 }
