@@ -193,6 +193,27 @@ static inline Q8ActScale act_scale(const Q8ActRow& a, int64_t b, int j) { return
 // the same for (q - 32) with q unsigned 6-bit.
 
 // Q4_K / Q5_K: sub-block j adds d sc_j dx_j dot_j - dmin m_j s_j.
+// Q5_0 with 8-bit activations: w = d q - 16 d (q <= 31 unsigned), the block
+// unpacked once for the call's N tokens; Dot::u8_s8 is the ISA's integer dot.
+template <typename Dot>
+struct Q8Q5_0 {
+  using Block = BlockQ5_0;
+  static constexpr int kValues = kQK4_0;
+  template <int N>
+  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc,
+                                              float* offset) {
+    const float d = _cvtsh_ss(b.d);
+    const __m256i q = q5_0_bytes(b);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const Q8ActScale s = act_scale<kValues>(a[i], block, 0);
+      const __m256 dot = _mm256_cvtepi32_ps(Dot::u8_s8(q, act_bytes<kValues>(a[i], block, 0)));
+      acc[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * s.d), acc[i]);
+      offset[i] -= 16.0f * d * s.s;
+    }
+  }
+};
+
 template <typename BlockT, int kBits, typename Dot>
 struct LaneSumK {
   using Block = BlockT;

@@ -245,27 +245,8 @@ struct KOffsetRowDot {
 // Each q8_block<N> unpacks one weight block once, then loops over the N
 // tokens (see Q8RowDot).
 
-// Q5_0: q <= 31, so maddubs pairs stay below 2 * 31 * 127.
-struct Q8Q5_0 {
-  using Block = BlockQ5_0;
-  static constexpr int kValues = kQK4_0;
-  template <int N>
-  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc,
-                                              float* offset) {
-    const float d = _cvtsh_ss(b.d);
-    const __m256i q = q5_0_bytes(b);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      const Q8ActScale s = act_scale<kValues>(a[i], block, 0);
-      const __m256 dot = _mm256_cvtepi32_ps(dot_u8_s8(q, act_bytes<kValues>(a[i], block, 0)));
-      acc[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * s.d), acc[i]);
-      offset[i] -= 16.0f * d * s.s;
-    }
-  }
-};
-
-// The integer dots of LaneSumK / LaneSumQ6_K (kquants_simd.h): maddubs
-// pairs stay within int16 (<= 2 * 31 * 127 for Q4_K / Q5_K; for Q6_K each
+// The integer dots of Q8Q5_0 / LaneSumK / LaneSumQ6_K (kquants_simd.h):
+// maddubs pairs stay within int16 (<= 2 * 31 * 127 for Q5_0 / Q4_K / Q5_K; for Q6_K each
 // of q x and 32 x is <= 2 * 63 * 127, their difference <= 2 * 32 * 127).
 struct Avx2Dot {
   static __m256i u8_s8(__m256i w, __m256i a) { return dot_u8_s8(w, a); }
@@ -286,7 +267,7 @@ template <typename Format>
 using Many = exact_dq::DequantRowDot<Format, exact_dq::kRegsAvx2>;
 
 constexpr KQuantKernels kAvx2KQuants = {
-    {run_row_tiles<Q8RowDot<Q8Q5_0, kQ8Tokens>>, exact_kernel<ExactRowDot<ExactQ5_0>, Many<exact_dq::DqQ5_0>>},
+    {run_row_tiles<Q8RowDot<Q8Q5_0<Avx2Dot>, kQ8Tokens>>, exact_kernel<ExactRowDot<ExactQ5_0>, Many<exact_dq::DqQ5_0>>},
     // Q4_K / Q5_K: the offset form also for two tokens (1.50 vs 1.72 ms on 8960x1536).
     {run_row_tiles<Q8RowDot<LaneSumK<BlockQ4_K, 4, Avx2Dot>, kQ8Tokens>>,
      exact_kernel<KOffsetRowDot<BlockQ4_K, 4>, Many<exact_dq::DqK<BlockQ4_K, 4>>, 2>},

@@ -30,27 +30,7 @@ __m256i dpbusd(__m256i w, __m256i a) { return _mm256_dpbusd_epi32(_mm256_setzero
 // K-quant row's eight unpacked weight vectors.
 constexpr int kQ8Tokens = 8;
 
-// Q5_0: w = d q - 16 d, q <= 31 unsigned. The block is unpacked once, then
-// each token does what the one-token kernel did (results do not depend on N).
-struct VnniQ5_0 {
-  using Block = BlockQ5_0;
-  static constexpr int kValues = kQK4_0;
-  template <int N>
-  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc,
-                                              float* offset) {
-    const float d = _cvtsh_ss(b.d);
-    const __m256i q = q5_0_bytes(b);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      const Q8ActScale s = act_scale<kValues>(a[i], block, 0);
-      const __m256 dot = _mm256_cvtepi32_ps(dpbusd(q, act_bytes<kValues>(a[i], block, 0)));
-      acc[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * s.d), acc[i]);
-      offset[i] -= 16.0f * d * s.s;
-    }
-  }
-};
-
-// The integer dots of LaneSumK / LaneSumQ6_K (kquants_simd.h).
+// The integer dots of Q8Q5_0 / LaneSumK / LaneSumQ6_K (kquants_simd.h).
 struct VnniDot {
   static __m256i u8_s8(__m256i w, __m256i a) { return dpbusd(w, a); }
   static __m256i q6(__m256i q, __m256i a) { return _mm256_sub_epi32(dpbusd(q, a), dpbusd(_mm256_set1_epi8(32), a)); }
@@ -76,7 +56,7 @@ void exact_kernel(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
 
 const KQuantKernels& avx512_kquant_kernels() {
   static const KQuantKernels kernels = {
-      {run_row_tiles<Q8RowDot<VnniQ5_0, kQ8Tokens>>, exact_kernel<exact_dq::DqQ5_0, &KQuantKernels::q5_0>},
+      {run_row_tiles<Q8RowDot<Q8Q5_0<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqQ5_0, &KQuantKernels::q5_0>},
       {run_row_tiles<Q8RowDot<LaneSumK<BlockQ4_K, 4, VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqK<BlockQ4_K, 4>, &KQuantKernels::q4_k>},
       {run_row_tiles<Q8RowDot<LaneSumK<BlockQ5_K, 5, VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqK<BlockQ5_K, 5>, &KQuantKernels::q5_k>},
       {run_row_tiles<Q8RowDot<LaneSumQ6_K<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqQ6_K, &KQuantKernels::q6_k>},
