@@ -63,7 +63,7 @@ int run_engine_bench(const BenchOptions& o, const bench::WorkloadOptions& w) {
   print_kv_pool(o, model->config(), items, pool);
   const bench::ReportTable table({"tok/CPUs", "hit tk", "steps", "pre"});
   table.print_header(stdout);
-  for (bench::Schedule s : {bench::Schedule::kStatic, bench::Schedule::kContinuous, bench::Schedule::kContinuousPrefix}) {
+  for (bench::Schedule s : {bench::Schedule::kStatic, bench::Schedule::kStaticEarlyExit, bench::Schedule::kContinuous, bench::Schedule::kContinuousPrefix}) {
     const bench::EngineRun run = bench::run_engine(*model, tokenizer, items, o.concurrency, s, pool);
     const bench::ServingSummary summary = bench::summarize(run.timings);
     char per_cpu[32];

@@ -182,7 +182,7 @@ TEST(ServingStats, PercentilesAndSummary) {
 
 TEST_F(RemoteBenchTest, InProcessSchedulesGenerateTheRequestedTokens) {
   const std::vector<WorkItem> items = make_workload(small_workload(6), synth_->tokenizer.get());
-  for (Schedule schedule : {Schedule::kStatic, Schedule::kContinuous, Schedule::kContinuousPrefix}) {
+  for (Schedule schedule : {Schedule::kStatic, Schedule::kStaticEarlyExit, Schedule::kContinuous, Schedule::kContinuousPrefix}) {
     const EngineRun run = run_engine(*synth_->model, *synth_->tokenizer, items, 4, schedule);
     const ServingSummary s = summarize(run.timings);
     EXPECT_EQ(s.requests, 6) << schedule_name(schedule);
@@ -192,6 +192,18 @@ TEST_F(RemoteBenchTest, InProcessSchedulesGenerateTheRequestedTokens) {
     if (schedule == Schedule::kContinuousPrefix) {
       EXPECT_GT(run.metrics.prefix_hit_tokens, 0);  // the shared prefix
     }
+    // Padded static batches compute every sequence to its batch's longest
+    // output (batches of 4 in order: items 0-3, then 4-5); the others compute
+    // exactly the outputs.
+    int64_t padded = 0;
+    for (size_t b = 0; b < items.size(); b += 4) {
+      int64_t longest = 0;
+      const size_t end = std::min(items.size(), b + 4);
+      for (size_t i = b; i < end; ++i) longest = std::max(longest, items[i].output_tokens);
+      padded += longest * static_cast<int64_t>(end - b);
+    }
+    EXPECT_EQ(run.metrics.generated_tokens_total,
+              schedule == Schedule::kStatic ? padded : totals_of(items).output_tokens) << schedule_name(schedule);
   }
 }
 

@@ -19,15 +19,23 @@ using Clock = std::chrono::steady_clock;
 // `n` requests have finished.
 class Tracker {
  public:
-  Tracker(size_t n, Clock::time_point start) : timings_(n), start_(start) {}
-  EventCallback callback(size_t i) {
-    return [this, i](const GenerationEvent& ev) {
+  Tracker(size_t n, Clock::time_point start) : timings_(n), delivered_(n, 0), start_(start) {}
+  // Request i's events. Only its first `useful` tokens are its output (a
+  // padded static batch generates more and throws them away): they are timed
+  // and counted, and the request's own finish is its last useful token.
+  EventCallback callback(size_t i, int64_t useful) {
+    return [this, i, useful](const GenerationEvent& ev) {
       const double now = std::chrono::duration<double>(Clock::now() - start_).count();
       std::lock_guard lock(mutex_);
       RequestTiming& t = timings_[i];
-      if (!ev.tokens.empty()) t.add_delivery(now, static_cast<int64_t>(ev.tokens.size()));
+      const int64_t kept = std::min<int64_t>(static_cast<int64_t>(ev.tokens.size()), useful - delivered_[i]);
+      if (kept > 0) {
+        t.add_delivery(now, kept);
+        delivered_[i] += kept;
+        if (delivered_[i] == useful) t.finish_s = now;
+      }
       if (ev.finished) {
-        t.finish_s = now;
+        if (t.finish_s == 0) t.finish_s = now;
         finished_++;
         done_.notify_all();
       }
@@ -50,25 +58,28 @@ class Tracker {
   std::mutex mutex_;
   std::condition_variable done_;
   std::vector<RequestTiming> timings_;
+  std::vector<int64_t> delivered_;  // useful tokens seen per request
   size_t finished_ = 0;
   Clock::time_point start_;
 };
 
-GenerationRequest to_request(const WorkItem& w) {
+// `generate` tokens, at least the item's own output_tokens.
+GenerationRequest to_request(const WorkItem& w, int64_t generate) {
   if (w.prompt_ids.empty()) throw Error("the in-process benchmark needs prompt token ids (a workload made with a tokenizer)");
   GenerationRequest r;
   r.prompt = w.prompt_ids;
   r.sampling.temperature = 0;
-  r.max_tokens = w.output_tokens;
+  r.max_tokens = std::max(generate, w.output_tokens);
   r.ignore_eos = true;
   return r;
 }
 
 void sleep_until(Clock::time_point start, double s) { std::this_thread::sleep_until(start + std::chrono::duration<double>(s)); }
 
-void submit(Engine& engine, Tracker& tracker, const std::vector<WorkItem>& items, size_t i) {
+void submit(Engine& engine, Tracker& tracker, const std::vector<WorkItem>& items, size_t i, int64_t generate = 0) {
   tracker.set_arrival(i, items[i].arrival_s);
-  if (!engine.submit(to_request(items[i]), tracker.callback(i))) throw Error("the engine refused a request");
+  if (!engine.submit(to_request(items[i], generate), tracker.callback(i, items[i].output_tokens)))
+    throw Error("the engine refused a request");
 }
 
 // Submits each request at its arrival time; the engine batches them.
@@ -85,13 +96,20 @@ std::vector<RequestTiming> run_continuous(Engine& engine, const std::vector<Work
 
 // Batches of `concurrency` in arrival order; a batch starts once all of its
 // requests have arrived and the previous batch has completely finished.
-std::vector<RequestTiming> run_static(Engine& engine, const std::vector<WorkItem>& items, size_t concurrency) {
+// Padded (the classic static batch, as a fixed [batch, length] tensor): every
+// sequence of the batch is computed until the longest is done, a finished
+// one's extra tokens thrown away. Early exit: a finished sequence leaves the
+// batch, which then runs smaller until its slowest is done.
+std::vector<RequestTiming> run_static(Engine& engine, const std::vector<WorkItem>& items, size_t concurrency,
+                                      bool padded) {
   const auto start = Clock::now();
   Tracker tracker(items.size(), start);
   for (size_t b = 0; b < items.size(); b += concurrency) {
     const size_t end = std::min(items.size(), b + concurrency);
+    int64_t longest = 0;
+    for (size_t i = b; i < end; ++i) longest = std::max(longest, items[i].output_tokens);
     sleep_until(start, items[end - 1].arrival_s);
-    for (size_t i = b; i < end; ++i) submit(engine, tracker, items, i);
+    for (size_t i = b; i < end; ++i) submit(engine, tracker, items, i, padded ? longest : 0);
     tracker.wait(end);
   }
   return tracker.timings();
@@ -114,10 +132,16 @@ EngineOptions engine_options(const std::vector<WorkItem>& items, int concurrency
   eo.max_running = concurrency;
   eo.max_queue = static_cast<int64_t>(items.size());
   eo.prefix_caching = schedule == Schedule::kContinuousPrefix;
-  // Room for every running sequence at the longest (plus a cached prefix),
+  // Room for every running sequence at the longest (plus a cached prefix;
+  // padded static sequences grow to the longest prompt + the longest output),
   // instead of the 1 GiB default that would dominate a short run.
   int64_t longest = 0;
-  for (const WorkItem& w : items) longest = std::max(longest, w.prompt_tokens + w.output_tokens);
+  int64_t longest_output = 0;
+  for (const WorkItem& w : items) {
+    longest = std::max(longest, w.prompt_tokens);
+    longest_output = std::max(longest_output, w.output_tokens);
+  }
+  longest += longest_output;
   if (pool.kv_memory_bytes > 0)
     eo.kv_memory_bytes = pool.kv_memory_bytes;
   else
@@ -127,7 +151,8 @@ EngineOptions engine_options(const std::vector<WorkItem>& items, int concurrency
 
 const char* schedule_name(Schedule s) {
   switch (s) {
-    case Schedule::kStatic: return "static";
+    case Schedule::kStatic: return "static (padded)";
+    case Schedule::kStaticEarlyExit: return "static, early exit";
     case Schedule::kContinuous: return "continuous";
     case Schedule::kContinuousPrefix: return "continuous + prefix";
   }
@@ -140,8 +165,10 @@ EngineRun run_engine(const Model& model, const Tokenizer& tokenizer, const std::
   Engine engine(model, tokenizer, engine_options(items, concurrency, schedule, pool));
   EngineRun run;
   const double cpu0 = cpu_seconds();
-  run.timings = schedule == Schedule::kStatic ? run_static(engine, items, static_cast<size_t>(concurrency))
-                                              : run_continuous(engine, items);
+  const auto batch = static_cast<size_t>(concurrency);
+  run.timings = schedule == Schedule::kStatic          ? run_static(engine, items, batch, true)
+                : schedule == Schedule::kStaticEarlyExit ? run_static(engine, items, batch, false)
+                                                         : run_continuous(engine, items);
   run.cpu_s = cpu_seconds() - cpu0;
   engine.shutdown(true);  // returns once the counters include the last request (they lag its final event)
   run.metrics = engine.metrics();

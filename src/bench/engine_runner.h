@@ -1,7 +1,9 @@
 #pragma once
 // Replays a workload through an in-process Engine under one of three
 // schedules (`kvserve bench --serving` without --url):
-//   static      batches of `concurrency` requests in arrival order, each batch waits for its slowest
+//   static      batches of `concurrency` requests in arrival order, each batch waits for its slowest;
+//               padded: every sequence computed until the batch's longest is done (the classic
+//               fixed-shape batch); early exit: finished sequences leave the batch
 //   continuous  requests join and leave the running batch every step
 //   +prefix     continuous, with cached prefix blocks reused
 #include <string>
@@ -15,7 +17,7 @@
 
 namespace kvserve::bench {
 
-enum class Schedule { kStatic, kContinuous, kContinuousPrefix };
+enum class Schedule { kStatic, kStaticEarlyExit, kContinuous, kContinuousPrefix };
 const char* schedule_name(Schedule s);
 
 struct EngineRun {
