@@ -17,6 +17,7 @@
 #include "core/half.h"
 #include "kernels/cpu_features.h"
 #include "kernels/dispatch.h"
+#include "kernels/kernel_table.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/quantize.h"
@@ -184,17 +185,20 @@ TEST(KernelMatmulShared, EqualsSeparateMatmulsForMixedTypes) {
   PrecisionGuard precision_guard;
   const int64_t cols = 96;
   const TestMatrix a = make_matrix(DType::Q4_1, 33, cols, 71), b = make_matrix(DType::Q8_0, 7, cols, 72),
-                   c = make_matrix(DType::F32, 100, cols, 73), d = make_matrix(DType::Q4_0, 1, cols, 74);
-  const TestMatrix* matrices[] = {&a, &b, &c, &d};
+                   c = make_matrix(DType::F32, 100, cols, 73), d = make_matrix(DType::Q4_0, 1, cols, 74),
+                   e = make_matrix(DType::Q8_0, 5, cols, 76);
+  // d and e read the activations a and b prepared (same order, same sums).
+  const TestMatrix* matrices[] = {&a, &b, &c, &d, &e};
+  constexpr size_t kProducts = std::size(matrices);
   for (const ActivationPrecision precision : {ActivationPrecision::kF32, ActivationPrecision::kQ8})
   for (Isa isa : available_isas())
   for (const int64_t n_tokens : {1, 5}) {
     set_activation_precision(precision);
     set_kernel_isa(isa);
     const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * cols), 75);
-    std::vector<std::vector<float>> shared(4), separate(4);
+    std::vector<std::vector<float>> shared(kProducts), separate(kProducts);
     std::vector<MatmulProduct> products;
-    for (size_t i = 0; i < 4; ++i) {
+    for (size_t i = 0; i < kProducts; ++i) {
       const auto size = static_cast<size_t>(n_tokens * matrices[i]->view.rows());
       shared[i].assign(size, std::numeric_limits<float>::quiet_NaN());
       separate[i].assign(size, 0.0f);
@@ -202,10 +206,31 @@ TEST(KernelMatmulShared, EqualsSeparateMatmulsForMixedTypes) {
       matmul(matrices[i]->view, x.data(), n_tokens, separate[i].data());
     }
     matmul_shared_input(products, x.data(), n_tokens);
-    for (size_t i = 0; i < 4; ++i)
+    for (size_t i = 0; i < kProducts; ++i)
       EXPECT_EQ(shared[i], separate[i]) << "product " << i << " on " << isa_name(isa) << ", tokens " << n_tokens
                                         << ", activations " << activation_precision_name(precision);
   }
+}
+
+// The AVX-512 activation quantizer writes the scalar loop's bytes: block
+// counts odd and even (a trailing unpaired block in NibblePairs order), zero
+// blocks, values that round to exactly .5 steps, and large magnitudes.
+TEST(KernelQuantize, Q8ActivationsAvx512EqualsScalarByteForByte) {
+  if (!isa_available(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 on this CPU or build";
+#if KVSERVE_HAVE_SIMD
+  for (const int64_t cols : {32, 64, 96, 576, 1568, 4864})
+  for (const Q8Order order : {Q8Order::Plain, Q8Order::NibblePairs}) {
+    std::vector<float> x = random_floats(static_cast<size_t>(cols), static_cast<uint32_t>(cols), -3.0f, 3.0f);
+    for (int j = 0; j < 32 && cols > 64; ++j) x[32 + j] = 0.0f;        // an all-zero block
+    for (int j = 0; j < 32; ++j) x[j] = (j - 15.5f) * 0.25f;          // steps that land on halves
+    x[static_cast<size_t>(cols) - 1] = 1e6f;
+    const size_t bytes = q8_act_row_bytes(cols);
+    std::vector<uint8_t> scalar(bytes, 0xAB), simd(bytes, 0xAB);
+    quantize_q8_activations_scalar(x.data(), cols, order, scalar.data());
+    quantize_q8_activations_avx512(x.data(), cols, order, simd.data());
+    EXPECT_EQ(scalar, simd) << cols << " columns, order " << static_cast<int>(order);
+  }
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelTypes, KernelMatmul,

@@ -59,7 +59,13 @@ static inline size_t q8_act_row_bytes(int64_t cols) {
 
 // Quantizes one token's activations x[0..cols) into dst (q8_act_row_bytes(cols)
 // bytes, 64-byte aligned): d = max|x| / 127 per block, qs = round(x / d).
+// Picks the AVX-512 loop where the active kernel table is AVX-512; the scalar
+// loop is the reference (both give the same bytes).
 void quantize_q8_activations(const float* x, int64_t cols, Q8Order order, uint8_t* dst);
+void quantize_q8_activations_scalar(const float* x, int64_t cols, Q8Order order, uint8_t* dst);
+#if KVSERVE_HAVE_SIMD
+void quantize_q8_activations_avx512(const float* x, int64_t cols, Q8Order order, uint8_t* dst);
+#endif
 
 // Everything one matmul call needs; kernels compute rows [row_begin, row_end).
 struct MatmulJob {

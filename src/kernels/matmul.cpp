@@ -89,6 +89,13 @@ void x_block_sum_pairs(const float* x, int64_t cols, float* pairs) {
 }
 
 void quantize_q8_activations(const float* x, int64_t cols, Q8Order order, uint8_t* dst) {
+#if KVSERVE_HAVE_SIMD
+  if (active_isa() == Isa::Avx512) return quantize_q8_activations_avx512(x, cols, order, dst);
+#endif
+  quantize_q8_activations_scalar(x, cols, order, dst);
+}
+
+void quantize_q8_activations_scalar(const float* x, int64_t cols, Q8Order order, uint8_t* dst) {
   auto* qs = reinterpret_cast<int8_t*>(dst);
   auto* scales = reinterpret_cast<Q8ActScale*>(dst + q8_act_qs_bytes(cols));
   const int64_t n_blocks = cols / 32;
@@ -163,6 +170,22 @@ PreparedProduct prepare_product(const MatmulProduct& p, const float* x, int64_t 
   return out;
 }
 
+// Q, K and V (or gate and up) read the same x: a later product whose
+// activations would be prepared exactly as an earlier one's reads those.
+void share_prepared_input(const PreparedProduct& earlier, PreparedProduct& p) {
+  if (earlier.job.cols != p.job.cols) return;
+  if (p.quantized && earlier.quantized && earlier.order == p.order && earlier.xq) {
+    p.job.xq = earlier.xq;
+    p.xq = nullptr;  // nothing to prepare
+    p.quantized = false;
+  }
+  if (p.block_sums && earlier.block_sums && earlier.sums) {
+    p.job.x_block_sums = earlier.sums;
+    p.sums = nullptr;
+    p.block_sums = false;
+  }
+}
+
 }  // namespace
 
 void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
@@ -183,6 +206,7 @@ void matmul_shared_input(std::span<const MatmulProduct> products, const float* x
   for (size_t i = 0; i < products.size(); ++i) {
     prepared[i] = prepare_product(products[i], x, n_tokens, scratch[i]);
     work += prepared[i].job.rows * prepared[i].job.cols * n_tokens;
+    for (size_t j = 0; j < i; ++j) share_prepared_input(prepared[j], prepared[i]);
   }
   // One token is prepared here: splitting it across threads would cost an
   // OpenMP barrier for a few hundred operations.
