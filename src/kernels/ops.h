@@ -1,11 +1,15 @@
 #pragma once
-// Element-wise and row-wise transformer ops (scalar; memory-light next to matmul).
+// Element-wise and row-wise transformer ops (scalar; memory-light next to
+// matmul). silu_mul, add_inplace and rmsnorm_rows split long inputs (a batch)
+// over the OpenMP threads; results do not depend on the split.
 #include <cstdint>
 
 namespace kvserve {
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i]; out may alias x.
 void rmsnorm(const float* x, const float* weight, int64_t n, float eps, float* out);
+// rmsnorm of `rows` consecutive rows of `dim` values.
+void rmsnorm_rows(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out);
 
 // Rotates `n_heads` heads of size head_dim in place for position pos.
 // neox = false: pairs (x[2i], x[2i+1]) (llama / GPT-J layout);

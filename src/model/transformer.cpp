@@ -53,7 +53,7 @@ void Transformer::embed(std::span<const int32_t> tokens) {
 
 void Transformer::project_qkv(const LayerWeights& w, int64_t n) {
   const int64_t dim = cfg_.dim;
-  for (int64_t t = 0; t < n; ++t) rmsnorm(x_.data() + t * dim, w.attn_norm.data(), dim, cfg_.norm_eps, xn_.data() + t * dim);
+  rmsnorm_rows(x_.data(), w.attn_norm.data(), n, dim, cfg_.norm_eps, xn_.data());
   const MatmulProduct qkv[] = {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}};
   matmul_shared_input(qkv, xn_.data(), n);
   add_bias(q_.data(), n, w.bq);
@@ -66,6 +66,7 @@ void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& c
   const int64_t dim = cfg_.dim, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
   const int64_t pos0 = cache.size();
   project_qkv(w, n);
+#pragma omp parallel for schedule(static) if (n > 1)
   for (int64_t t = 0; t < n; ++t) {
     rope(q_.data() + t * qd, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dims, pos0 + t, cfg_.rope_theta, cfg_.rope_neox);
     rope(k_.data() + t * kvd, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_dims, pos0 + t, cfg_.rope_theta, cfg_.rope_neox);
@@ -100,7 +101,7 @@ void Transformer::attend(int64_t layer, int64_t n, int64_t pos0, const Contiguou
 void Transformer::ffn_block(int64_t layer, int64_t n) {
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
   const int64_t dim = cfg_.dim;
-  for (int64_t t = 0; t < n; ++t) rmsnorm(x_.data() + t * dim, w.ffn_norm.data(), dim, cfg_.norm_eps, xn_.data() + t * dim);
+  rmsnorm_rows(x_.data(), w.ffn_norm.data(), n, dim, cfg_.norm_eps, xn_.data());
   const MatmulProduct gate_up[] = {{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}};
   matmul_shared_input(gate_up, xn_.data(), n);
   silu_mul(gate_.data(), up_.data(), n * cfg_.ffn_dim);

@@ -23,15 +23,27 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
   for (const SequenceChunk& c : chunks) kv.append_block_bases(layer, c.block_table, k_block_ptrs_, v_block_ptrs_);
   std::vector<PagedAttentionJob> jobs;
   jobs.reserve(chunks.size());
+  // Each batch row's position and K/V block, so RoPE and the K/V writes (one
+  // row each, distinct slots) can go over the threads.
+  struct RowSlot {
+    int64_t pos;
+    BlockId block;
+  };
+  std::vector<RowSlot> slots;
+  slots.reserve(static_cast<size_t>(n));
+  for (const SequenceChunk& c : chunks)
+    for (int64_t pos = c.pos0; pos < c.pos0 + static_cast<int64_t>(c.tokens.size()); ++pos)
+      slots.push_back({pos, c.block_table[static_cast<size_t>(pos / B)]});
+#pragma omp parallel for schedule(static) if (n > 1)
+  for (int64_t t = 0; t < n; ++t) {
+    const RowSlot& s = slots[static_cast<size_t>(t)];
+    rope(q_.data() + t * qd, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dims, s.pos, cfg_.rope_theta, cfg_.rope_neox);
+    rope(k_.data() + t * kvd, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_dims, s.pos, cfg_.rope_theta, cfg_.rope_neox);
+    kv.write(layer, s.block, s.pos % B, k_.data() + t * kvd, v_.data() + t * kvd);
+  }
   int64_t row = 0, table_offset = 0;
   for (const SequenceChunk& c : chunks) {
     const auto cn = static_cast<int64_t>(c.tokens.size());
-    for (int64_t i = 0; i < cn; ++i) {
-      const int64_t t = row + i, pos = c.pos0 + i;
-      rope(q_.data() + t * qd, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dims, pos, cfg_.rope_theta, cfg_.rope_neox);
-      rope(k_.data() + t * kvd, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_dims, pos, cfg_.rope_theta, cfg_.rope_neox);
-      kv.write(layer, c.block_table[static_cast<size_t>(pos / B)], pos % B, k_.data() + t * kvd, v_.data() + t * kvd);
-    }
     jobs.push_back({q_.data() + row * qd, cn, c.pos0, kv.rows(k_block_ptrs_.data() + table_offset),
                     kv.rows(v_block_ptrs_.data() + table_offset), attn_.data() + row * qd});
     row += cn;
