@@ -58,8 +58,9 @@ int run_engine_bench(const BenchOptions& o, const bench::WorkloadOptions& w) {
   bench::EnginePool pool;
   pool.kv_type = parse_kv_type(o.kv_type, "--kv-type");
   pool.kv_memory_bytes = o.kv_mem_mib << 20;
-  std::printf("model %s | %s | threads %d\n", model->config().name.c_str(),
-              bench::describe_workload(w, items, o.concurrency).c_str(), omp_get_max_threads());
+  std::printf("model %s | %s | threads %d | activations %s\n", model->config().name.c_str(),
+              bench::describe_workload(w, items, o.concurrency).c_str(), omp_get_max_threads(),
+              activation_precision_name(activation_precision()));
   print_kv_pool(o, model->config(), items, pool);
   const bench::ReportTable table({"tok/CPUs", "hit tk", "steps", "pre"});
   table.print_header(stdout);

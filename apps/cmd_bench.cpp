@@ -1,5 +1,6 @@
 // `kvserve bench`: flag parsing and dispatch to the bench modes (apps/bench.h).
 #include "apps/bench.h"
+#include "apps/activations_flag.h"
 #include "apps/commands.h"
 
 namespace kvserve::cli {
@@ -7,6 +8,7 @@ namespace kvserve::cli {
 void register_bench(CLI::App& app) {
   auto opt = std::make_shared<BenchOptions>();
   auto* cmd = app.add_subcommand("bench", "Benchmark prompt processing and generation (like llama-bench)");
+  add_activations_flag(cmd);
   auto* model = cmd->add_option("-m,--model", opt->models, "GGUF model file(s)")->capture_default_str();
   cmd->add_option("-p,--n-prompt", opt->n_prompt, "Prompt lengths to test")->capture_default_str();
   cmd->add_option("-n,--n-gen", opt->n_gen, "Generation lengths to test")->capture_default_str();

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/activations_flag.h"
 #include "apps/commands.h"
 #include "core/error.h"
 #include "engine/decoder.h"
@@ -130,6 +131,7 @@ void run_perplexity(const PerplexityOptions& opt) {
 void register_perplexity(CLI::App& app) {
   auto opt = std::make_shared<PerplexityOptions>();
   auto* cmd = app.add_subcommand("perplexity", "Perplexity of a model on a text file (second half of each window)");
+  add_activations_flag(cmd);
   cmd->add_option("-m,--model", opt->model, "GGUF model file")->capture_default_str();
   cmd->add_option("-f,--file", opt->file, "Text file to score")->required();
   cmd->add_option("-c,--ctx", opt->context, "Tokens per window")->capture_default_str();

@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 
+#include "apps/activations_flag.h"
 #include "apps/commands.h"
 #include "apps/draft_flags.h"
 #include "core/error.h"
@@ -210,10 +211,10 @@ void run(RunOptions opt) {
   std::fflush(stdout);
 
   const auto n_gen = static_cast<double>(r.tokens.size());
-  std::fprintf(stderr, "\nmodel: %s (%s, %lld layers) | decoder: %s | kv: %s | threads: %d | seed: %llu\n",
+  std::fprintf(stderr, "\nmodel: %s (%s, %lld layers) | decoder: %s | kv: %s | activations: %s | threads: %d | seed: %llu\n",
                model->config().name.c_str(), model->config().arch.c_str(),
                static_cast<long long>(model->config().n_layers), decoder->name(), kv_type_info(kv_type).name,
-               omp_get_max_threads(),
+               activation_precision_name(activation_precision()), omp_get_max_threads(),
                static_cast<unsigned long long>(opt.sampling.seed));
   std::fprintf(stderr, "load: %.0f ms | prompt: %lld tokens, %.1f tokens/s | generation: %lld tokens, %.2f tokens/s\n",
                load_s * 1e3, static_cast<long long>(r.prompt_tokens),
@@ -227,6 +228,7 @@ void run(RunOptions opt) {
 void register_run(CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand("run", "Generate text from a prompt");
+  add_activations_flag(cmd);
   cmd->add_option("-m,--model", opt->model, "GGUF model file")->capture_default_str();
   cmd->add_option("-p,--prompt", opt->prompt, "Prompt text")->capture_default_str();
   cmd->add_option("-n,--n-predict", opt->n_predict, "Tokens to generate")->capture_default_str();

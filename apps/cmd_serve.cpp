@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "apps/activations_flag.h"
 #include "apps/commands.h"
 #include "apps/draft_flags.h"
 #include "core/error.h"
@@ -109,6 +110,7 @@ void serve(const ServeOptions& opt) {
 void register_serve(CLI::App& app) {
   auto opt = std::make_shared<ServeOptions>();
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  add_activations_flag(cmd);
   cmd->add_option("-m,--model", opt->model, "GGUF model file")->capture_default_str();
   cmd->add_option("--host", opt->host, "Address to bind")->capture_default_str();
   cmd->add_option("--port", opt->port, "Port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();

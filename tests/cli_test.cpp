@@ -80,3 +80,23 @@ TEST(Cli, EngineFrontEndsTakeADraftModel) {
   expect_one_line_error("serve -m " + model.path() + " --port 0 --spec draft", "needs a draft model");
   expect_one_line_error("serve -m " + model.path() + " --port 0 --draft " + qwen.path(), "vocabulary of 384 tokens");
 }
+
+// --activations sets the precision of the quantized matmuls (reported by run
+// and bench --serving); an unknown name is refused with the names that work.
+TEST(Cli, ActivationsFlagChoosesTheMatmulPrecision) {
+  TempFile model(".gguf");
+  ::kvserve::test_util::write_synth_model(model.path(), "tiny-llama");
+  const auto plain = run_kvserve("run -m " + model.path() + " -p hello -n 3");
+  const auto q8 = run_kvserve("run -m " + model.path() + " -p hello -n 3 --activations q8");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(q8.exit_code, 0) << q8.output;
+  EXPECT_NE(plain.output.find("activations: f32"), std::string::npos) << plain.output;
+  EXPECT_NE(q8.output.find("activations: q8"), std::string::npos) << q8.output;
+  const auto bench = run_kvserve("bench --serving -m " + model.path() +
+                                 " --requests 2 --concurrency 2 -p 8 -n 2 -t 1 --activations q8");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_NE(bench.output.find("activations q8"), std::string::npos) << bench.output;
+  const auto bad = run_kvserve("run -m " + model.path() + " -n 1 --activations q4");  // CLI11's usage error
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--activations: q4 not in {f32,q8}"), std::string::npos) << bad.output;
+}

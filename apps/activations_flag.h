@@ -1,0 +1,23 @@
+#pragma once
+// --activations on the commands that run a model (run, serve, bench,
+// perplexity): the process default for the activations of quantized matmuls,
+// as KVSERVE_ACTIVATIONS sets it (the flag wins). A draft model keeps its own
+// --draft-activations.
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "kernels/dispatch.h"
+
+namespace kvserve::cli {
+
+inline void add_activations_flag(CLI::App* cmd) {
+  cmd->add_option_function<std::string>(
+         "--activations",
+         [](const std::string& name) { set_activation_precision(parse_activation_precision(name)); },
+         "Activations of quantized matmuls: f32 (exact; the default) or q8 (8-bit per block of 32, llama.cpp's "
+         "scheme: faster, ~1e-2 relative error per matmul); overrides KVSERVE_ACTIVATIONS")
+      ->check(CLI::IsMember({"f32", "q8"}));
+}
+
+}  // namespace kvserve::cli
