@@ -15,5 +15,4 @@ void register_serve(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_ladder(CLI::App& app);
 
-
 }  // namespace kvserve::cli
