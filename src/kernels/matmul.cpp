@@ -137,8 +137,11 @@ struct PreparedProduct {
   MatmulJob job;
   MatmulRowsFn kernel = nullptr;
   Q8Order order = Q8Order::Plain;
-  bool quantized = false;   // 8-bit activations in job.xq
-  bool block_sums = false;  // block sums of x in job.x_block_sums
+  // Whether this product prepares 8-bit activations into xq / block sums into
+  // sums (its job reads them there); false when it reads an earlier product's
+  // (share_prepared_input) or needs none.
+  bool quantized = false;
+  bool block_sums = false;
   uint8_t* xq = nullptr;
   float* sums = nullptr;
 
@@ -180,12 +183,12 @@ PreparedProduct prepare_product(const MatmulProduct& p, const float* x, int64_t 
 // activations would be prepared exactly as an earlier one's reads those.
 void share_prepared_input(const PreparedProduct& earlier, PreparedProduct& p) {
   if (earlier.job.cols != p.job.cols) return;
-  if (p.quantized && earlier.quantized && earlier.order == p.order && earlier.xq) {
+  if (p.quantized && earlier.quantized && earlier.order == p.order) {
     p.job.xq = earlier.xq;
     p.xq = nullptr;  // nothing to prepare
     p.quantized = false;
   }
-  if (p.block_sums && earlier.block_sums && earlier.sums) {
+  if (p.block_sums && earlier.block_sums) {
     p.job.x_block_sums = earlier.sums;
     p.sums = nullptr;
     p.block_sums = false;
