@@ -17,6 +17,9 @@ struct TensorView {
   std::array<int64_t, 4> ne{1, 1, 1, 1};
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
+  // The same weights with rows interleaved by 8 for the 8-bit-activation
+  // kernels (kernels/repack.h), or nullptr; owned by whoever repacked them.
+  const uint8_t* packed = nullptr;
 
   int64_t cols() const { return ne[0]; }
   int64_t rows() const { return ne[1] * ne[2] * ne[3]; }

@@ -11,6 +11,8 @@
 #include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "kernels/kernel_table.h"
+#include "kernels/packed_kernels.h"
+#include "kernels/repack.h"
 #include "kernels/quantize.h"
 
 namespace kvserve {
@@ -137,6 +139,12 @@ struct PreparedProduct {
   MatmulJob job;
   MatmulRowsFn kernel = nullptr;
   Q8Order order = Q8Order::Plain;
+  // Set when the weights are repacked (kernels/repack.h) and activations are
+  // 8-bit: then packed_job / packed_kernel run instead of job / kernel, over
+  // row groups of 8, and xq holds activations of packed_type's kind.
+  PackedRowsFn packed_kernel = nullptr;
+  PackedJob packed_job;
+  DType packed_type = DType::F32;
   // Whether this product prepares 8-bit activations into xq / block sums into
   // sums (its job reads them there); false when it reads an earlier product's
   // (share_prepared_input) or needs none.
@@ -147,15 +155,48 @@ struct PreparedProduct {
 
   void prepare_token(int64_t t) const {
     const float* xt = job.x + t * job.cols;
+    if (quantized && packed_kernel != nullptr) {
+      quantize_packed_activations(packed_type, xt, job.cols, xq + static_cast<size_t>(t) * packed_job.xq_row_bytes);
+      return;
+    }
     if (quantized) quantize_q8_activations(xt, job.cols, order, xq + t * q8_act_row_bytes(job.cols));
     if (block_sums) x_block_sum_pairs(xt, job.cols, sums + t * x_block_sum_floats(job.cols));
   }
   // Piece k of `pieces` contiguous row ranges.
   void run_piece(int64_t k, int64_t pieces) const {
+    if (packed_kernel != nullptr) {
+      const int64_t groups = (job.rows + 7) / 8, g0 = groups * k / pieces, g1 = groups * (k + 1) / pieces;
+      if (g0 < g1) packed_kernel(packed_job, g0, g1);
+      return;
+    }
     const int64_t r0 = job.rows * k / pieces, r1 = job.rows * (k + 1) / pieces;
     if (r0 < r1) kernel(job, r0, r1);
   }
 };
+
+const PackedKernels* active_packed_kernels_or_null() {
+#if KVSERVE_HAVE_SIMD
+  switch (active_kernel_table().isa) {
+    case Isa::Avx512: return &avx512_packed_kernels();
+    case Isa::Avx2: return &avx2_packed_kernels();
+    default: break;
+  }
+#endif
+  return nullptr;
+}
+
+// Switches a quantized product to the packed kernels where this ISA has them.
+void prepare_packed(const TensorView& w, PreparedProduct& out, MatmulScratch& scratch) {
+  const PackedKernels* table = active_packed_kernels_or_null();
+  if (table == nullptr) return;
+  out.packed_kernel = packed_kernel_for(*table, w.type);
+  if (out.packed_kernel == nullptr) return;
+  out.packed_type = w.type;
+  const size_t row_bytes = packed_act_row_bytes(w.type, w.cols());
+  out.xq = q8_scratch(scratch, static_cast<size_t>(out.job.n_tokens) * row_bytes);
+  out.packed_job = {w.packed, packed_group_bytes(w.type, w.cols()), w.cols(), w.rows(), out.job.n_tokens, out.xq,
+                    row_bytes, out.job.y};
+}
 
 PreparedProduct prepare_product(const MatmulProduct& p, const float* x, int64_t n_tokens, MatmulScratch& scratch) {
   const TensorView& w = *p.w;
@@ -176,6 +217,7 @@ PreparedProduct prepare_product(const MatmulProduct& p, const float* x, int64_t 
   }
   out.job.xq = out.xq;
   out.job.x_block_sums = out.sums;
+  if (out.quantized && w.packed != nullptr) prepare_packed(w, out, scratch);
   return out;
 }
 
@@ -183,6 +225,16 @@ PreparedProduct prepare_product(const MatmulProduct& p, const float* x, int64_t 
 // activations would be prepared exactly as an earlier one's reads those.
 void share_prepared_input(const PreparedProduct& earlier, PreparedProduct& p) {
   if (earlier.job.cols != p.job.cols) return;
+  const bool p_packed = p.packed_kernel != nullptr, earlier_packed = earlier.packed_kernel != nullptr;
+  if (p_packed || earlier_packed) {
+    if (p.quantized && earlier.quantized && p_packed && earlier_packed &&
+        packed_act_is_256(p.packed_type) == packed_act_is_256(earlier.packed_type)) {
+      p.packed_job.xq = earlier.xq;
+      p.xq = nullptr;
+      p.quantized = false;
+    }
+    return;
+  }
   if (p.quantized && earlier.quantized && earlier.order == p.order) {
     p.job.xq = earlier.xq;
     p.xq = nullptr;  // nothing to prepare
@@ -196,6 +248,22 @@ void share_prepared_input(const PreparedProduct& earlier, PreparedProduct& p) {
 }
 
 }  // namespace
+
+const PackedKernels* active_packed_kernels() { return active_packed_kernels_or_null(); }
+bool packed_kernels_active() { return active_packed_kernels_or_null() != nullptr; }
+
+PackedRowsFn packed_kernel_for(const PackedKernels& table, DType type) {
+  switch (type) {
+    case DType::Q4_0: return table.q4_0;
+    case DType::Q4_1: return table.q4_1;
+    case DType::Q5_0: return table.q5_0;
+    case DType::Q8_0: return table.q8_0;
+    case DType::Q4_K: return table.q4_k;
+    case DType::Q5_K: return table.q5_k;
+    case DType::Q6_K: return table.q6_k;
+    default: return nullptr;
+  }
+}
 
 void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
   const MatmulProduct product{&w, y};

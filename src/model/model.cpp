@@ -1,7 +1,14 @@
 #include "model/model.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string_view>
+
 #include "core/error.h"
 #include "kernels/quantize.h"
+#include "kernels/repack.h"
 
 namespace kvserve {
 namespace {
@@ -93,7 +100,43 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
   }
   for (int64_t i = 0; i < c.n_layers; ++i) mw.layers.push_back(load_layer(w, c, i));
   m->activations_ = options.activations;
+  const char* repack_env = std::getenv("KVSERVE_REPACK");  // "0": keep the old kernels (A/B benchmarks)
+  const bool repack = options.repack && !(repack_env != nullptr && std::string_view(repack_env) == "0");
+  if (repack && options.activations.value_or(activation_precision()) == ActivationPrecision::kQ8 &&
+      packed_kernels_active())
+    m->repack_matrices();
   return m;
+}
+
+namespace {
+// Drops the mapped pages wholly inside [p, p + n) from this process (they
+// come back from the page cache if read again), so that a repacked copy
+// replaces its original in memory instead of sitting beside it.
+void release_mapped_pages(const uint8_t* p, size_t n) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+}  // namespace
+
+void Model::repack_matrices() {
+  const auto repack = [this](TensorView& t) {
+    if (!packable_type(t.type) || t.packed != nullptr) return;
+    AlignedBuffer<uint8_t>& buffer = packed_.emplace_back(packed_matrix_bytes(t.type, t.rows(), t.cols()));
+    repack_rows8(t, buffer.data());
+    t.packed = buffer.data();
+    release_mapped_pages(t.data, t.nbytes);
+  };
+  for (LayerWeights& l : weights_.layers)
+    for (TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) repack(*t);
+  repack(weights_.output);
+}
+
+size_t Model::packed_bytes() const {
+  size_t bytes = 0;
+  for (const AlignedBuffer<uint8_t>& b : packed_) bytes += b.size();
+  return bytes;
 }
 
 size_t Model::weight_bytes_per_token() const {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned_buffer.h"
 #include "core/tensor.h"
 #include "kernels/dispatch.h"
 #include "model/config.h"
@@ -50,6 +51,9 @@ struct ModelLoadOptions {
   // This model's matmuls use these activations whatever the process default
   // (kernels/dispatch.h): drafts take q8, faster and harmless to the output.
   std::optional<ActivationPrecision> activations = std::nullopt;
+  // Repack the matrices for the 8-bit-activation kernels (kernels/repack.h)
+  // when this model runs with q8 activations and the CPU has those kernels.
+  bool repack = true;
 };
 
 class Model {
@@ -64,12 +68,17 @@ class Model {
   std::optional<ActivationPrecision> activations() const { return activations_; }
   // Bytes of weights read to decode one token (every matrix once).
   size_t weight_bytes_per_token() const;
+  // Bytes of repacked weights held beside the mapped file (0 when not repacked).
+  size_t packed_bytes() const;
 
  private:
   std::unique_ptr<GGUFFile> file_;
   ModelConfig config_;
   ModelWeights weights_;
   std::optional<ActivationPrecision> activations_;
+  std::vector<AlignedBuffer<uint8_t>> packed_;
+
+  void repack_matrices();
 };
 
 }  // namespace kvserve

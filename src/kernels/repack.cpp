@@ -1,0 +1,318 @@
+#include "kernels/repack.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "kernels/quantize_kquants.h"
+
+namespace kvserve {
+namespace {
+
+constexpr int kRows = 8;
+
+bool is_kquant(DType type) { return type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K; }
+
+int64_t sb_values(DType type) { return is_kquant(type) ? kQK_K : 32; }
+
+size_t header_bytes(DType type) {
+  switch (type) {
+    case DType::Q4_1: return 32;
+    case DType::Q4_K: case DType::Q5_K: return 16 + 16 + 64 + 64;
+    case DType::Q6_K: return 16 + 128;
+    default: return 16;
+  }
+}
+
+size_t sub_block_bytes(DType type) {
+  switch (type) {
+    case DType::Q8_0: return 256;
+    case DType::Q5_0: case DType::Q5_K: return 128 + 32;
+    case DType::Q6_K: return 128 + 64;
+    default: return 128;
+  }
+}
+
+size_t sb_bytes(DType type) { return header_bytes(type) + static_cast<size_t>(sb_values(type) / 32) * sub_block_bytes(type); }
+
+// The stored integer of value i (0 .. sb_values - 1) of one original block:
+// unsigned for every type but Q8_0.
+int block_q(DType type, const uint8_t* block, int i) {
+  switch (type) {
+    case DType::Q4_0: {
+      const auto& b = *reinterpret_cast<const BlockQ4_0*>(block);
+      return i < 16 ? b.qs[i] & 15 : b.qs[i - 16] >> 4;
+    }
+    case DType::Q4_1: {
+      const auto& b = *reinterpret_cast<const BlockQ4_1*>(block);
+      return i < 16 ? b.qs[i] & 15 : b.qs[i - 16] >> 4;
+    }
+    case DType::Q8_0: return reinterpret_cast<const BlockQ8_0*>(block)->qs[i];
+    case DType::Q5_0: return q5_0_value(*reinterpret_cast<const BlockQ5_0*>(block), i);
+    case DType::Q4_K: return q4_k_value(*reinterpret_cast<const BlockQ4_K*>(block), i);
+    case DType::Q5_K: return q5_k_value(*reinterpret_cast<const BlockQ5_K*>(block), i);
+    case DType::Q6_K: return q6_k_value(*reinterpret_cast<const BlockQ6_K*>(block), i);
+    default: throw Error(std::string("repack: weight type ") + dtype_name(type) + " is not packable");
+  }
+}
+
+uint16_t block_d_bits(DType type, const uint8_t* block) {
+  switch (type) {
+    case DType::Q4_K: return reinterpret_cast<const BlockQ4_K*>(block)->d;
+    case DType::Q5_K: return reinterpret_cast<const BlockQ5_K*>(block)->d;
+    case DType::Q6_K: return reinterpret_cast<const BlockQ6_K*>(block)->d;
+    default: {  // Q4_0, Q4_1, Q5_0, Q8_0 all start with the fp16 d
+      uint16_t d;
+      std::memcpy(&d, block, sizeof(d));
+      return d;
+    }
+  }
+}
+
+// One sub-block (32 values) of 8 rows: q[r][v] for v < 32, into the chunk layout.
+void pack_sub_block(DType type, const int (&q)[kRows][32], uint8_t* out) {
+  if (type == DType::Q8_0) {
+    for (int c = 0; c < 8; ++c)
+      for (int r = 0; r < kRows; ++r)
+        for (int k = 0; k < 4; ++k) out[32 * c + 4 * r + k] = static_cast<uint8_t>(static_cast<int8_t>(q[r][4 * c + k]));
+    return;
+  }
+  for (int p = 0; p < 4; ++p)
+    for (int r = 0; r < kRows; ++r)
+      for (int k = 0; k < 4; ++k)
+        out[32 * p + 4 * r + k] = static_cast<uint8_t>((q[r][8 * p + k] & 15) | (q[r][8 * p + 4 + k] & 15) << 4);
+  uint8_t* high = out + 128;
+  if (type == DType::Q5_0 || type == DType::Q5_K) {
+    for (int r = 0; r < kRows; ++r)
+      for (int k = 0; k < 4; ++k) {
+        int bits = 0;
+        for (int c = 0; c < 8; ++c) bits |= (q[r][4 * c + k] >> 4 & 1) << c;
+        high[4 * r + k] = static_cast<uint8_t>(bits);
+      }
+  } else if (type == DType::Q6_K) {
+    for (int half = 0; half < 2; ++half)
+      for (int r = 0; r < kRows; ++r)
+        for (int k = 0; k < 4; ++k) {
+          int bits = 0;
+          for (int c = 0; c < 4; ++c) bits |= (q[r][4 * (4 * half + c) + k] >> 4 & 3) << (2 * c);
+          high[32 * half + 4 * r + k] = static_cast<uint8_t>(bits);
+        }
+  }
+}
+
+// The header of one super-block of 8 rows; blocks[r] is row r's original
+// block (nullptr for a padding row).
+void pack_header(DType type, const uint8_t* const (&blocks)[kRows], uint8_t* out) {
+  uint16_t d[kRows] = {}, second[kRows] = {};
+  for (int r = 0; r < kRows; ++r) {
+    if (blocks[r] == nullptr) continue;
+    d[r] = block_d_bits(type, blocks[r]);
+    if (type == DType::Q4_1) second[r] = reinterpret_cast<const BlockQ4_1*>(blocks[r])->m;
+    if (type == DType::Q4_K) second[r] = reinterpret_cast<const BlockQ4_K*>(blocks[r])->dmin ^ 0x8000;
+    if (type == DType::Q5_K) second[r] = reinterpret_cast<const BlockQ5_K*>(blocks[r])->dmin ^ 0x8000;
+  }
+  std::memcpy(out, d, sizeof(d));
+  if (type == DType::Q4_1 || type == DType::Q4_K || type == DType::Q5_K) std::memcpy(out + 16, second, sizeof(second));
+  if (type == DType::Q4_K || type == DType::Q5_K) {
+    uint8_t* scale = out + 32;
+    uint8_t* min = out + 96;
+    for (int r = 0; r < kRows; ++r)
+      for (int j = 0; j < 8; ++j) {
+        KScaleMin sm{0, 0};
+        if (blocks[r] != nullptr) {
+          // Q4_K and Q5_K share the d, dmin, scales prefix.
+          sm = kquant_scale_min(reinterpret_cast<const BlockQ4_K*>(blocks[r])->scales, j);
+        }
+        scale[8 * j + r] = sm.scale;
+        min[8 * j + r] = sm.min;
+      }
+  } else if (type == DType::Q6_K) {
+    auto* scale = reinterpret_cast<int8_t*>(out + 16);
+    for (int r = 0; r < kRows; ++r)
+      for (int g = 0; g < 16; ++g)
+        scale[8 * g + r] = blocks[r] != nullptr ? reinterpret_cast<const BlockQ6_K*>(blocks[r])->scales[g] : 0;
+  }
+}
+
+}  // namespace
+
+bool packable_type(DType type) {
+  switch (type) {
+    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q8_0:
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    default: return false;
+  }
+}
+
+size_t packed_group_bytes(DType type, int64_t cols) {
+  return static_cast<size_t>(cols / sb_values(type)) * sb_bytes(type);
+}
+
+size_t packed_matrix_bytes(DType type, int64_t rows, int64_t cols) {
+  return static_cast<size_t>((rows + kRows - 1) / kRows) * packed_group_bytes(type, cols);
+}
+
+void repack_rows8(const TensorView& w, uint8_t* dst) {
+  if (!packable_type(w.type)) throw Error(std::string("repack: weight type ") + dtype_name(w.type) + " is not packable");
+  const int64_t values = sb_values(w.type), cols = w.cols(), rows = w.rows();
+  if (cols % values != 0)
+    throw Error("repack: " + w.name + " has " + std::to_string(cols) + " columns, not a multiple of " +
+                std::to_string(values));
+  const int64_t n_sb = cols / values;
+  const size_t block_bytes = static_cast<size_t>(dtype_info(w.type).block_bytes);
+  const size_t header = header_bytes(w.type), sub_bytes = sub_block_bytes(w.type);
+  for (int64_t g = 0; g < (rows + kRows - 1) / kRows; ++g) {
+    for (int64_t b = 0; b < n_sb; ++b) {
+      const uint8_t* blocks[kRows];
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t row = g * kRows + r;
+        blocks[r] = row < rows ? w.row(row) + static_cast<size_t>(b) * block_bytes : nullptr;
+      }
+      uint8_t* out = dst + static_cast<size_t>(g) * packed_group_bytes(w.type, cols) + static_cast<size_t>(b) * sb_bytes(w.type);
+      pack_header(w.type, blocks, out);
+      for (int64_t j = 0; j < values / 32; ++j) {
+        int q[kRows][32];
+        for (int r = 0; r < kRows; ++r)
+          for (int v = 0; v < 32; ++v)
+            q[r][v] = blocks[r] != nullptr ? block_q(w.type, blocks[r], static_cast<int>(32 * j + v)) : 0;
+        pack_sub_block(w.type, q, out + header + static_cast<size_t>(j) * sub_bytes);
+      }
+    }
+  }
+}
+
+// ---- Activations -------------------------------------------------------------
+
+bool packed_act_is_256(DType type) { return is_kquant(type); }
+
+namespace {
+size_t qs_bytes(int64_t cols) { return (static_cast<size_t>(cols) + 63) / 64 * 64; }
+}  // namespace
+
+size_t packed_act_row_bytes(DType type, int64_t cols) {
+  const size_t blocks = packed_act_is_256(type) ? static_cast<size_t>(cols / 256) * sizeof(PackedAct256)
+                                                : static_cast<size_t>(cols / 32) * sizeof(PackedAct32);
+  return qs_bytes(cols) + (blocks + 63) / 64 * 64;
+}
+
+PackedActRow packed_act_row(const uint8_t* row, int64_t cols) {
+  return {reinterpret_cast<const int8_t*>(row), row + qs_bytes(cols)};
+}
+
+namespace {
+// d = max|x| / 127 over n values, q = round(x / d); returns d.
+float quantize_block(const float* x, int n, int8_t* q) {
+  float amax = 0;
+  for (int j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float inv_d = d != 0 ? 1.0f / d : 0.0f;
+  for (int j = 0; j < n; ++j) q[j] = static_cast<int8_t>(std::nearbyint(x[j] * inv_d));
+  return d;
+}
+}  // namespace
+
+void quantize_packed_activations(DType type, const float* x, int64_t cols, uint8_t* dst) {
+  auto* qs = reinterpret_cast<int8_t*>(dst);
+  uint8_t* blocks = dst + qs_bytes(cols);
+  if (packed_act_is_256(type)) {
+    auto* out = reinterpret_cast<PackedAct256*>(blocks);
+    for (int64_t b = 0; b < cols / 256; ++b) {
+      int8_t* q = qs + b * 256;
+      PackedAct256 a{};
+      a.d = quantize_block(x + b * 256, 256, q);
+      for (int g = 0; g < 16; ++g) {
+        int sum = 0;
+        for (int j = 0; j < 16; ++j) sum += q[16 * g + j];
+        a.sum16[g] = static_cast<int16_t>(sum);
+      }
+      for (int j = 0; j < 8; ++j) a.sum32[j] = static_cast<int16_t>(a.sum16[2 * j] + a.sum16[2 * j + 1]);
+      out[b] = a;
+    }
+    return;
+  }
+  auto* out = reinterpret_cast<PackedAct32*>(blocks);
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    int8_t* q = qs + b * 32;
+    PackedAct32 a{};
+    a.d = quantize_block(x + b * 32, 32, q);
+    for (int j = 0; j < 32; ++j) a.sum += q[j];
+    a.s = a.d * static_cast<float>(a.sum);
+    out[b] = a;
+  }
+}
+
+// ---- The reference -------------------------------------------------------------
+
+namespace {
+
+// One (row, token) over every super-block, from the original blocks.
+float q8_row_dot(DType type, const uint8_t* row, int64_t cols, const PackedActRow& x) {
+  const size_t block_bytes = static_cast<size_t>(dtype_info(type).block_bytes);
+  float acc = 0;
+  if (!packed_act_is_256(type)) {
+    const auto* act = static_cast<const PackedAct32*>(x.blocks);
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      const uint8_t* block = row + static_cast<size_t>(b) * block_bytes;
+      int32_t isum = 0;
+      for (int i = 0; i < 32; ++i) isum += block_q(type, block, i) * x.qs[32 * b + i];
+      if (type == DType::Q4_0) isum -= 8 * act[b].sum;
+      if (type == DType::Q5_0) isum -= 16 * act[b].sum;
+      const float d = fp16_to_f32(block_d_bits(type, block));
+      acc = std::fma(static_cast<float>(isum), d * act[b].d, acc);
+      if (type == DType::Q4_1) acc = std::fma(fp16_to_f32(reinterpret_cast<const BlockQ4_1*>(block)->m), act[b].s, acc);
+    }
+    return acc;
+  }
+  const auto* act = static_cast<const PackedAct256*>(x.blocks);
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    const uint8_t* block = row + static_cast<size_t>(b) * block_bytes;
+    const int8_t* qx = x.qs + 256 * b;
+    const float d = fp16_to_f32(block_d_bits(type, block));
+    if (type == DType::Q6_K) {
+      const auto& q6 = *reinterpret_cast<const BlockQ6_K*>(block);
+      int32_t dots = 0, bias = 0;
+      for (int g = 0; g < 16; ++g) {
+        int32_t dot = 0;
+        for (int i = 16 * g; i < 16 * g + 16; ++i) dot += block_q(type, block, i) * qx[i];
+        dots += q6.scales[g] * dot;
+        bias += q6.scales[g] * act[b].sum16[g];
+      }
+      acc = std::fma(static_cast<float>(dots - 32 * bias), d * act[b].d, acc);
+      continue;
+    }
+    const auto& k = *reinterpret_cast<const BlockQ4_K*>(block);  // Q5_K shares the prefix
+    int32_t dots = 0, mins = 0;
+    for (int j = 0; j < 8; ++j) {
+      const KScaleMin sm = kquant_scale_min(k.scales, j);
+      int32_t dot = 0;
+      for (int i = 32 * j; i < 32 * j + 32; ++i) dot += block_q(type, block, i) * qx[i];
+      dots += sm.scale * dot;
+      mins += sm.min * act[b].sum32[j];
+    }
+    acc = std::fma(static_cast<float>(dots), d * act[b].d, acc);
+    acc = std::fma(static_cast<float>(mins), -fp16_to_f32(k.dmin) * act[b].d, acc);
+  }
+  return acc;
+}
+
+}  // namespace
+
+void matmul_q8_reference(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
+  if (!packable_type(w.type)) throw Error(std::string("matmul_q8_reference: weight type ") + dtype_name(w.type) + " is not packable");
+  const int64_t cols = w.cols(), rows = w.rows();
+  if (cols % sb_values(w.type) != 0) throw Error("matmul_q8_reference: " + w.name + " has a partial block per row");
+  const size_t row_bytes = packed_act_row_bytes(w.type, cols);
+  std::vector<uint8_t> act(row_bytes * static_cast<size_t>(n_tokens) + 64);
+  uint8_t* base = act.data() + (64 - reinterpret_cast<uintptr_t>(act.data()) % 64) % 64;
+  for (int64_t t = 0; t < n_tokens; ++t) quantize_packed_activations(w.type, x + t * cols, cols, base + t * row_bytes);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const PackedActRow xr = packed_act_row(base + t * row_bytes, cols);
+    for (int64_t r = 0; r < rows; ++r) y[t * rows + r] = q8_row_dot(w.type, w.row(r), cols, xr);
+  }
+}
+
+}  // namespace kvserve

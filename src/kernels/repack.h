@@ -1,0 +1,94 @@
+#pragma once
+// Weights repacked once at load for the 8-bit-activation kernels: rows
+// interleaved by 8, so that one 256-bit register holds 4 consecutive values of
+// 8 rows and every 32-bit lane of an integer dot product belongs to one row.
+// A (row, token) sum then never crosses lanes: it is an exact integer dot per
+// block followed by one fixed chain of float multiply-adds over the blocks in
+// order, the same for one token (decode), a few (speculative verification) or
+// hundreds (prefill), on any number of threads. That is what makes results
+// batch-invariant, and what matmul_q8_reference() computes in plain C++ from
+// the original GGUF blocks (the SIMD kernels must match it bit for bit).
+//
+// Layout (all types): rows padded to a multiple of 8 (padding rows are zero);
+// row group g (rows 8g..8g+7) is packed_group_bytes() long, holding its
+// super-blocks (32 values for Q4_0/Q4_1/Q5_0/Q8_0, 256 for the K-quants) in
+// order. Inside a super-block, every 32-value sub-block j stores its values as
+// chunks c = 0..7 of 32 bytes: byte 4r + k is row r's value 32j + 4c + k.
+//  - 4-bit planes (all but Q8_0): 128 bytes per sub-block; register p = 0..3
+//    holds chunk 2p in its low nibbles and chunk 2p + 1 in its high nibbles.
+//  - Q5_0 / Q5_K fifth bits: 32 bytes per sub-block; bit c of byte 4r + k is
+//    the fifth bit of chunk c's byte 4r + k.
+//  - Q6_K top two bits: 64 bytes per sub-block; chunks 0..3 in the first 32
+//    bytes, 4..7 in the next, bits 2(c % 4), 2(c % 4) + 1 of byte 4r + k.
+//  - Q8_0: 256 bytes of signed values, chunk c at 32c.
+// Super-block headers (per row r, 8 entries each):
+//  Q4_0 / Q5_0 / Q8_0: fp16 d[8].               w = d (q - 8), d (q - 16), d q
+//  Q4_1:               fp16 d[8], fp16 m[8].    w = d q + m
+//  Q4_K / Q5_K:        fp16 d[8], fp16 -dmin[8], u8 scale[8 sub-blocks][8 rows],
+//                      u8 min[8][8].            w = d scale_j q - dmin min_j
+//  Q6_K:               fp16 d[8], i8 scale[16 groups of 16][8 rows].
+//                                               w = d scale_g (q - 32)
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace kvserve {
+
+// Whether the active kernel table (kernels/dispatch.h) has packed kernels
+// (AVX2 and AVX-512 do, scalar does not): only then is repacking worth it.
+bool packed_kernels_active();
+
+// Whether repack_rows8() takes this weight type.
+bool packable_type(DType type);
+
+// Bytes of one row group (8 rows x cols values) and of the whole packed matrix.
+size_t packed_group_bytes(DType type, int64_t cols);
+size_t packed_matrix_bytes(DType type, int64_t rows, int64_t cols);
+
+// Writes w (a packable type with whole super-blocks per row) in the layout
+// above into dst (packed_matrix_bytes(...) bytes). Throws kvserve::Error for
+// other types or shapes.
+void repack_rows8(const TensorView& w, uint8_t* dst);
+
+// ---- Activations, quantized once per token per matmul -----------------------
+// Blocks of 32 (for Q4_0 / Q4_1 / Q5_0 / Q8_0): x ~= d q, sum = sum(q),
+// s = d * sum (what Q4_1's m multiplies).
+struct PackedAct32 {
+  float d;
+  float s;
+  int32_t sum;
+  int32_t unused;
+};
+// Super-blocks of 256 (for the K-quants): one d, and the sums of q over each
+// 16 and each 32 values (what the mins / the Q6_K bias multiply).
+struct PackedAct256 {
+  int16_t sum16[16];
+  int16_t sum32[8];
+  float d;
+  float unused[3];
+};
+
+// Whether a packed type's activations come in super-blocks of 256.
+bool packed_act_is_256(DType type);
+// Bytes of one token's activations: qs (cols bytes, padded to 64), then one
+// PackedAct32 per 32 or PackedAct256 per 256 values; a multiple of 64.
+size_t packed_act_row_bytes(DType type, int64_t cols);
+// Quantizes one token: d = max|x| / 127 per block, q = round(x / d).
+void quantize_packed_activations(DType type, const float* x, int64_t cols, uint8_t* dst);
+
+struct PackedActRow {
+  const int8_t* qs;
+  const void* blocks;  // PackedAct32[cols / 32] or PackedAct256[cols / 256]
+};
+PackedActRow packed_act_row(const uint8_t* row, int64_t cols);
+
+// The arithmetic every packed kernel performs, from the original GGUF blocks:
+// activations quantized as above, an exact integer dot per super-block, then
+// per (row, token) acc = fma(float(isum), d_w * d_x, acc) (+ the offset term)
+// over the super-blocks in order. Single-threaded; the SIMD kernels match it
+// bitwise.
+void matmul_q8_reference(const TensorView& w, const float* x, int64_t n_tokens, float* y);
+
+}  // namespace kvserve

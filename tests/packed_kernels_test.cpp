@@ -1,0 +1,171 @@
+// The packed 8-bit-activation kernels (weights repacked with rows interleaved
+// by 8, kernels/repack.h): every SIMD path equals matmul_q8_reference bit for
+// bit on random blocks of awkward shapes and token counts (so a row's result
+// never depends on the other tokens of the call), on one or two threads; and
+// the reference is within the activation rounding of matmul_reference.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/error.h"
+#include "kernels/dispatch.h"
+#include "kernels/matmul.h"
+#include "kernels/repack.h"
+#include "quant_matrix.h"
+#include "test_util.h"
+
+namespace kvserve {
+namespace {
+
+using test_util::make_matrix;
+using test_util::TestMatrix;
+
+const DType kPackedTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0,
+                              DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+struct PackedMatrix {
+  TestMatrix m;
+  AlignedBuffer<uint8_t> packed;
+  TensorView view;  // m.view with .packed set
+};
+
+PackedMatrix make_packed(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  PackedMatrix p{make_matrix(type, rows, cols, seed), {}, {}};
+  p.packed.resize(packed_matrix_bytes(type, rows, cols));
+  repack_rows8(p.m.view, p.packed.data());
+  p.view = p.m.view;
+  p.view.packed = p.packed.data();
+  return p;
+}
+
+class IsaAndPrecision {
+ public:
+  IsaAndPrecision() : isa_(active_isa()), precision_(activation_precision()) {}
+  ~IsaAndPrecision() {
+    set_kernel_isa(isa_);
+    set_activation_precision(precision_);
+  }
+  IsaAndPrecision(const IsaAndPrecision&) = delete;
+  IsaAndPrecision& operator=(const IsaAndPrecision&) = delete;
+
+ private:
+  Isa isa_;
+  ActivationPrecision precision_;
+};
+
+std::vector<Isa> simd_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : available_isas())
+    if (isa != Isa::Scalar) out.push_back(isa);
+  return out;
+}
+
+// Index of the first float that differs bitwise, or -1.
+int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return static_cast<int64_t>(i);
+  return -1;
+}
+
+std::vector<int64_t> cols_for(DType type) {
+  const bool k = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K;
+  return k ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 2080};
+}
+
+class PackedMatmul : public ::testing::TestWithParam<DType> {};
+
+TEST_P(PackedMatmul, SimdPathsMatchTheQ8ReferenceBitwise) {
+  const DType type = GetParam();
+  if (simd_isas().empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
+  IsaAndPrecision restore;
+  set_activation_precision(ActivationPrecision::kQ8);
+  uint32_t seed = 1;
+  for (int64_t rows : {1, 7, 8, 9, 33})
+    for (int64_t cols : cols_for(type))
+      for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 13, 17, 40}) {
+        const PackedMatrix p = make_packed(type, rows, cols, seed++);
+        std::mt19937 rng(seed);
+        const std::vector<float> x = test_util::random_vector(static_cast<size_t>(n * cols), rng, 1.0f);
+        std::vector<float> want(static_cast<size_t>(n * rows));
+        matmul_q8_reference(p.m.view, x.data(), n, want.data());
+        for (Isa isa : simd_isas()) {
+          set_kernel_isa(isa);
+          std::vector<float> got(want.size(), -1.0f);
+          matmul(p.view, x.data(), n, got.data());
+          const int64_t at = first_difference(got, want);
+          ASSERT_EQ(at, -1) << dtype_name(type) << " on " << isa_name(isa) << ", rows " << rows << ", cols " << cols
+                            << ", tokens " << n << ": token " << at / rows << " row " << at % rows << " got "
+                            << got[static_cast<size_t>(at)] << " want " << want[static_cast<size_t>(at)];
+        }
+      }
+}
+
+// Many tokens (several prefill tiles) on one and on two threads.
+TEST_P(PackedMatmul, PrefillTilesAndThreadsChangeNoBit) {
+  const DType type = GetParam();
+  if (simd_isas().empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
+  IsaAndPrecision restore;
+  set_activation_precision(ActivationPrecision::kQ8);
+  const int64_t rows = 75, cols = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K ? 4096 : 2080,
+                n = 150;
+  const PackedMatrix p = make_packed(type, rows, cols, 99);
+  std::mt19937 rng(7);
+  const std::vector<float> x = test_util::random_vector(static_cast<size_t>(n * cols), rng, 1.0f);
+  std::vector<float> want(static_cast<size_t>(n * rows));
+  matmul_q8_reference(p.m.view, x.data(), n, want.data());
+  const int threads = omp_get_max_threads();
+  for (Isa isa : simd_isas()) {
+    set_kernel_isa(isa);
+    for (int t : {1, 2}) {
+      omp_set_num_threads(t);
+      std::vector<float> got(want.size());
+      matmul(p.view, x.data(), n, got.data());
+      EXPECT_EQ(first_difference(got, want), -1) << dtype_name(type) << " on " << isa_name(isa) << ", " << t << " threads";
+    }
+  }
+  omp_set_num_threads(threads);
+}
+
+// The reference's only error is the rounding of activations to 8 bits.
+TEST_P(PackedMatmul, Q8ReferenceIsWithinActivationRoundingOfF32) {
+  const DType type = GetParam();
+  uint32_t seed = 500;
+  for (int64_t rows : {3, 9})
+    for (int64_t cols : cols_for(type)) {
+      const int64_t n = 3;
+      const TestMatrix m = make_matrix(type, rows, cols, seed++);
+      std::mt19937 rng(seed);
+      const std::vector<float> x = test_util::random_vector(static_cast<size_t>(n * cols), rng, 1.0f);
+      std::vector<float> got(static_cast<size_t>(n * rows)), want(got.size());
+      matmul_q8_reference(m.view, x.data(), n, got.data());
+      matmul_reference(m.view, x.data(), n, want.data());
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+          double magnitude = 0;
+          for (int64_t c = 0; c < cols; ++c)
+            magnitude += std::fabs(m.dequantized[static_cast<size_t>(r * cols + c)] * x[static_cast<size_t>(t * cols + c)]);
+          const size_t i = static_cast<size_t>(t * rows + r);
+          EXPECT_LE(std::fabs(got[i] - want[i]), 1e-2 * magnitude + 1e-6) << dtype_name(type) << " row " << r;
+        }
+    }
+}
+
+TEST(PackedMatmul, UnpackableTypesAreRefused) {
+  TestMatrix m = make_matrix(DType::Q4_0, 8, 64, 3);
+  m.view.type = DType::F16;
+  std::vector<uint8_t> out(4096);
+  EXPECT_FALSE(packable_type(DType::F16));
+  EXPECT_THROW(repack_rows8(m.view, out.data()), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatmul, ::testing::ValuesIn(kPackedTypes),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace kvserve
