@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/half.h"
-#include "kernels/quantize_kquants.h"
 
 namespace kvserve {
 namespace {
@@ -39,23 +39,62 @@ size_t sub_block_bytes(DType type) {
 
 size_t sb_bytes(DType type) { return header_bytes(type) + static_cast<size_t>(sb_values(type) / 32) * sub_block_bytes(type); }
 
-// The stored integer of value i (0 .. sb_values - 1) of one original block:
-// unsigned for every type but Q8_0.
-int block_q(DType type, const uint8_t* block, int i) {
+// The stored integers of one original block (sb_values of them): unsigned
+// for every type but Q8_0.
+void block_values(DType type, const uint8_t* block, int* q) {
   switch (type) {
-    case DType::Q4_0: {
-      const auto& b = *reinterpret_cast<const BlockQ4_0*>(block);
-      return i < 16 ? b.qs[i] & 15 : b.qs[i - 16] >> 4;
+    case DType::Q4_0: case DType::Q4_1: {
+      const uint8_t* qs = block + (type == DType::Q4_0 ? offsetof(BlockQ4_0, qs) : offsetof(BlockQ4_1, qs));
+      for (int i = 0; i < 16; ++i) {
+        q[i] = qs[i] & 15;
+        q[i + 16] = qs[i] >> 4;
+      }
+      return;
     }
-    case DType::Q4_1: {
-      const auto& b = *reinterpret_cast<const BlockQ4_1*>(block);
-      return i < 16 ? b.qs[i] & 15 : b.qs[i - 16] >> 4;
+    case DType::Q8_0: {
+      const auto& b = *reinterpret_cast<const BlockQ8_0*>(block);
+      for (int i = 0; i < 32; ++i) q[i] = b.qs[i];
+      return;
     }
-    case DType::Q8_0: return reinterpret_cast<const BlockQ8_0*>(block)->qs[i];
-    case DType::Q5_0: return q5_0_value(*reinterpret_cast<const BlockQ5_0*>(block), i);
-    case DType::Q4_K: return q4_k_value(*reinterpret_cast<const BlockQ4_K*>(block), i);
-    case DType::Q5_K: return q5_k_value(*reinterpret_cast<const BlockQ5_K*>(block), i);
-    case DType::Q6_K: return q6_k_value(*reinterpret_cast<const BlockQ6_K*>(block), i);
+    case DType::Q5_0: {
+      const auto& b = *reinterpret_cast<const BlockQ5_0*>(block);
+      uint32_t qh;
+      std::memcpy(&qh, b.qh, sizeof(qh));
+      for (int i = 0; i < 16; ++i) {
+        q[i] = (b.qs[i] & 15) | static_cast<int>((qh >> i) & 1) << 4;
+        q[i + 16] = (b.qs[i] >> 4) | static_cast<int>((qh >> (i + 16)) & 1) << 4;
+      }
+      return;
+    }
+    case DType::Q4_K: case DType::Q5_K: {
+      const uint8_t* qs = type == DType::Q4_K ? reinterpret_cast<const BlockQ4_K*>(block)->qs
+                                              : reinterpret_cast<const BlockQ5_K*>(block)->qs;
+      const uint8_t* qh = type == DType::Q5_K ? reinterpret_cast<const BlockQ5_K*>(block)->qh : nullptr;
+      for (int k = 0; k < 4; ++k)
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t byte = qs[32 * k + l];
+          q[64 * k + l] = byte & 15;
+          q[64 * k + 32 + l] = byte >> 4;
+          if (qh != nullptr) {
+            q[64 * k + l] |= (qh[l] >> (2 * k) & 1) << 4;
+            q[64 * k + 32 + l] |= (qh[l] >> (2 * k + 1) & 1) << 4;
+          }
+        }
+      return;
+    }
+    case DType::Q6_K: {
+      const auto& b = *reinterpret_cast<const BlockQ6_K*>(block);
+      for (int h = 0; h < 2; ++h)
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t* ql = b.ql + 64 * h;
+          const uint8_t qh = b.qh[32 * h + l];
+          q[128 * h + l] = (ql[l] & 15) | (qh & 3) << 4;
+          q[128 * h + 32 + l] = (ql[32 + l] & 15) | (qh >> 2 & 3) << 4;
+          q[128 * h + 64 + l] = (ql[l] >> 4) | (qh >> 4 & 3) << 4;
+          q[128 * h + 96 + l] = (ql[32 + l] >> 4) | (qh >> 6 & 3) << 4;
+        }
+      return;
+    }
     default: throw Error(std::string("repack: weight type ") + dtype_name(type) + " is not packable");
   }
 }
@@ -74,7 +113,7 @@ uint16_t block_d_bits(DType type, const uint8_t* block) {
 }
 
 // One sub-block (32 values) of 8 rows: q[r][v] for v < 32, into the chunk layout.
-void pack_sub_block(DType type, const int (&q)[kRows][32], uint8_t* out) {
+void pack_sub_block(DType type, const int* const (&q)[kRows], uint8_t* out) {
   if (type == DType::Q8_0) {
     for (int c = 0; c < 8; ++c)
       for (int r = 0; r < kRows; ++r)
@@ -174,12 +213,13 @@ void repack_rows8(const TensorView& w, uint8_t* dst) {
       }
       uint8_t* out = dst + static_cast<size_t>(g) * packed_group_bytes(w.type, cols) + static_cast<size_t>(b) * sb_bytes(w.type);
       pack_header(w.type, blocks, out);
+      int q[kRows][kQK_K] = {};
+      for (int r = 0; r < kRows; ++r)
+        if (blocks[r] != nullptr) block_values(w.type, blocks[r], q[r]);
       for (int64_t j = 0; j < values / 32; ++j) {
-        int q[kRows][32];
-        for (int r = 0; r < kRows; ++r)
-          for (int v = 0; v < 32; ++v)
-            q[r][v] = blocks[r] != nullptr ? block_q(w.type, blocks[r], static_cast<int>(32 * j + v)) : 0;
-        pack_sub_block(w.type, q, out + header + static_cast<size_t>(j) * sub_bytes);
+        const int* rows_j[kRows];
+        for (int r = 0; r < kRows; ++r) rows_j[r] = q[r] + 32 * j;
+        pack_sub_block(w.type, rows_j, out + header + static_cast<size_t>(j) * sub_bytes);
       }
     }
   }
@@ -257,8 +297,10 @@ float q8_row_dot(DType type, const uint8_t* row, int64_t cols, const PackedActRo
     const auto* act = static_cast<const PackedAct32*>(x.blocks);
     for (int64_t b = 0; b < cols / 32; ++b) {
       const uint8_t* block = row + static_cast<size_t>(b) * block_bytes;
+      int q[32];
+      block_values(type, block, q);
       int32_t isum = 0;
-      for (int i = 0; i < 32; ++i) isum += block_q(type, block, i) * x.qs[32 * b + i];
+      for (int i = 0; i < 32; ++i) isum += q[i] * x.qs[32 * b + i];
       if (type == DType::Q4_0) isum -= 8 * act[b].sum;
       if (type == DType::Q5_0) isum -= 16 * act[b].sum;
       const float d = fp16_to_f32(block_d_bits(type, block));
@@ -272,12 +314,14 @@ float q8_row_dot(DType type, const uint8_t* row, int64_t cols, const PackedActRo
     const uint8_t* block = row + static_cast<size_t>(b) * block_bytes;
     const int8_t* qx = x.qs + 256 * b;
     const float d = fp16_to_f32(block_d_bits(type, block));
+    int q[kQK_K];
+    block_values(type, block, q);
     if (type == DType::Q6_K) {
       const auto& q6 = *reinterpret_cast<const BlockQ6_K*>(block);
       int32_t dots = 0, bias = 0;
       for (int g = 0; g < 16; ++g) {
         int32_t dot = 0;
-        for (int i = 16 * g; i < 16 * g + 16; ++i) dot += block_q(type, block, i) * qx[i];
+        for (int i = 16 * g; i < 16 * g + 16; ++i) dot += q[i] * qx[i];
         dots += q6.scales[g] * dot;
         bias += q6.scales[g] * act[b].sum16[g];
       }
@@ -289,7 +333,7 @@ float q8_row_dot(DType type, const uint8_t* row, int64_t cols, const PackedActRo
     for (int j = 0; j < 8; ++j) {
       const KScaleMin sm = kquant_scale_min(k.scales, j);
       int32_t dot = 0;
-      for (int i = 32 * j; i < 32 * j + 32; ++i) dot += block_q(type, block, i) * qx[i];
+      for (int i = 32 * j; i < 32 * j + 32; ++i) dot += q[i] * qx[i];
       dots += sm.scale * dot;
       mins += sm.min * act[b].sum32[j];
     }

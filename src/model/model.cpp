@@ -121,16 +121,19 @@ void release_mapped_pages(const uint8_t* p, size_t n) {
 }  // namespace
 
 void Model::repack_matrices() {
-  const auto repack = [this](TensorView& t) {
-    if (!packable_type(t.type) || t.packed != nullptr) return;
-    AlignedBuffer<uint8_t>& buffer = packed_.emplace_back(packed_matrix_bytes(t.type, t.rows(), t.cols()));
-    repack_rows8(t, buffer.data());
-    t.packed = buffer.data();
-    release_mapped_pages(t.data, t.nbytes);
-  };
+  std::vector<TensorView*> todo;
   for (LayerWeights& l : weights_.layers)
-    for (TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) repack(*t);
-  repack(weights_.output);
+    for (TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) todo.push_back(t);
+  todo.push_back(&weights_.output);
+  std::erase_if(todo, [](const TensorView* t) { return !packable_type(t->type) || t->packed != nullptr; });
+  for (const TensorView* t : todo) packed_.emplace_back(packed_matrix_bytes(t->type, t->rows(), t->cols()));
+  // Tensors are independent; a 1.5B model's repack is ~1 s of one core's time.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < todo.size(); ++i) {
+    repack_rows8(*todo[i], packed_[i].data());
+    release_mapped_pages(todo[i]->data, todo[i]->nbytes);
+  }
+  for (size_t i = 0; i < todo.size(); ++i) todo[i]->packed = packed_[i].data();
 }
 
 size_t Model::packed_bytes() const {
