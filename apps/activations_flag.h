@@ -15,8 +15,8 @@ inline void add_activations_flag(CLI::App* cmd) {
   cmd->add_option_function<std::string>(
          "--activations",
          [](const std::string& name) { set_activation_precision(parse_activation_precision(name)); },
-         "Activations of quantized matmuls: f32 (exact; the default) or q8 (8-bit per block of 32, llama.cpp's "
-         "scheme: faster, ~1e-2 relative error per matmul); overrides KVSERVE_ACTIVATIONS")
+         "Activations of quantized matmuls: q8 (the default: 8-bit, llama.cpp's scheme, batch-invariant "
+         "repacked kernels, ~1e-2 relative error per matmul) or f32 (exact, slower); overrides KVSERVE_ACTIVATIONS")
       ->check(CLI::IsMember({"f32", "q8"}));
 }
 

@@ -87,11 +87,11 @@ TEST(Cli, ActivationsFlagChoosesTheMatmulPrecision) {
   TempFile model(".gguf");
   ::kvserve::test_util::write_synth_model(model.path(), "tiny-llama");
   const auto plain = run_kvserve("run -m " + model.path() + " -p hello -n 3");
-  const auto q8 = run_kvserve("run -m " + model.path() + " -p hello -n 3 --activations q8");
+  const auto exact = run_kvserve("run -m " + model.path() + " -p hello -n 3 --activations f32");
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
-  ASSERT_EQ(q8.exit_code, 0) << q8.output;
-  EXPECT_NE(plain.output.find("activations: f32"), std::string::npos) << plain.output;
-  EXPECT_NE(q8.output.find("activations: q8"), std::string::npos) << q8.output;
+  ASSERT_EQ(exact.exit_code, 0) << exact.output;
+  EXPECT_NE(plain.output.find("activations: q8"), std::string::npos) << plain.output;  // the default
+  EXPECT_NE(exact.output.find("activations: f32"), std::string::npos) << exact.output;
   const auto bench = run_kvserve("bench --serving -m " + model.path() +
                                  " --requests 2 --concurrency 2 -p 8 -n 2 -t 1 --activations q8");
   ASSERT_EQ(bench.exit_code, 0) << bench.output;

@@ -23,6 +23,10 @@ using nlohmann::json;
 
 namespace {
 
+// The references are float64 implementations: compare against exact f32 activations.
+const ModelLoadOptions kExact{.activations = ActivationPrecision::kF32};
+
+
 json load_reference(const std::string& name) {
   std::ifstream f(std::string(KVSERVE_SOURCE_DIR) + "/tests/data/" + name);
   return json::parse(f);
@@ -55,7 +59,7 @@ class SmolLM2 : public ::testing::Test {
   void SetUp() override {
     path_ = kvserve::test_util::default_model_path();
     if (path_.empty()) GTEST_SKIP() << "default model not fetched (run scripts/fetch_models.sh)";
-    model_ = Model::load(path_);
+    model_ = Model::load(path_, kExact);
     reference_ = load_reference("smollm2_reference.json");
   }
   std::string path_;
@@ -124,7 +128,7 @@ TEST(Stories260K, RealModelConvertedMatchesLlama2cReference) {
   o.tokenizer_path = dir + "/tok512.bin";
   o.output_path = out.path();
   convert_llama2c(o);
-  auto model = Model::load(out.path());
+  auto model = Model::load(out.path(), kExact);
   const json ref = load_reference("stories260k_reference.json");
 
   const Tokenizer tok = Tokenizer::from_gguf(model->file());
@@ -153,7 +157,7 @@ namespace {
 
 std::unique_ptr<Model> load_qwen_coder(const std::string& size) {
   const std::string path = kvserve::test_util::model_dir() + "/qwen2.5-coder-" + size + "-instruct.gguf";
-  return std::filesystem::exists(path) ? Model::load(path) : nullptr;
+  return std::filesystem::exists(path) ? Model::load(path, kExact) : nullptr;
 }
 
 }  // namespace

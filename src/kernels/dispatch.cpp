@@ -90,7 +90,7 @@ namespace {
 std::atomic<ActivationPrecision>& precision_slot() {
   static std::atomic<ActivationPrecision> slot{[] {
     const char* env = std::getenv("KVSERVE_ACTIVATIONS");
-    return env && *env ? parse_activation_precision(env) : ActivationPrecision::kF32;
+    return env && *env ? parse_activation_precision(env) : ActivationPrecision::kQ8;
   }()};
   return slot;
 }

@@ -33,14 +33,14 @@ Isa active_isa();
 // available. Not meant to race with running kernels (tests, benchmarks).
 void set_kernel_isa(Isa isa);
 
-// How matmuls over quantized weights (q4_0, q4_1, q8_0) treat activations.
-//  kF32 (default): weights are dequantized in registers and multiplied with
-//    the f32 activations: exact up to float rounding, so every decoder and
-//    batch shape computes the same logits and greedy output matches an
-//    independent f32/f64 implementation.
-//  kQ8: activations rounded to 8 bits per block of 32 (llama.cpp's scheme)
-//    for integer dot products: faster prefill, ~1e-2 relative error per
-//    matmul, and rounding flips that make batch shapes disagree slightly.
+// How matmuls over quantized weights treat activations.
+//  kQ8 (default): activations rounded to 8 bits per block (llama.cpp's
+//    scheme) for integer dot products, ~1e-2 relative error per matmul. With
+//    the repacked kernels (kernels/repack.h) a row's result is the same
+//    bits whatever the batch, chunk or thread count.
+//  kF32: weights are dequantized in registers and multiplied with the f32
+//    activations: exact up to float rounding, so greedy output matches an
+//    independent f32/f64 implementation token for token (the reference tests).
 enum class ActivationPrecision { kF32, kQ8 };
 const char* activation_precision_name(ActivationPrecision p);
 // Parses "f32" or "q8"; throws kvserve::Error otherwise.
