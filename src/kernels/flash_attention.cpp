@@ -14,8 +14,6 @@ namespace kvserve {
 using namespace flash_detail;
 namespace {
 
-constexpr int64_t kMinKeysPerSplit = 256;
-
 // What one work item reads: the K/V rows, which head, and the inner-loop ops.
 struct HeadSource {
   const KVRows* k;
@@ -65,8 +63,10 @@ void attend_tile_row(RowBlock& rows, int64_t r, const KVTile& tile, const HeadSo
 }
 
 // Folds keys [j0, j1) of the source head into every row's state, one tile
-// of keys at a time; each tile is dequantized once for all rows.
-void attend_keys(RowBlock& rows, const HeadSource& src, int64_t j0, int64_t j1, KVTile& tile) {
+// of keys at a time; each tile is dequantized once for all rows. Not
+// inlined: prefill and decode run one compiled copy of the per-row
+// arithmetic (no per-call-site contraction or vectorization differences).
+[[gnu::noinline]] void attend_keys(RowBlock& rows, const HeadSource& src, int64_t j0, int64_t j1, KVTile& tile) {
   int64_t max_pos = -1;
   for (int64_t r = 0; r < rows.n_rows; ++r) max_pos = std::max(max_pos, rows.pos[r]);
   j1 = std::min(j1, max_pos + 1);  // causal: no row sees keys past its position
@@ -81,12 +81,38 @@ void attend_keys(RowBlock& rows, const HeadSource& src, int64_t j0, int64_t j1, 
   }
 }
 
+// Starts a key split: every row's split state empty.
+void reset_split(RowBlock& rows, int64_t head_dim) {
+  rows.state.assign(static_cast<size_t>(rows.n_rows), OnlineSoftmax{});
+  rows.acc.assign(static_cast<size_t>(rows.n_rows * head_dim), 0.0f);
+}
+
 void reset_rows(RowBlock& rows, int64_t n_rows, int64_t head_dim) {
   rows.n_rows = n_rows;
   rows.q.resize(static_cast<size_t>(n_rows));
   rows.pos.resize(static_cast<size_t>(n_rows));
-  rows.state.assign(static_cast<size_t>(n_rows), OnlineSoftmax{});
-  rows.acc.assign(static_cast<size_t>(n_rows * head_dim), 0.0f);
+  rows.merged.assign(static_cast<size_t>(n_rows), OnlineSoftmax{});
+  rows.merged_acc.assign(static_cast<size_t>(n_rows * head_dim), 0.0f);
+  reset_split(rows, head_dim);
+}
+
+// Folds one split's partial state (max, sum, output) of a row into the
+// row's running merge. The only place partial states are combined: prefill
+// and decode call it in split order, so they give the same bits (one
+// compiled copy: not inlined). A split the row saw no key of (max -inf) is
+// skipped rather than merged as zeros.
+[[gnu::noinline]] void merge_split(OnlineSoftmax& total, float* total_acc, const OnlineSoftmax& part,
+                                   const float* part_acc, int64_t head_dim) {
+  if (part.max == -std::numeric_limits<float>::infinity()) return;
+  float a = 0, b = 0;
+  total.merge(part, &a, &b);
+  for (int64_t d = 0; d < head_dim; ++d) total_acc[d] = total_acc[d] * a + part_acc[d] * b;
+}
+
+// out = acc / sum (zeros for a row that saw no key).
+void finish_row(const OnlineSoftmax& total, const float* acc, int64_t head_dim, float* out) {
+  const float inv = total.sum > 0 ? 1.0f / total.sum : 0.0f;
+  for (int64_t d = 0; d < head_dim; ++d) out[d] = acc[d] * inv;
 }
 
 HeadSource head_source(const KVRows& k, const KVRows& v, int64_t kv_head, const AttentionShape& s) {
@@ -115,53 +141,47 @@ void flash_prefill(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, c
   }
 }
 
-// Merges the per-split partial states of every row into the final output.
-void merge_splits(const std::vector<RowBlock>& partial, int64_t n_splits, int64_t n_rows, const AttentionShape& s,
-                  float* out) {
-  const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads, q_stride = s.n_heads * hd;
-  std::vector<float> o(static_cast<size_t>(hd));
-  for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
-    for (int64_t r = 0; r < n_rows; ++r) {
-      OnlineSoftmax total;
-      std::fill(o.begin(), o.end(), 0.0f);
-      for (int64_t split = 0; split < n_splits; ++split) {
-        const RowBlock& p = partial[static_cast<size_t>(kvh * n_splits + split)];
-        float a = 0, b = 0;
-        total.merge(p.state[r], &a, &b);
-        for (int64_t d = 0; d < hd; ++d) o[d] = o[d] * a + p.acc[r * hd + d] * b;
-      }
-      const float inv = total.sum > 0 ? 1.0f / total.sum : 0.0f;
-      float* dst = out + (r / group) * q_stride + (kvh * group + r % group) * hd;
-      for (int64_t d = 0; d < hd; ++d) dst[d] = o[d] * inv;
-    }
-  }
-}
-
-// Decode: the keys are split into chunks processed in parallel; the partial
-// (max, sum, output) of each chunk are merged exactly at the end.
+// Decode: the keys' fixed splits (kKeySplit) are work items spread over the
+// threads; each leaves its rows' partial (max, sum, output), and every row
+// then merges its splits in split order, as the prefill path does.
 void flash_decode(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, const KVRows& v, int64_t n_kv,
-                  const AttentionShape& s, float* out, int64_t n_splits) {
+                  const AttentionShape& s, float* out) {
   const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads, q_stride = s.n_heads * hd;
   const int64_t n_rows = n_q * group;
-  // Chunks are whole key tiles so that no tile is dequantized twice.
-  const int64_t chunk = ((n_kv + n_splits - 1) / n_splits + kKeyTile - 1) / kKeyTile * kKeyTile;
-  std::vector<RowBlock> partial(static_cast<size_t>(s.n_kv_heads * n_splits));
+  const int64_t n_splits = (n_kv + kKeySplit - 1) / kKeySplit;
+  const int64_t n_items = s.n_kv_heads * n_splits;
+  std::vector<OnlineSoftmax> part_state(static_cast<size_t>(n_items * n_rows));
+  std::vector<float> part_acc(static_cast<size_t>(n_items * n_rows * hd));
 #pragma omp parallel
   {
-    KVTile tile;
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < s.n_kv_heads * n_splits; ++item) {
+    FlashScratch scratch;
+    RowBlock& rows = scratch.rows;
+#pragma omp for schedule(dynamic)
+    for (int64_t item = 0; item < n_items; ++item) {
       const int64_t kvh = item / n_splits, split = item % n_splits;
-      RowBlock& rows = partial[static_cast<size_t>(item)];
       reset_rows(rows, n_rows, hd);
       for (int64_t r = 0; r < n_rows; ++r) {
         rows.q[r] = q + (r / group) * q_stride + (kvh * group + r % group) * hd;
         rows.pos[r] = pos0 + r / group;
       }
-      attend_keys(rows, head_source(k, v, kvh, s), split * chunk, std::min(n_kv, (split + 1) * chunk), tile);
+      attend_keys(rows, head_source(k, v, kvh, s), split * kKeySplit, std::min(n_kv, (split + 1) * kKeySplit),
+                  scratch.tile);
+      std::copy(rows.state.begin(), rows.state.end(), part_state.begin() + item * n_rows);
+      std::copy(rows.acc.begin(), rows.acc.end(), part_acc.begin() + item * n_rows * hd);
     }
   }
-  merge_splits(partial, n_splits, n_rows, s, out);
+  std::vector<float> acc(static_cast<size_t>(hd));
+  for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      OnlineSoftmax total;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t split = 0; split < n_splits; ++split) {
+        const int64_t at = (kvh * n_splits + split) * n_rows + r;
+        merge_split(total, acc.data(), part_state[static_cast<size_t>(at)], part_acc.data() + at * hd, hd);
+      }
+      finish_row(total, acc.data(), hd, out + (r / group) * q_stride + (kvh * group + r % group) * hd);
+    }
+  }
 }
 
 }  // namespace
@@ -179,11 +199,17 @@ void flash_query_tile(const float* q, int64_t i0, int64_t i1, int64_t pos0, cons
       rows.q[r] = q + i * q_stride + (kv_head * group + g) * hd;
       rows.pos[r] = pos0 + i;
     }
-  attend_keys(rows, head_source(k, v, kv_head, s), 0, pos0 + i1, scratch.tile);
+  const HeadSource src = head_source(k, v, kv_head, s);
+  const int64_t n_kv = pos0 + i1;
+  for (int64_t j0 = 0; j0 < n_kv; j0 += kKeySplit) {
+    if (j0 > 0) reset_split(rows, hd);
+    attend_keys(rows, src, j0, std::min(n_kv, j0 + kKeySplit), scratch.tile);
+    for (int64_t r = 0; r < rows.n_rows; ++r)
+      merge_split(rows.merged[r], rows.merged_acc.data() + r * hd, rows.state[r], rows.acc.data() + r * hd, hd);
+  }
   for (int64_t r = 0; r < rows.n_rows; ++r) {
     const int64_t i = i0 + r / group, h = kv_head * group + r % group;
-    const float inv = rows.state[r].sum > 0 ? 1.0f / rows.state[r].sum : 0.0f;
-    for (int64_t d = 0; d < hd; ++d) out[i * q_stride + h * hd + d] = rows.acc[r * hd + d] * inv;
+    finish_row(rows.merged[r], rows.merged_acc.data() + r * hd, hd, out + i * q_stride + h * hd);
   }
 }
 
@@ -234,9 +260,10 @@ void flash_attention(const float* q, int64_t n_q, int64_t pos0, const KVRows& k,
   // Few query rows against a long context: not enough (head, tile) items to
   // keep every thread busy, so split the keys instead.
   const int64_t prefill_items = shape.n_kv_heads * ((n_q + kQueryTile - 1) / kQueryTile);
-  if (n_q <= 4 && prefill_items < threads * 2 && n_kv >= 2 * kMinKeysPerSplit) {
-    const int64_t splits = std::clamp<int64_t>(n_kv / kMinKeysPerSplit, 1, threads * 4);
-    flash_decode(q, n_q, pos0, k, v, n_kv, shape, out, splits);
+  // Either path gives the same bits (fixed key splits merged in order), so
+  // this choice, which depends on the threads, is a speed choice only.
+  if (n_q <= 4 && prefill_items < threads * 2 && n_kv >= 2 * kKeySplit) {
+    flash_decode(q, n_q, pos0, k, v, n_kv, shape, out);
   } else {
     flash_prefill(q, n_q, pos0, k, v, shape, out);
   }

@@ -7,7 +7,10 @@
 // One pass over each K/V head serves all query heads that share it (GQA).
 // For decode (few query rows, long context) the keys are split across
 // threads and the partial (m, l, O) triples are merged exactly
-// (flash-decoding).
+// (flash-decoding). Batch invariance: the keys of every row, in every path,
+// go in splits of 256 at fixed positions whose partial states are merged in
+// split order, so a row's output is the same bits whatever the number of
+// query rows in the call, pos0, the threads or the path taken.
 //
 // K and V are read through KVRows (kernels/kv_quant.h): any KV storage type,
 // contiguous or in blocks of a block table. Quantized rows are dequantized one

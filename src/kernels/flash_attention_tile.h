@@ -13,6 +13,14 @@ namespace kvserve::flash_detail {
 
 constexpr int64_t kKeyTile = 64;     // keys per tile: a 64 x head_dim K tile stays in L1/L2
 constexpr int64_t kQueryTile = 16;   // query positions per work item in prefill
+// Keys per split, at fixed absolute positions [s * kKeySplit, (s + 1) * kKeySplit):
+// every path computes a row's attention split by split, each from a fresh
+// online-softmax state, and merges the splits' partial states in split order.
+// Decode hands splits to threads; prefill walks them in order inside one work
+// item; both run the same arithmetic, so a row's output depends only on its
+// query, its position and the K/V rows it sees (batch invariance: not on the
+// chunk size, pos0, the threads, the other jobs, or which path ran).
+constexpr int64_t kKeySplit = 4 * kKeyTile;
 
 // One tile of keys of one head as f32 rows: pointers straight into the cache
 // for f32 storage, else into this thread's dequantization buffer.
@@ -27,8 +35,10 @@ struct RowBlock {
   int64_t n_rows = 0;
   std::vector<const float*> q;  // [n_rows] -> head_dim floats
   std::vector<int64_t> pos;     // [n_rows] the row's position (sees keys <= pos)
-  std::vector<OnlineSoftmax> state;
-  std::vector<float> acc;       // [n_rows][head_dim] unnormalized output
+  std::vector<OnlineSoftmax> state;  // [n_rows] over the current key split
+  std::vector<float> acc;            // [n_rows][head_dim] unnormalized output of the current split
+  std::vector<OnlineSoftmax> merged;  // [n_rows] the splits before it, merged in order
+  std::vector<float> merged_acc;      // [n_rows][head_dim]
 };
 
 // One thread's buffers for flash_query_tile (reused across work items).

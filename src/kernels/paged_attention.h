@@ -7,7 +7,8 @@
 // materialized. Work items are (job, K/V head, tile of query rows), spread
 // over the OpenMP threads: a step of many single-token decodes keeps every
 // thread busy. A batch of one job is flash_attention itself (which splits a
-// long decode's keys over the threads).
+// long decode's keys over the threads): a job's output is the same bits alone
+// or in any batch (fixed key splits, kernels/flash_attention_tile.h).
 #include <cstdint>
 #include <span>
 
