@@ -15,6 +15,7 @@ namespace kvserve {
 
 #if KVSERVE_HAVE_SIMD
 const AttentionVectorOps& avx512_attention_vector_ops();  // kv_quant_avx512.cpp
+const AttentionVectorOps& avx2_attention_vector_ops();    // kv_quant_avx2.cpp
 #endif
 
 namespace {
@@ -169,6 +170,7 @@ const AttentionVectorOps& scalar_attention_vector_ops() {
 const AttentionVectorOps& attention_vector_ops() {
 #if KVSERVE_HAVE_SIMD
   if (active_isa() == Isa::Avx512) return avx512_attention_vector_ops();
+  if (active_isa() == Isa::Avx2) return avx2_attention_vector_ops();
 #endif
   return scalar_attention_vector_ops();
 }
