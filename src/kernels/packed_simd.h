@@ -77,6 +77,11 @@ static inline __m256i top_bits(__m256i h) {
   return _mm256_and_si256(v, _mm256_set1_epi8(0x30));
 }
 
+// Pins v to a register at this point. GCC otherwise computes all of a
+// sub-block's maddubs first and sums them later, spilling the products (16
+// registers); this keeps each token's s16 sum a running chain.
+static inline void pin(__m256i& v) { __asm__("" : "+x"(v)); }
+
 constexpr bool is_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 constexpr bool has_fifth_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_K; }
 
@@ -107,15 +112,18 @@ static inline void chunk_pair(const uint8_t* q, const int8_t* const (&x)[N], __m
     lo = _mm256_or_si256(lo, top_bits<(2 * kP) % 4>(h));
     hi = _mm256_or_si256(hi, top_bits<(2 * kP + 1) % 4>(h));
   }
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
     acc16[t] = _mm256_add_epi16(acc16[t], _mm256_maddubs_epi16(lo, broadcast4(x[t] + 8 * kP)));
     acc16[t] = _mm256_add_epi16(acc16[t], _mm256_maddubs_epi16(hi, broadcast4(x[t] + 8 * kP + 4)));
+    if constexpr (N > 1) pin(acc16[t]);  // one token: 16 registers suffice, let GCC schedule
   }
 }
 
 // acc32[t] += madd(acc16[t], scale); acc16[t] = 0.
 template <int N>
 static inline void fold(__m256i (&acc16)[N], __m256i scale, __m256i (&acc32)[N]) {
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
     acc32[t] = _mm256_add_epi32(acc32[t], _mm256_madd_epi16(acc16[t], scale));
     acc16[t] = _mm256_setzero_si256();
@@ -131,6 +139,7 @@ static inline void sub_block_dots(const uint8_t* q, const int8_t* const (&x)[N],
     unroll<8>([&](auto c) {
       const __m256i w = load256(q + 32 * c);
       const __m256i w_abs = _mm256_abs_epi8(w);
+      #pragma GCC unroll 16
       for (int t = 0; t < N; ++t) {
         const __m256i xs = _mm256_sign_epi8(broadcast4(x[t] + 4 * c), w);
         acc32[t] = _mm256_add_epi32(acc32[t], _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, xs), scale));
@@ -139,6 +148,7 @@ static inline void sub_block_dots(const uint8_t* q, const int8_t* const (&x)[N],
     return;
   }
   __m256i acc16[N];
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) acc16[t] = _mm256_setzero_si256();
   unroll<4>([&](auto p) {
     chunk_pair<T, N, p>(q, x, acc16);
@@ -154,9 +164,11 @@ static inline void block32(const uint8_t* sb, const int8_t* const (&x)[N], const
                            __m256 (&acc)[N]) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i isum[N];
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
   sub_block_dots<T, N>(sb + Layout<T>::kHeader, x, ones, ones, isum);
   const __m256 d = load_f16x8(sb);
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
     if constexpr (T == DType::Q4_0) isum[t] = _mm256_sub_epi32(isum[t], _mm256_set1_epi32(8 * a[t]->sum));
     if constexpr (T == DType::Q5_0) isum[t] = _mm256_sub_epi32(isum[t], _mm256_set1_epi32(16 * a[t]->sum));
@@ -172,9 +184,11 @@ static inline void block256(const uint8_t* sb, const int8_t* const (&x)[N], cons
                             __m256 (&acc)[N]) {
   using L = Layout<T>;
   __m256i dots[N], bias[N];
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) dots[t] = bias[t] = _mm256_setzero_si256();
   for (int j = 0; j < 8; ++j) {
     const int8_t* xj[N];
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) xj[t] = x[t] + 32 * j;
     const uint8_t* q = sb + L::kHeader + static_cast<size_t>(j) * L::kSubBytes;
     if constexpr (T == DType::Q6_K) {
@@ -186,22 +200,28 @@ static inline void block256(const uint8_t* sb, const int8_t* const (&x)[N], cons
   }
   const __m256 d = load_f16x8(sb);
   if constexpr (T == DType::Q6_K) {
+    #pragma GCC unroll 16
     for (int k = 0; k < 8; ++k) {
       const __m256i pair = pairs_i8(sb + 16 + 16 * k, sb + 24 + 16 * k);
+      #pragma GCC unroll 16
       for (int t = 0; t < N; ++t)
         bias[t] = _mm256_add_epi32(bias[t], _mm256_madd_epi16(pair, broadcast4(reinterpret_cast<const int8_t*>(a[t]->sum16 + 2 * k))));
     }
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const __m256i total = _mm256_sub_epi32(dots[t], _mm256_slli_epi32(bias[t], 5));
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_set1_ps(a[t]->d)), acc[t]);
     }
   } else {
+    #pragma GCC unroll 16
     for (int k = 0; k < 4; ++k) {
       const __m256i pair = pairs_u8(sb + 96 + 16 * k, sb + 104 + 16 * k);
+      #pragma GCC unroll 16
       for (int t = 0; t < N; ++t)
         bias[t] = _mm256_add_epi32(bias[t], _mm256_madd_epi16(pair, broadcast4(reinterpret_cast<const int8_t*>(a[t]->sum32 + 2 * k))));
     }
     const __m256 neg_dmin = load_f16x8(sb + 16);
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const __m256 dx = _mm256_set1_ps(a[t]->d);
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[t]), _mm256_mul_ps(d, dx), acc[t]);
@@ -216,13 +236,16 @@ static void group_tokens(const PackedJob& job, const uint8_t* group, int64_t t0,
   using L = Layout<T>;
   const int64_t n_sb = job.cols / L::kValues;
   PackedActRow rows[N];
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) rows[t] = packed_act_row(job.xq + static_cast<size_t>(t0 + t) * job.xq_row_bytes, job.cols);
   __m256 acc[N];
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   using Act = std::conditional_t<is_kquant(T), PackedAct256, PackedAct32>;
   for (int64_t b = 0; b < n_sb; ++b) {
     const int8_t* x[N];
     const Act* a[N];
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       x[t] = rows[t].qs + b * L::kValues;
       a[t] = static_cast<const Act*>(rows[t].blocks) + b;
@@ -231,6 +254,7 @@ static void group_tokens(const PackedJob& job, const uint8_t* group, int64_t t0,
     if constexpr (is_kquant(T)) block256<T, N>(sb, x, a, acc);
     else block32<T, N>(sb, x, a, acc);
   }
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
 }
 
@@ -239,6 +263,7 @@ static void group_tokens_store(const PackedJob& job, int64_t g, int64_t t0) {
   float out[N * 8];
   group_tokens<T, N>(job, job.w + static_cast<size_t>(g) * job.group_bytes, t0, out);
   const int64_t valid = std::min<int64_t>(8, job.rows - 8 * g);
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) std::memcpy(job.y + (t0 + t) * job.rows + 8 * g, out + 8 * t, sizeof(float) * static_cast<size_t>(valid));
 }
 
