@@ -3,10 +3,10 @@
 # back to back per model (the host may be shared: compare rows of one run only). A benchmark, not a test:
 # CI never calls it. Build llama.cpp first with ../shared/peers/llama-cpp.sh (it prints BIN_DIR).
 #   scripts/compare_llama_cpp.sh BIN_DIR [model.gguf ...]
-# Models default to those of models/smollm2-135m-instruct-q4_1.gguf, qwen2.5-coder-{0.5b,1.5b}-instruct.gguf
-# that exist. Environment: KVSERVE_EXTRA_ARGS (default "--activations q8"; "" for none) adds a second kvserve
-# run per model with those arguments; THREADS (2), REPS (3), PP (512), TG (128), KVSERVE (./build/kvserve);
-# RAW_DIR keeps each run's JSON, logs and /usr/bin/time output there.
+# Models: by default whichever of models/smollm2-135m-instruct-q4_1.gguf, qwen2.5-coder-{0.5b,1.5b}-instruct.gguf
+# exist. Environment: KVSERVE_EXTRA_ARGS: a second kvserve run per model with these arguments ("" for none;
+# default --activations q8, or --activations f32 where q8 is kvserve's default); THREADS (2), REPS (3),
+# PP (512), TG (128), KVSERVE (./build/kvserve); RAW_DIR keeps each run's JSON, logs and /usr/bin/time output.
 # Prints one markdown table (ratio = kvserve / llama.cpp; t/s as mean ± stddev) and the commands it ran.
 # Peak RSS: llama-bench under /usr/bin/time -v (without it: VmHWM polled from /proc); kvserve reports its own
 # getrusage peak, taken before its 1 GiB bandwidth probe (which /usr/bin/time would count).
@@ -15,7 +15,9 @@ cd "$(dirname "$0")/.."
 if [ $# -lt 1 ] || [ ! -x "$1/llama-bench" ]; then sed -n '2,12p' "$0" >&2; exit 2; fi
 BIN=$1; shift
 KVSERVE=${KVSERVE:-./build/kvserve} THREADS=${THREADS:-2} REPS=${REPS:-3} PP=${PP:-512} TG=${TG:-128}
-EXTRA=${KVSERVE_EXTRA_ARGS-"--activations q8"}
+# kvserve's default activations (its --help says which is "the default"); the second run takes the other one
+DEFAULT_ACT=$("$KVSERVE" bench --help | grep -oE '(f32|q8) \((exact; )?the default' | cut -d' ' -f1 | head -1 || true)
+EXTRA=${KVSERVE_EXTRA_ARGS-"--activations $([ "$DEFAULT_ACT" = q8 ] && echo f32 || echo q8)"}
 MODELS=("$@")
 if [ ${#MODELS[@]} -eq 0 ]; then
   for m in models/smollm2-135m-instruct-q4_1.gguf models/qwen2.5-coder-{0.5b,1.5b}-instruct.gguf; do
@@ -63,9 +65,9 @@ dirty=$(git status --porcelain --untracked-files=no | wc -l)
 echo "- kvserve: $KVSERVE at commit $(git rev-parse --short HEAD)$([ "$dirty" = 0 ] || echo " + $dirty uncommitted tracked files"),"\
   "kernel ISA ${KVSERVE_ISA:-$isa} (${KVSERVE_ISA:+set by KVSERVE_ISA}${KVSERVE_ISA:-the best this CPU has, as src/kernels/dispatch.cpp picks})"
 echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); threads $THREADS, $REPS repetitions"
-python3 - "$out" "$PP" "$TG" "$EXTRA" <<'PY'
+python3 - "$out" "$PP" "$TG" "$EXTRA" "${KVSERVE_ACTIVATIONS:-$DEFAULT_ACT}" <<'PY'
 import glob, json, os, re, sys
-out, pp, tg, extra = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+out, pp, tg, extra, act = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 ts = lambda mean, sd: f"{mean:.1f} ± {sd:.1f}"
 ratio = lambda a, b: f"{a / b:.2f}x" if b else "-"
 rows, info = [], None
@@ -79,7 +81,7 @@ for d in sorted(glob.glob(f"{out}/[0-9]*"), key=lambda p: int(os.path.basename(p
     info = info or dict(lp, fa_used="yes" if "(FLASH_ATTN_EXT)" in log else "no")
     load = open(f"{d}/load").read().strip()
     lrss = int(open(f"{d}/llama.rss").read().strip() or 0) / 1024
-    for k, args in ((0, "(default: f32 activations)"), (1, extra)):
+    for k, args in ((0, f"(default: {act or '?'} activations)"), (1, extra)):
         if not os.path.exists(f"{d}/kv{k}.json"):
             continue
         kv = {r["test"]: r for r in json.load(open(f"{d}/kv{k}.json"))}
