@@ -174,28 +174,12 @@ struct PreparedProduct {
   }
 };
 
-const PackedKernels* active_packed_kernels_or_null() {
-#if KVSERVE_HAVE_SIMD
-  switch (active_kernel_table().isa) {
-    case Isa::Avx512: return &avx512_packed_kernels();
-    case Isa::Avx2: return &avx2_packed_kernels();
-    default: break;
-  }
-#endif
-  return nullptr;
-}
-
-// Switches a quantized product to the packed kernels where this ISA has them.
-void prepare_packed(const TensorView& w, PreparedProduct& out, MatmulScratch& scratch) {
-  const PackedKernels* table = active_packed_kernels_or_null();
-  if (table == nullptr) return;
-  out.packed_kernel = packed_kernel_for(*table, w.type);
-  if (out.packed_kernel == nullptr) return;
-  out.packed_type = w.type;
-  const size_t row_bytes = packed_act_row_bytes(w.type, w.cols());
-  out.xq = q8_scratch(scratch, static_cast<size_t>(out.job.n_tokens) * row_bytes);
-  out.packed_job = {w.packed, packed_group_bytes(w.type, w.cols()), w.cols(), w.rows(), out.job.n_tokens, out.xq,
-                    row_bytes, out.job.y};
+// The packed kernel for w where w is repacked, activations are 8-bit and this
+// ISA has packed kernels; else nullptr.
+PackedRowsFn packed_kernel_of(const TensorView& w, bool q8_activations) {
+  const PackedKernels* table = active_packed_kernels();
+  if (w.packed == nullptr || !q8_activations || table == nullptr) return nullptr;
+  return packed_kernel_for(*table, w.type);
 }
 
 PreparedProduct prepare_product(const MatmulProduct& p, const float* x, int64_t n_tokens, MatmulScratch& scratch) {
@@ -206,10 +190,18 @@ PreparedProduct prepare_product(const MatmulProduct& p, const float* x, int64_t 
                 dtype_name(w.type) + " block size " + std::to_string(block));
   PreparedProduct out;
   out.quantized = is_block_quantized(w.type) && activation_precision() == ActivationPrecision::kQ8;
+  out.job = {w.data, w.row_bytes(), w.cols(), w.rows(), n_tokens, x, nullptr, nullptr, p.y};
+  out.packed_kernel = packed_kernel_of(w, out.quantized);
+  if (out.packed_kernel != nullptr) {
+    out.packed_type = w.type;
+    const size_t row_bytes = packed_act_row_bytes(w.type, w.cols());
+    out.xq = q8_scratch(scratch, static_cast<size_t>(n_tokens) * row_bytes);
+    out.packed_job = {w.packed, packed_group_bytes(w.type, w.cols()), w.cols(), w.rows(), n_tokens, out.xq, row_bytes, p.y};
+    return out;
+  }
   out.kernel = rows_kernel(active_kernel_table(), w.type, out.quantized);
   out.order = q8_order_for(w.type);
   out.block_sums = needs_block_sums(w.type, out.quantized);
-  out.job = {w.data, w.row_bytes(), w.cols(), w.rows(), n_tokens, x, nullptr, nullptr, p.y};
   if (out.quantized) out.xq = q8_scratch(scratch, static_cast<size_t>(n_tokens) * q8_act_row_bytes(w.cols()));
   if (out.block_sums) {
     scratch.block_sums.resize(static_cast<size_t>(n_tokens * x_block_sum_floats(w.cols())));
@@ -217,7 +209,6 @@ PreparedProduct prepare_product(const MatmulProduct& p, const float* x, int64_t 
   }
   out.job.xq = out.xq;
   out.job.x_block_sums = out.sums;
-  if (out.quantized && w.packed != nullptr) prepare_packed(w, out, scratch);
   return out;
 }
 
@@ -249,8 +240,18 @@ void share_prepared_input(const PreparedProduct& earlier, PreparedProduct& p) {
 
 }  // namespace
 
-const PackedKernels* active_packed_kernels() { return active_packed_kernels_or_null(); }
-bool packed_kernels_active() { return active_packed_kernels_or_null() != nullptr; }
+const PackedKernels* active_packed_kernels() {
+#if KVSERVE_HAVE_SIMD
+  switch (active_kernel_table().isa) {
+    case Isa::Avx512: return &avx512_packed_kernels();
+    case Isa::Avx2: return &avx2_packed_kernels();
+    default: break;
+  }
+#endif
+  return nullptr;
+}
+
+bool packed_kernels_active() { return active_packed_kernels() != nullptr; }
 
 PackedRowsFn packed_kernel_for(const PackedKernels& table, DType type) {
   switch (type) {
