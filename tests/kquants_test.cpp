@@ -29,6 +29,7 @@ namespace {
 using test_util::TempFile;
 using test_util::TestMatrix;
 using test_util::make_matrix;
+using Guards = test_util::IsaAndPrecisionGuard;
 
 // ---- Hand-built blocks -----------------------------------------------------
 
@@ -201,20 +202,6 @@ TEST(KQuantBlocks, QuantizeRoundTripsWithinOneStep) {
 
 // ---- Matmul paths on random blocks --------------------------------------------
 
-class Guards {
- public:
-  Guards() : isa_(active_isa()), precision_(activation_precision()) {}
-  ~Guards() {
-    set_kernel_isa(isa_);
-    set_activation_precision(precision_);
-  }
-  Guards(const Guards&) = delete;
-  Guards& operator=(const Guards&) = delete;
-
- private:
-  Isa isa_;
-  ActivationPrecision precision_;
-};
 
 struct Shape {
   int64_t rows, cols, n_tokens;

@@ -44,20 +44,6 @@ PackedMatrix make_packed(DType type, int64_t rows, int64_t cols, uint32_t seed) 
   return p;
 }
 
-class IsaAndPrecision {
- public:
-  IsaAndPrecision() : isa_(active_isa()), precision_(activation_precision()) {}
-  ~IsaAndPrecision() {
-    set_kernel_isa(isa_);
-    set_activation_precision(precision_);
-  }
-  IsaAndPrecision(const IsaAndPrecision&) = delete;
-  IsaAndPrecision& operator=(const IsaAndPrecision&) = delete;
-
- private:
-  Isa isa_;
-  ActivationPrecision precision_;
-};
 
 std::vector<Isa> simd_isas() {
   std::vector<Isa> out;
@@ -83,7 +69,7 @@ class PackedMatmul : public ::testing::TestWithParam<DType> {};
 TEST_P(PackedMatmul, SimdPathsMatchTheQ8ReferenceBitwise) {
   const DType type = GetParam();
   if (simd_isas().empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
-  IsaAndPrecision restore;
+  test_util::IsaAndPrecisionGuard restore;
   set_activation_precision(ActivationPrecision::kQ8);
   uint32_t seed = 1;
   for (int64_t rows : {1, 7, 8, 9, 33})
@@ -110,7 +96,7 @@ TEST_P(PackedMatmul, SimdPathsMatchTheQ8ReferenceBitwise) {
 TEST_P(PackedMatmul, PrefillTilesAndThreadsChangeNoBit) {
   const DType type = GetParam();
   if (simd_isas().empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
-  IsaAndPrecision restore;
+  test_util::IsaAndPrecisionGuard restore;
   set_activation_precision(ActivationPrecision::kQ8);
   const int64_t rows = 75, cols = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K ? 4096 : 2080,
                 n = 150;

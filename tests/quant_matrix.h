@@ -8,6 +8,7 @@
 #include "core/dtype.h"
 #include "core/half.h"
 #include "core/tensor.h"
+#include "kernels/dispatch.h"
 #include "kernels/quantize.h"
 #include "test_util.h"
 
@@ -70,5 +71,21 @@ inline TestMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t s
   m.view.nbytes = m.bytes.size();
   return m;
 }
+
+// Restores the kernel ISA and the activation precision a test changes.
+class IsaAndPrecisionGuard {
+ public:
+  IsaAndPrecisionGuard() : isa_(active_isa()), precision_(activation_precision()) {}
+  ~IsaAndPrecisionGuard() {
+    set_kernel_isa(isa_);
+    set_activation_precision(precision_);
+  }
+  IsaAndPrecisionGuard(const IsaAndPrecisionGuard&) = delete;
+  IsaAndPrecisionGuard& operator=(const IsaAndPrecisionGuard&) = delete;
+
+ private:
+  Isa isa_;
+  ActivationPrecision precision_;
+};
 
 }  // namespace kvserve::test_util
