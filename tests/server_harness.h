@@ -38,10 +38,11 @@ class TestServer {
  public:
   // The model and tokenizer must outlive the server.
   TestServer(const Model& model, const Tokenizer& tokenizer, const EngineOptions& engine_options = {},
-             std::string api_key = {}) {
+             std::string api_key = {}, const server::ConnectionGateLimits& connections = {}) {
     engine_ = std::make_unique<Engine>(model, tokenizer, engine_options);
     server::ServerOptions o;
     o.port = 0;
+    o.connections = connections;
     o.api_key = std::move(api_key);
     o.model_id = "tiny";
     server_ = std::make_unique<server::ApiServer>(*engine_, model, tokenizer, ChatTemplate::chatml(), o);

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/gated_http_server.h"
 #include "server/generation_response.h"
 #include "server/response_format.h"
 
@@ -34,6 +35,11 @@ void write_json(httplib::Response& res, const json& body) { res.set_content(dump
 
 json parse_body(const httplib::Request& req) { return json::parse(req.body); }
 
+ConnectionGateLimits with_body_limit(ConnectionGateLimits limits) {
+  limits.max_body_bytes = kMaxBodyBytes;
+  return limits;
+}
+
 }  // namespace
 
 ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokenizer, ChatTemplate chat_template,
@@ -45,11 +51,11 @@ ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokeni
       options_(std::move(options)),
       context_(std::min(engine.options().max_context, model.config().context_length)),
       parser_(tokenizer_, chat_template_, context_, options_.speculation, engine.options().draft_model != nullptr),
-      http_(std::make_unique<httplib::Server>()) {
-  // Every waiting or running request holds an HTTP thread while it streams.
-  const auto threads = static_cast<size_t>(std::clamp<int64_t>(
-      engine.options().max_queue + engine.options().max_running + 8, 8, 512));
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+      // Every waiting or running request holds an HTTP thread while it
+      // streams; clients still sending their request hold none (the gate).
+      http_(std::make_unique<GatedHttpServer>(with_body_limit(options_.connections),
+                                              static_cast<size_t>(std::clamp<int64_t>(
+                                                  engine.options().max_queue + engine.options().max_running + 8, 8, 512)))) {
   http_->set_payload_max_length(kMaxBodyBytes);
   http_->set_keep_alive_timeout(kKeepAliveSeconds);
   http_->set_socket_options([this](socket_t sock) {
@@ -105,7 +111,7 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
   ResponseFormatter formatter(tokenizer_, parsed, options_.model_id);
   auto job = std::make_shared<GenerationJob>(engine_, metrics_, jobs_, std::move(parsed.requests), arrival);
   if (parsed.stream) send_event_stream(std::move(job), std::move(formatter), parsed.include_usage, metrics_, res);
-  else send_whole_response(*job, formatter, ClientConnection(req), metrics_, res);
+  else send_whole_response(*job, formatter, ClientConnection(http_->socket_of(req)), metrics_, res);
 }
 
 void ApiServer::handle_models(httplib::Response& res) const {
@@ -168,6 +174,7 @@ void ApiServer::shutdown() {
     jobs_.wait_until_empty(std::chrono::minutes(1));
   }
   // Only now: httplib ends the streams in progress when it stops.
+  http_->close_gate();
   http_->stop();  // listen() returns once the last handlers are done
   engine_.shutdown(false);
 }

@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/connection_gate.h"
 #include "server/generation_job.h"
 #include "server/request_parser.h"
 #include "server/server_metrics.h"
@@ -16,12 +17,13 @@
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {
-class Server;
 struct Request;
 struct Response;
 }  // namespace httplib
 
 namespace kvserve::server {
+
+class GatedHttpServer;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -30,6 +32,7 @@ struct ServerOptions {
   std::string model_id;     // the id /v1/models reports and responses echo
   std::chrono::milliseconds shutdown_grace{10000};  // how long shutdown() lets requests finish before cancelling them
   SpeculationSettings speculation;  // for requests without a "speculative" field (serve --spec ngram --draft-k K)
+  ConnectionGateLimits connections;  // deadlines and sizes for clients still sending their request
 };
 
 class ApiServer {
@@ -70,7 +73,7 @@ class ApiServer {
   std::atomic<bool> draining_{false};
   std::atomic<bool> shut_down_{false};
   int listen_socket_ = -1;  // recorded while binding, to widen the listen backlog
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<GatedHttpServer> http_;
 };
 
 }  // namespace kvserve::server
