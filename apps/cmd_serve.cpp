@@ -37,6 +37,8 @@ struct ServeOptions {
   int64_t context = 4096;
   int threads = 0;
   double grace_seconds = 10;
+  double request_timeout_seconds = 30;  // a client's whole request (head + body) must arrive within this
+  double idle_timeout_seconds = 10;     // a connection that sends nothing is closed after this
   std::string kv_type = "f32";
   std::string spec = "none";  // requests' default speculation (none | ngram | draft); a request's "speculative" overrides it
   std::string draft;          // draft model file: enables speculative mode "draft"
@@ -86,6 +88,9 @@ void serve(const ServeOptions& opt) {
   server_options.model_id = opt.alias.empty() ? std::filesystem::path(opt.model).stem().string() : opt.alias;
   server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
   server_options.speculation = spec_default;
+  server_options.connections.request_deadline =
+      std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_seconds * 1000));
+  server_options.connections.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.idle_timeout_seconds * 1000));
   server::ApiServer server(engine, *model, tokenizer, std::move(chat_template), server_options);
   const int port = server.bind();
 
@@ -127,6 +132,11 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--shutdown-grace", opt->grace_seconds, "Seconds requests may run on after SIGINT/SIGTERM")
       ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  cmd->add_option("--request-timeout", opt->request_timeout_seconds,
+                  "Seconds a client has to send its whole request (then 408)")
+      ->check(CLI::Range(0.1, 3600.0))->capture_default_str();
+  cmd->add_option("--idle-timeout", opt->idle_timeout_seconds, "Seconds a connection may stay open sending nothing")
+      ->check(CLI::Range(0.1, 3600.0))->capture_default_str();
   cmd->add_option("--spec", opt->spec,
                   "Default speculative decoding of requests: none, ngram (prompt lookup) or draft (needs --draft); "
                   "a request's \"speculative\" field overrides it")
