@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 
 #include "core/error.h"
@@ -22,7 +24,7 @@ struct ChatTemplate::Program {
 
 namespace {
 
-constexpr int64_t kMaxRange = 1 << 20;  // range() bound, so a bad template cannot exhaust memory
+constexpr int kMaxJsonIndent = 16;  // tojson(indent)
 
 const char* const kChatMlSource =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -36,13 +38,22 @@ bool truthy(const json& v) {
   return !v.empty();
 }
 
+// Template strings may hold any bytes; JSON text replaces invalid UTF-8.
+std::string dump(const json& v, int indent = -1) { return v.dump(indent, ' ', false, json::error_handler_t::replace); }
+
 // Jinja's str(): Python spellings for booleans and None.
 std::string to_text(const json& v) {
   if (is_undefined(v)) return "";
   if (v.is_string()) return v.get<std::string>();
   if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
   if (v.is_null()) return "None";
-  return v.dump();
+  return dump(v);
+}
+
+// Fails before a string of `bytes` is built.
+void check_text_size(size_t bytes, const char* what) {
+  if (bytes > kMaxTextBytes)
+    fail(std::string(what) + " would make a string of more than " + std::to_string(kMaxTextBytes >> 20) + " MiB");
 }
 
 const std::string& as_string(const json& v, const char* what) {
@@ -52,6 +63,14 @@ const std::string& as_string(const json& v, const char* what) {
 
 int64_t as_int(const json& v, const char* what) {
   if (!v.is_number()) fail(std::string(what) + " needs a number");
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    fail(std::string(what) + ": " + v.dump() + " is out of range");
+  if (v.is_number_float()) {
+    const double x = v.get<double>();
+    // 2^63 itself does not fit in int64_t.
+    if (!(x >= -9223372036854775808.0 && x < 9223372036854775808.0)) fail(std::string(what) + ": " + dump(v) + " is out of range");
+    return static_cast<int64_t>(x);
+  }
   return v.get<int64_t>();
 }
 
@@ -91,13 +110,52 @@ json split(const std::string& s, const json& sep) {
 }
 
 json items_of(const json& obj) {
+  if (!obj.is_object()) fail("items() needs a mapping, got " + std::string(is_undefined(obj) ? "undefined" : obj.type_name()));
   json out = json::array();
   for (auto it = obj.begin(); it != obj.end(); ++it) out.push_back(json::array({it.key(), it.value()}));
   return out;
 }
 
+// Python's floor division and modulo (rounding toward -inf), checked for overflow.
+json integer_division(const std::string& op, int64_t i, int64_t j) {
+  if (j == -1) {  // i / -1 overflows for INT64_MIN
+    if (op == "%") return 0;
+    if (i == INT64_MIN) fail("integer overflow in " + std::to_string(i) + " // -1");
+    return -i;
+  }
+  int64_t quotient = i / j, remainder = i % j;
+  if (remainder != 0 && (remainder < 0) != (j < 0)) --quotient, remainder += j;
+  return op == "//" ? quotient : remainder;
+}
+
+json integer_arithmetic(const std::string& op, int64_t i, int64_t j) {
+  int64_t out = 0;
+  const bool overflow = op == "+" ? __builtin_add_overflow(i, j, &out)
+                        : op == "-" ? __builtin_sub_overflow(i, j, &out)
+                                    : __builtin_mul_overflow(i, j, &out);
+  if (overflow) fail("integer overflow in " + std::to_string(i) + " " + op + " " + std::to_string(j));
+  return out;
+}
+
+// Python's str * int.
+json repeat(const std::string& s, const json& count) {
+  const auto n = static_cast<uint64_t>(std::max<int64_t>(0, as_int(count, "string repetition")));
+  if (s.empty()) return s;
+  if (n > kMaxTextBytes / s.size())
+    fail("string repetition would make a string of more than " + std::to_string(kMaxTextBytes >> 20) + " MiB");
+  std::string out;
+  out.reserve(s.size() * n);
+  for (uint64_t k = 0; k < n; ++k) out += s;
+  return out;
+}
+
 json arithmetic(const std::string& op, const json& a, const json& b) {
-  if (op == "+" && a.is_string() && b.is_string()) return a.get<std::string>() + b.get<std::string>();
+  if (op == "+" && a.is_string() && b.is_string()) {
+    check_text_size(a.get_ref<const std::string&>().size() + b.get_ref<const std::string&>().size(), "'+'");
+    return a.get<std::string>() + b.get<std::string>();
+  }
+  if (op == "*" && a.is_string() && b.is_number_integer()) return repeat(a.get<std::string>(), b);
+  if (op == "*" && b.is_string() && a.is_number_integer()) return repeat(b.get<std::string>(), a);
   if (op == "+" && a.is_array() && b.is_array()) {
     json out = a;
     out.insert(out.end(), b.begin(), b.end());
@@ -110,13 +168,10 @@ json arithmetic(const std::string& op, const json& a, const json& b) {
   const double x = a.get<double>(), y = b.get<double>();
   if ((op == "/" || op == "//" || op == "%") && y == 0) fail("division by zero");
   if (op == "/") return x / y;
-  if (op == "//") return ints ? json(static_cast<int64_t>(std::floor(x / y))) : json(std::floor(x / y));
-  if (op == "%") return ints ? json(((a.get<int64_t>() % b.get<int64_t>()) + b.get<int64_t>()) % b.get<int64_t>())
-                             : json(x - y * std::floor(x / y));
-  if (ints) {
-    const int64_t i = a.get<int64_t>(), j = b.get<int64_t>();
-    return op == "+" ? i + j : op == "-" ? i - j : i * j;
-  }
+  if (ints && (op == "//" || op == "%")) return integer_division(op, as_int(a, op.c_str()), as_int(b, op.c_str()));
+  if (op == "//") return std::floor(x / y);
+  if (op == "%") return x - y * std::floor(x / y);
+  if (ints) return integer_arithmetic(op, as_int(a, op.c_str()), as_int(b, op.c_str()));
   return op == "+" ? x + y : op == "-" ? x - y : x * y;
 }
 
@@ -160,11 +215,13 @@ json subscript(const json& obj, const json& key) {
 }
 
 json slice(const json& obj, const json& start, const json& stop, const json& step) {
-  const int64_t by = is_undefined(step) || step.is_null() ? 1 : as_int(step, "slice step");
+  int64_t by = is_undefined(step) || step.is_null() ? 1 : as_int(step, "slice step");
   if (by == 0) fail("slice step cannot be zero");
   const bool is_text = obj.is_string();
-  if (!is_text && !obj.is_array()) fail("cannot slice a " + std::string(obj.type_name()));
+  if (!is_text && !obj.is_array())
+    fail("cannot slice a " + std::string(is_undefined(obj) ? "undefined" : obj.type_name()));
   const auto n = static_cast<int64_t>(is_text ? obj.get_ref<const std::string&>().size() : obj.size());
+  by = std::clamp<int64_t>(by, -n - 1, n + 1);  // a longer step takes one item, as this does, and cannot overflow i
   auto bound = [&](const json& v, int64_t fallback) {
     if (is_undefined(v) || v.is_null()) return fallback;
     int64_t i = as_int(v, "slice");
@@ -189,17 +246,20 @@ json string_method(const std::string& s, const std::string& name, const std::vec
   if (name == "title") return change_case(s, 3);
   if (name == "startswith") return s.rfind(as_string(arg(0), "startswith"), 0) == 0;
   if (name == "endswith") {
-    const std::string& end = as_string(arg(0), "endswith");
+    const std::string end = as_string(arg(0), "endswith");  // a copy: arg() returns a temporary
     return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
   }
   if (name == "split") return split(s, arg(0));
   if (name == "replace") {
-    const std::string& from = as_string(arg(0), "replace");
-    const std::string& to = as_string(arg(1), "replace");
+    const std::string from = as_string(arg(0), "replace"), to = as_string(arg(1), "replace");
     if (from.empty()) return s;
     std::string out;
     size_t start = 0, at;
-    while ((at = s.find(from, start)) != std::string::npos) out += s.substr(start, at - start) + to, start = at + from.size();
+    while ((at = s.find(from, start)) != std::string::npos) {
+      check_text_size(out.size() + (at - start) + to.size(), "replace()");
+      out += s.substr(start, at - start) + to, start = at + from.size();
+    }
+    check_text_size(out.size() + s.size() - start, "replace()");
     return out + s.substr(start);
   }
   fail("unknown string method '" + name + "'");
@@ -228,6 +288,32 @@ json length_of(const json& v) {
   fail("length of a value without one");
 }
 
+// Python's int(text), 0 where the text is no number (as Jinja's int filter).
+json parse_int(const std::string& text) {
+  errno = 0;
+  const long long value = std::strtoll(text.c_str(), nullptr, 10);
+  if (errno == ERANGE) fail("int: " + text.substr(0, 40) + " is out of range");
+  return static_cast<int64_t>(value);
+}
+
+json characters(const std::string& s) {
+  json out = json::array();
+  for (char c : s) out.push_back(std::string(1, c));
+  return out;
+}
+
+json join(const json& items, const json& separator) {
+  if (!items.is_array()) fail("join needs a list, got " + std::string(is_undefined(items) ? "undefined" : items.type_name()));
+  const std::string sep = is_undefined(separator) ? "" : to_text(separator);
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string item = to_text(items[i]);
+    check_text_size(out.size() + sep.size() + item.size(), "join");
+    out += (i ? sep : "") + item;
+  }
+  return out;
+}
+
 json apply_filter(const std::string& name, const json& v, const std::vector<json>& a) {
   auto arg = [&](size_t i) { return i < a.size() ? a[i] : undefined(); };
   if (name == "trim" || name == "strip") return strip(as_string(v, "trim"), true, true);
@@ -236,21 +322,21 @@ json apply_filter(const std::string& name, const json& v, const std::vector<json
     return string_method(as_string(v, name.c_str()), name, {});
   if (name == "string") return to_text(v);
   if (name == "safe") return v;
-  if (name == "tojson") return v.dump(is_undefined(arg(0)) ? -1 : static_cast<int>(as_int(arg(0), "tojson")));
+  if (name == "tojson") {
+    const int64_t indent = is_undefined(arg(0)) ? -1 : as_int(arg(0), "tojson");
+    if (indent > kMaxJsonIndent) fail("tojson indent must be at most " + std::to_string(kMaxJsonIndent));
+    return dump(v, static_cast<int>(indent));
+  }
   if (name == "default" || name == "d") return is_undefined(v) || (truthy(arg(1)) && !truthy(v)) ? arg(0) : v;
   if (name == "items") return items_of(v);
-  if (name == "int") return v.is_string() ? json(std::atoll(v.get<std::string>().c_str())) : json(as_int(v, "int"));
+  if (name == "int") return v.is_string() ? parse_int(v.get<std::string>()) : json(as_int(v, "int"));
   if (name == "first" || name == "last") {
     if ((!v.is_array() && !v.is_string()) || length_of(v) == 0) return undefined();
     return subscript(v, name == "first" ? 0 : -1);
   }
   if (name == "reverse") return slice(v, undefined(), undefined(), -1);
   if (name == "list") return v.is_array() ? v : slice(v, undefined(), undefined(), 1);
-  if (name == "join") {
-    std::string out;
-    for (size_t i = 0; i < v.size(); ++i) out += (i ? to_text(is_undefined(arg(0)) ? json("") : arg(0)) : "") + to_text(v[i]);
-    return out;
-  }
+  if (name == "join") return join(v.is_string() ? characters(v.get_ref<const std::string&>()) : v, arg(0));
   fail("unknown filter '" + name + "'");
 }
 
@@ -270,6 +356,18 @@ bool apply_test(const std::string& name, const json& v) {
   fail("unknown test '" + name + "'");
 }
 
+// Bytes a value takes, roughly (evaluating one copies it). Fails on values
+// nested deeper than kMaxValueDepth, which would overflow the stack when
+// copied, compared or printed (JSON values are recursive).
+size_t footprint(const json& v, int depth) {
+  if (depth > kMaxValueDepth) fail("a value nests lists or dicts more than " + std::to_string(kMaxValueDepth) + " deep");
+  if (v.is_string()) return 16 + v.get_ref<const std::string&>().size();
+  if (!v.is_array() && !v.is_object()) return 16;
+  size_t bytes = 16;
+  for (const json& item : v) bytes += footprint(item, depth + 1);
+  return bytes;
+}
+
 class Renderer {
  public:
   explicit Renderer(json globals) { scopes_.push_back(std::move(globals)); }
@@ -283,13 +381,35 @@ class Renderer {
   void exec(const std::vector<Node>& nodes) {
     for (const Node& n : nodes) {
       switch (n.kind) {
-        case Node::Kind::kText: out_ += n.text; break;
-        case Node::Kind::kOutput: out_ += to_text(eval(*n.expr)); break;
+        case Node::Kind::kText: emit(n.text); break;
+        case Node::Kind::kOutput: emit(to_text(eval(*n.expr))); break;
         case Node::Kind::kIf: exec_if(n); break;
         case Node::Kind::kFor: exec_for(n); break;
         case Node::Kind::kSet: exec_set(n); break;
       }
     }
+  }
+
+  void emit(const std::string& text) {
+    if (out_.size() + text.size() > kMaxTextBytes)
+      fail("the output would exceed " + std::to_string(kMaxTextBytes >> 20) + " MiB");
+    out_ += text;
+  }
+
+  // Every loop iteration (and range() item) counts against one budget, so
+  // nested loops cannot multiply into hours.
+  void count_iterations(int64_t n) {
+    iterations_ += n;
+    if (iterations_ > kMaxLoopIterations)
+      fail("loops ran more than " + std::to_string(kMaxLoopIterations) + " iterations in all");
+  }
+
+  // Charges a value just produced against the work budget: every evaluation
+  // copies its result, so a loop over a large value costs its size each time.
+  void account(const json& v) {
+    work_ += footprint(v, 0);
+    if (work_ > kMaxWorkBytes)
+      fail("the template produced more than " + std::to_string(kMaxWorkBytes >> 30) + " GiB of values");
   }
 
   void exec_if(const Node& n) {
@@ -310,6 +430,7 @@ class Renderer {
     else if (!is_undefined(seq) && !seq.is_null()) fail("cannot loop over a " + std::string(seq.type_name()));
     if (!n.conditions[0]) return all;
     std::vector<json> kept;
+    count_iterations(static_cast<int64_t>(all.size()));
     for (json& item : all) {
       scopes_.push_back(json::object());
       bind_loop_variables(n, item);
@@ -331,6 +452,7 @@ class Renderer {
   void exec_for(const Node& n) {
     const std::vector<json> items = iteration_items(n);
     const auto count = static_cast<int64_t>(items.size());
+    count_iterations(count);
     for (int64_t i = 0; i < count; ++i) {
       scopes_.push_back(json::object());
       bind_loop_variables(n, items[static_cast<size_t>(i)]);
@@ -353,6 +475,7 @@ class Renderer {
       json& target = (*scope)[n.names[0]];
       if (!target.is_object()) fail("cannot set an attribute of '" + n.names[0] + "'");
       target[n.names[1]] = std::move(value);
+      account(target);  // ns.a = ns nests ns one level deeper each time
       return;
     }
     fail("'" + n.names[0] + "' is undefined");
@@ -367,6 +490,12 @@ class Renderer {
   }
 
   json eval(const Expr& e) {
+    json value = evaluate(e);
+    account(value);
+    return value;
+  }
+
+  json evaluate(const Expr& e) {
     switch (e.kind) {
       case Expr::Kind::kLiteral: return e.value;
       case Expr::Kind::kName: return lookup(e.name);
@@ -443,7 +572,8 @@ class Renderer {
       const std::time_t now = std::time(nullptr);
       std::tm tm{};
       localtime_r(&now, &tm);
-      return std::string(buf, std::strftime(buf, sizeof buf, as_string(args.at(0), "strftime_now").c_str(), &tm));
+      const std::string& format = as_string(args.empty() ? undefined() : args[0], "strftime_now");
+      return std::string(buf, std::strftime(buf, sizeof buf, format.c_str(), &tm));
     }
     fail("unknown function '" + fn + "'");
   }
@@ -451,7 +581,9 @@ class Renderer {
   static json range(const std::vector<json>& a) {
     if (a.empty() || a.size() > 2) fail("range takes one or two arguments");
     const int64_t from = a.size() == 2 ? as_int(a[0], "range") : 0, to = as_int(a.back(), "range");
-    if (to - from > kMaxRange) fail("range too large");
+    int64_t count = 0;
+    if (__builtin_sub_overflow(to, from, &count) || count > kMaxLoopIterations)
+      fail("range() of more than " + std::to_string(kMaxLoopIterations) + " numbers");
     json out = json::array();
     for (int64_t i = from; i < to; ++i) out.push_back(i);
     return out;
@@ -459,6 +591,8 @@ class Renderer {
 
   std::vector<json> scopes_;  // innermost last; every scope is a JSON object
   std::string out_;
+  int64_t iterations_ = 0;  // loop iterations so far, against kMaxLoopIterations
+  size_t work_ = 0;         // bytes of values produced so far, against kMaxWorkBytes
 };
 
 }  // namespace

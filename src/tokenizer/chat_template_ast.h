@@ -19,6 +19,17 @@ inline bool is_undefined(const json& v) { return v.is_discarded(); }
 // Throws kvserve::Error prefixed with "chat template: ".
 [[noreturn]] void fail(const std::string& message);
 
+// Limits on what a template may do. A template comes from a downloaded model
+// file, so it is untrusted code: these keep one from exhausting the stack,
+// memory or time of the server. Breaking one is a kvserve::Error (see
+// docs/reliability.md).
+inline constexpr int kMaxBlockDepth = 64;               // {% if %} / {% for %} nested in each other
+inline constexpr int kMaxExpressionDepth = 128;         // operators, calls, brackets nested in one expression
+inline constexpr int kMaxValueDepth = 64;               // lists and dicts nested in a value
+inline constexpr int64_t kMaxLoopIterations = 1 << 20;  // all {% for %} iterations of one apply(); also range()
+inline constexpr size_t kMaxTextBytes = 64 << 20;       // the output, and any one string value
+inline constexpr size_t kMaxWorkBytes = size_t{1} << 30;  // bytes of values one apply() may produce or copy
+
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
@@ -29,6 +40,7 @@ struct Expr {
   json value;                      // kLiteral
   std::vector<ExprPtr> args;       // operands; nullptr for an omitted slice bound or else branch
   std::vector<std::string> keywords;  // kCall / kFilter: keyword of each argument after the first ("" positional)
+  int depth = 1;                   // 1 + the deepest argument's depth: how deep evaluating it recurses
 };
 
 struct Node {

@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -143,6 +147,48 @@ ExprPtr make_expr(Expr::Kind kind, std::string name = {}) {
   return e;
 }
 
+// Sets e's depth once its arguments are in place. Evaluating (and freeing) an
+// expression recurses as deep as its tree, and chains such as a + b + c grow
+// the tree without nesting in the source, so the tree itself is bounded.
+ExprPtr finished(ExprPtr e) {
+  for (const ExprPtr& arg : e->args)
+    if (arg) e->depth = std::max(e->depth, arg->depth + 1);
+  if (e->depth > kMaxExpressionDepth)
+    fail("an expression nests more than " + std::to_string(kMaxExpressionDepth) +
+         " operations deep; split it with {% set %}");
+  return e;
+}
+
+json number_literal(const std::string& text) {
+  if (std::count(text.begin(), text.end(), '.') > 1) fail("malformed number '" + text + "'");
+  if (text.find('.') != std::string::npos) {
+    errno = 0;
+    const double value = std::strtod(text.c_str(), nullptr);
+    if (errno == ERANGE || !std::isfinite(value)) fail("number " + text + " is out of range");
+    return value;
+  }
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size())
+    fail("integer " + text + " is out of range (at most " + std::to_string(INT64_MAX) + ")");
+  return value;
+}
+
+// Counts the parser's recursion while it lives: nested brackets and prefix
+// operators recurse without growing the tree (a parenthesis adds no node).
+class DepthGuard {
+ public:
+  DepthGuard(int& depth, int limit, const char* what) : depth_(depth) {
+    if (++depth_ > limit) fail(std::string(what) + " nest more than " + std::to_string(limit) + " levels deep");
+  }
+  ~DepthGuard() { --depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+
+ private:
+  int& depth_;
+};
+
 // ---- parsing expressions ----------------------------------------------------
 
 class ExprParser {
@@ -150,6 +196,7 @@ class ExprParser {
   explicit ExprParser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
 
   ExprPtr parse_expression() {
+    const DepthGuard guard(depth_, kMaxExpressionDepth, "expressions");
     ExprPtr value = parse_or();
     if (!peek_name("if")) return value;
     ++pos_;
@@ -158,7 +205,7 @@ class ExprParser {
     e->args.push_back(std::move(value));
     if (peek_name("else")) ++pos_, e->args.push_back(parse_expression());
     else e->args.push_back(nullptr);
-    return e;
+    return finished(std::move(e));
   }
   ExprPtr parse_or_expression() { return parse_or(); }  // for `for x in xs if cond`, where `if` is not a ternary
 
@@ -188,7 +235,7 @@ class ExprParser {
     auto e = make_expr(Expr::Kind::kBinary, std::move(op));
     e->args.push_back(std::move(left));
     e->args.push_back(std::move(right));
-    return e;
+    return finished(std::move(e));
   }
   ExprPtr parse_or() {
     ExprPtr left = parse_and();
@@ -203,9 +250,10 @@ class ExprParser {
   ExprPtr parse_not() {
     if (!peek_name("not")) return parse_compare();
     ++pos_;
+    const DepthGuard guard(depth_, kMaxExpressionDepth, "expressions");
     auto e = make_expr(Expr::Kind::kNot);
     e->args.push_back(parse_not());
-    return e;
+    return finished(std::move(e));
   }
   ExprPtr parse_compare() {
     static const char* const kOps[] = {"==", "!=", "<", ">", "<=", ">="};
@@ -221,7 +269,7 @@ class ExprParser {
         pos_ += 2;
         auto e = make_expr(Expr::Kind::kNot);
         e->args.push_back(binary("in", std::move(left), parse_sum()));
-        left = std::move(e);
+        left = finished(std::move(e));
       } else {
         return left;
       }
@@ -251,9 +299,10 @@ class ExprParser {
   ExprPtr parse_unary() {
     if (peek_op("-")) {
       ++pos_;
+      const DepthGuard guard(depth_, kMaxExpressionDepth, "expressions");
       auto e = make_expr(Expr::Kind::kNeg);
       e->args.push_back(parse_unary());
-      return e;
+      return finished(std::move(e));
     }
     return parse_filters(parse_postfix(parse_primary()));
   }
@@ -264,7 +313,7 @@ class ExprParser {
         auto e = make_expr(Expr::Kind::kFilter, take_name());
         e->args.push_back(std::move(subject));
         if (peek_op("(")) parse_call_args(*e);
-        subject = std::move(e);
+        subject = finished(std::move(e));
       } else if (peek_name("is")) {
         ++pos_;
         const bool negated = peek_name("not");
@@ -272,11 +321,11 @@ class ExprParser {
         auto e = make_expr(Expr::Kind::kTest, take_name());
         e->args.push_back(std::move(subject));
         if (peek_op("(")) parse_call_args(*e);
-        subject = std::move(e);
+        subject = finished(std::move(e));
         if (negated) {
           auto n = make_expr(Expr::Kind::kNot);
           n->args.push_back(std::move(subject));
-          subject = std::move(n);
+          subject = finished(std::move(n));
         }
       } else {
         return subject;
@@ -300,7 +349,7 @@ class ExprParser {
         ++pos_;
         auto e = make_expr(Expr::Kind::kAttr, take_name());
         e->args.push_back(std::move(subject));
-        subject = std::move(e);
+        subject = finished(std::move(e));
       } else if (peek_op("[")) {
         ++pos_;
         subject = parse_subscript(std::move(subject));
@@ -308,7 +357,7 @@ class ExprParser {
         auto e = make_expr(Expr::Kind::kCall);
         e->args.push_back(std::move(subject));
         parse_call_args(*e);
-        subject = std::move(e);
+        subject = finished(std::move(e));
       } else {
         return subject;
       }
@@ -321,7 +370,7 @@ class ExprParser {
       auto e = make_expr(Expr::Kind::kIndex);
       e->args.push_back(std::move(subject));
       e->args.push_back(std::move(first));
-      return e;
+      return finished(std::move(e));
     }
     auto e = make_expr(Expr::Kind::kSlice);
     e->args.push_back(std::move(subject));
@@ -335,7 +384,7 @@ class ExprParser {
       }
     }
     expect_op("]");
-    return e;
+    return finished(std::move(e));
   }
   ExprPtr parse_sequence(Expr::Kind kind, std::string_view close) {
     auto e = make_expr(kind);
@@ -345,7 +394,7 @@ class ExprParser {
       if (!peek_op(close)) expect_op(",");
     }
     ++pos_;
-    return e;
+    return finished(std::move(e));
   }
   ExprPtr literal(json value) {
     auto e = make_expr(Expr::Kind::kLiteral);
@@ -357,8 +406,7 @@ class ExprParser {
     ++pos_;
     switch (t.kind) {
       case TokenKind::kString: return literal(t.text);
-      case TokenKind::kNumber:
-        return t.text.find('.') != std::string::npos ? literal(std::stod(t.text)) : literal(std::stoll(t.text));
+      case TokenKind::kNumber: return literal(number_literal(t.text));
       case TokenKind::kName:
         if (t.text == "true" || t.text == "True") return literal(true);
         if (t.text == "false" || t.text == "False") return literal(false);
@@ -380,6 +428,7 @@ class ExprParser {
 
   std::vector<Token> tokens_;
   size_t pos_ = 0;
+  int depth_ = 0;  // parse_expression / prefix operators now active
 };
 
 // ---- parsing statements -----------------------------------------------------
@@ -424,6 +473,7 @@ class TemplateParser {
   }
 
   Node parse_statement(const std::string& keyword, ExprParser& p) {
+    const DepthGuard guard(depth_, kMaxBlockDepth, "{% if %} and {% for %} blocks");
     if (keyword == "if") return parse_if(p);
     if (keyword == "for") return parse_for(p);
     if (keyword == "set") return parse_set(p);
@@ -479,6 +529,7 @@ class TemplateParser {
   std::vector<Segment> segments_;
   size_t pos_ = 0;
   std::unique_ptr<ExprParser> current_;  // the statement that ended the last block
+  int depth_ = 0;                        // blocks now open
 };
 
 }  // namespace

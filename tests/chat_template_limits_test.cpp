@@ -1,0 +1,142 @@
+// The chat template interpreter's limits (chat_template_ast.h): a template is
+// untrusted code from a model file, so every way one could exhaust the
+// stack, memory or time ends in a kvserve::Error that says which limit.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "model/gguf.h"
+#include "model/gguf_writer.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/chat_template_ast.h"
+#include "tiny_vocab.h"
+
+using namespace kvserve;
+using namespace kvserve::chat_template_detail;
+
+namespace {
+
+std::string render(const std::string& source) {
+  ChatTemplateInputs in;
+  in.messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  return ChatTemplate::parse(source).apply(in);
+}
+
+// The message of the kvserve::Error that parsing and rendering `source` throws.
+std::string error_of(const std::string& source) {
+  try {
+    render(source);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string repeated(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+}  // namespace
+
+// Found by fuzzing: std::stoll threw std::out_of_range out of ChatTemplate::parse.
+TEST(ChatTemplateLimits, IntegerLiteralOutOfRange) {
+  EXPECT_NE(error_of("{% if 1234567890123456789012345678901234567890 %}x{% endif %}").find("out of range"),
+            std::string::npos);
+  EXPECT_EQ(render("{{ 9223372036854775807 }}"), "9223372036854775807");
+  EXPECT_NE(error_of("{{ 9223372036854775808 }}").find("out of range"), std::string::npos);
+  EXPECT_NE(error_of("{{ 1" + std::string(400, '0') + ".5 }}").find("out of range"), std::string::npos);
+  EXPECT_NE(error_of("{{ 1.2.3 }}").find("malformed number"), std::string::npos);
+}
+
+TEST(ChatTemplateLimits, IntegerArithmeticOverflow) {
+  EXPECT_NE(error_of("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ 4611686018427387904 * 2 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ -9223372036854775807 - 2 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ (-9223372036854775807 - 1) // -1 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ -(-9223372036854775807 - 1) }}").find("integer overflow"), std::string::npos);
+  EXPECT_EQ(render("{{ (-9223372036854775807 - 1) % -1 }}"), "0");
+  EXPECT_EQ(render("{{ -7 // 2 }},{{ -7 % 3 }},{{ 7 % -3 }}"), "-4,2,-2");  // Python's rounding
+  EXPECT_NE(error_of("{{ range(9999999999.0 * 9999999999.0) }}").find("out of range"), std::string::npos);
+  EXPECT_EQ(render("{{ 'abc'[::9223372036854775807] }}{{ 'abc'[::-9223372036854775807] }}"), "ac");
+}
+
+TEST(ChatTemplateLimits, NestingDepth) {
+  EXPECT_NE(error_of(repeated("{% if true %}", 100) + repeated("{% endif %}", 100)).find("blocks nest more than 64"),
+            std::string::npos);
+  EXPECT_EQ(render(repeated("{% if true %}", 60) + "x" + repeated("{% endif %}", 60)), "x");
+  EXPECT_NE(error_of("{{ " + repeated("(", 100000) + "1" + repeated(")", 100000) + " }}").find("nest more than"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ " + repeated("not ", 100000) + "1 }}").find("nest more than"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + repeated("-", 100000) + "1 }}").find("nest more than"), std::string::npos);
+  // A flat chain grows the tree as deep as nesting would.
+  EXPECT_NE(error_of("{{ 1" + repeated(" + 1", 100000) + " }}").find("operations deep"), std::string::npos);
+  EXPECT_NE(error_of("{{ x" + repeated("|trim", 100000) + " }}").find("operations deep"), std::string::npos);
+  EXPECT_EQ(render("{{ 1" + repeated(" + 1", 100) + " }}"), "101");
+}
+
+TEST(ChatTemplateLimits, NestedValues) {
+  EXPECT_NE(error_of("{% set ns = namespace(x=1) %}{% for i in range(100) %}{% set ns.x = [ns.x] %}{% endfor %}")
+                .find("nests lists or dicts more than 64"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(x=1) %}{% for i in range(100) %}{% set ns.x = ns %}{% endfor %}")
+                .find("nests lists or dicts"),
+            std::string::npos);
+}
+
+TEST(ChatTemplateLimits, LoopIterations) {
+  EXPECT_NE(error_of("{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}")
+                .find("loops ran more than 1048576 iterations"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ range(10000000)|length }}").find("range() of more than"), std::string::npos);
+  EXPECT_NE(error_of("{{ range(-9223372036854775807, 9223372036854775807) }}").find("range() of more than"),
+            std::string::npos);
+  EXPECT_EQ(render("{% for i in range(1000) %}{% endfor %}{{ range(3)|join(',') }}"), "0,1,2");
+}
+
+TEST(ChatTemplateLimits, OutputAndStringSize) {
+  EXPECT_NE(error_of("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}").find("output would exceed 64 MiB"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ 'ab' * 9223372036854775807 }}").find("string repetition would make"), std::string::npos);
+  EXPECT_EQ(render("{{ 'ab' * 3 }}{{ 2 * 'c' }}{{ 'x' * -1 }}"), "abababcc");
+  EXPECT_NE(error_of("{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+                     "{% endfor %}")
+                .find("more than 64 MiB"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% set s = 'x' * 1000000 %}{{ s.replace('x', s) }}").find("replace() would make"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ [1]|tojson(1000000000) }}").find("indent must be at most"), std::string::npos);
+}
+
+TEST(ChatTemplateLimits, WorkBudget) {
+  // Up to 1M iterations each copying a 32 KiB string: 32 GiB of copies.
+  EXPECT_NE(error_of("{% set s = 'x' * 32768 %}{% for i in range(1000000) %}{% set t = s %}{% endfor %}")
+                .find("GiB of values"),
+            std::string::npos);
+}
+
+TEST(ChatTemplateLimits, StandardLibraryErrorsBecomeTemplateErrors) {
+  for (const char* source : {"{{ strftime_now() }}", "{{ [1, 2].items() }}", "{{ 5|join }}", "{{ 'x'|items }}",
+                             "{{ '99999999999999999999999'|int }}", "{{ (9999999999.0 * 9999999999.0)|int }}"})
+    EXPECT_NE(error_of(source), "(no error)") << source;
+  EXPECT_EQ(render("{{ 'abc'|join('-') }}"), "a-b-c");
+  // Found by the replace() limit test: replace() and endswith() kept references into temporaries.
+  EXPECT_EQ(render("{{ 'ab'.replace('a', 'xyz') }}{{ 'abc'.endswith('bc') }}{{ 'abc'.endswith('ab') }}"), "xyzbTrueFalse");
+  EXPECT_EQ(render("{{ ['\xff']|tojson }}"), "[\"\xEF\xBF\xBD\"]");  // invalid UTF-8 is replaced, not thrown
+}
+
+// A model file whose template breaks a limit still loads: it falls back to ChatML and says why.
+TEST(ChatTemplateLimits, ModelWithBadTemplateFallsBackToChatMl) {
+  GGUFWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("tokenizer.chat_template", "{% if 1234567890123456789012345678901234567890 %}x{% endif %}");
+  const test_util::MemoryFile file(w.serialize());
+  const GGUFFile gguf(file.path());
+  std::string note;
+  const ChatTemplate t = ChatTemplate::for_model(gguf, &note);
+  EXPECT_NE(note.find("is not supported"), std::string::npos) << note;
+  EXPECT_NE(note.find("using ChatML"), std::string::npos) << note;
+  ChatTemplateInputs in;
+  in.messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  EXPECT_EQ(t.apply(in), ChatTemplate::chatml().apply(in));
+}
