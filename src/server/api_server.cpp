@@ -33,7 +33,7 @@ void write_error(httplib::Response& res, const ApiError& error) {
 
 void write_json(httplib::Response& res, const json& body) { res.set_content(dump_json(body), "application/json"); }
 
-json parse_body(const httplib::Request& req) { return json::parse(req.body); }
+json parse_body(const httplib::Request& req) { return parse_json_body(req.body); }
 
 ConnectionGateLimits with_body_limit(ConnectionGateLimits limits) {
   limits.max_body_bytes = kMaxBodyBytes;
@@ -126,33 +126,18 @@ void ApiServer::handle_models(httplib::Response& res) const {
 }
 
 void ApiServer::handle_tokenize(const httplib::Request& req, httplib::Response& res) const {
-  const json body = parse_body(req);
-  if (!body.is_object() || !body.contains("content") || !body["content"].is_string())
-    throw invalid("content", "content must be a string");
-  const json add_special = body.value("add_special", json(false));
-  const json with_pieces = body.value("with_pieces", json(false));
-  if (!add_special.is_boolean()) throw invalid("add_special", "add_special must be true or false");
-  if (!with_pieces.is_boolean()) throw invalid("with_pieces", "with_pieces must be true or false");
-  const std::vector<int32_t> ids =
-      tokenizer_.encode(body["content"].get<std::string>(), add_special.get<bool>() && tokenizer_.add_bos());
+  const TokenizeRequest request = parse_tokenize_request(parse_body(req));
+  const std::vector<int32_t> ids = tokenizer_.encode(request.content, request.add_special && tokenizer_.add_bos());
   json tokens = json::array();
   for (int32_t id : ids) {
-    if (with_pieces.get<bool>()) tokens.push_back({{"id", id}, {"piece", tokenizer_.token_bytes(id)}});
+    if (request.with_pieces) tokens.push_back({{"id", id}, {"piece", tokenizer_.token_bytes(id)}});
     else tokens.push_back(id);
   }
   write_json(res, {{"tokens", tokens}});
 }
 
 void ApiServer::handle_detokenize(const httplib::Request& req, httplib::Response& res) const {
-  const json body = parse_body(req);
-  if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
-    throw invalid("tokens", "tokens must be a list of token ids");
-  std::vector<int32_t> ids;
-  for (const json& id : body["tokens"]) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tokenizer_.vocab_size())
-      throw invalid("tokens", "token ids must be integers in [0, " + std::to_string(tokenizer_.vocab_size()) + ")");
-    ids.push_back(id.get<int32_t>());
-  }
+  const std::vector<int32_t> ids = parse_detokenize_request(parse_body(req), tokenizer_.vocab_size());
   write_json(res, {{"content", tokenizer_.decode(ids)}});
 }
 

@@ -88,6 +88,14 @@ std::vector<std::string> stops_of(const json& body) {
   return out;
 }
 
+// Whether obj is an object whose `key` is the string `value` (json::value()
+// would throw a type error for a key of another type).
+bool has_string_field(const json& obj, const char* key, const char* value) {
+  if (!obj.is_object()) return false;
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() && it->get_ref<const std::string&>() == value;
+}
+
 void reject_unsupported(const json& body) {
   for (const char* name : {"suffix", "tools", "functions", "best_of"}) {
     const json* v = field(body, name);
@@ -97,7 +105,7 @@ void reject_unsupported(const json& body) {
   const json* bias = field(body, "logit_bias");
   if (bias && !(bias->is_object() && bias->empty())) throw invalid("logit_bias", "logit_bias is not supported by this server");
   const json* format = field(body, "response_format");
-  if (format && !(format->is_object() && format->value("type", "") == "text"))
+  if (format && !has_string_field(*format, "type", "text"))
     throw invalid("response_format", "only response_format {\"type\": \"text\"} is supported");
 }
 
@@ -108,23 +116,62 @@ std::string message_content(const json& message, const std::string& param) {
   if (!it->is_array()) throw invalid(param, param + " must be a string or a list of content parts");
   std::string text;
   for (const json& part : *it) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+    if (!has_string_field(part, "type", "text") || !part.contains("text") || !part["text"].is_string())
       throw invalid(param, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
     text += part["text"].get<std::string>();
   }
   return text;
 }
 
-}  // namespace
+bool valid_token_id(const json& id, int32_t vocab_size) {
+  if (!id.is_number_integer()) return false;
+  if (id.is_number_unsigned()) return id.get<uint64_t>() < static_cast<uint64_t>(vocab_size);
+  return id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab_size;
+}
 
-std::vector<int32_t> RequestParser::checked_tokens(const json& ids, const std::string& param) const {
+std::vector<int32_t> token_ids(const json& ids, int32_t vocab_size, const std::string& param) {
   std::vector<int32_t> out;
   for (const json& id : ids) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tokenizer_.vocab_size())
-      throw invalid(param, "token ids must be integers in [0, " + std::to_string(tokenizer_.vocab_size()) + ")");
+    if (!valid_token_id(id, vocab_size))
+      throw invalid(param, "token ids must be integers in [0, " + std::to_string(vocab_size) + ")");
     out.push_back(id.get<int32_t>());
   }
   return out;
+}
+
+}  // namespace
+
+json parse_json_body(const std::string& body) {
+  const json::parser_callback_t limit_depth = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxJsonDepth)
+      throw invalid("", "the request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return true;
+  };
+  try {
+    return json::parse(body, limit_depth);
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number such as 1e400
+    throw invalid("", std::string("the request body is not valid JSON: ") + e.what());
+  }
+}
+
+TokenizeRequest parse_tokenize_request(const json& body) {
+  if (!body.is_object() || !body.contains("content") || !body["content"].is_string())
+    throw invalid("content", "content must be a string");
+  TokenizeRequest out;
+  out.content = body["content"].get<std::string>();
+  out.add_special = boolean(body, "add_special", false);
+  out.with_pieces = boolean(body, "with_pieces", false);
+  return out;
+}
+
+std::vector<int32_t> parse_detokenize_request(const json& body, int32_t vocab_size) {
+  if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+    throw invalid("tokens", "tokens must be a list of token ids");
+  return token_ids(body["tokens"], vocab_size, "tokens");
+}
+
+std::vector<int32_t> RequestParser::checked_tokens(const json& ids, const std::string& param) const {
+  return token_ids(ids, tokenizer_.vocab_size(), param);
 }
 
 RequestParser::Prompts RequestParser::completion_prompts(const json& prompt) const {

@@ -16,6 +16,24 @@ namespace kvserve::server {
 
 enum class Endpoint { kCompletions, kChat };
 
+// Request bodies nest at most this deep (OpenAI's nest about 5): JSON values
+// copy, compare and print recursively, so depth must not be unbounded.
+inline constexpr int kMaxJsonDepth = 64;
+
+// A request body as JSON; throws ApiError 400 for text that is not JSON or
+// nests deeper than kMaxJsonDepth.
+nlohmann::json parse_json_body(const std::string& body);
+
+// POST /tokenize: {"content": str, "add_special"?: bool, "with_pieces"?: bool}.
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false;
+  bool with_pieces = false;
+};
+TokenizeRequest parse_tokenize_request(const nlohmann::json& body);
+// POST /detokenize: {"tokens": [ids]}, each id in [0, vocab_size).
+std::vector<int32_t> parse_detokenize_request(const nlohmann::json& body, int32_t vocab_size);
+
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   // One engine request per prompt, each with n branches: prompt i's choice j

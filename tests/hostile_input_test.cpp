@@ -1,0 +1,153 @@
+// Every parser at a boundary (GGUF files, chat templates, HTTP request
+// bodies, tokenizer input) fed hostile inputs: each must succeed or throw the
+// boundary's error (kvserve::Error, or ApiError for a request), never a
+// standard-library exception, a crash or a hang. The fuzz targets in
+// tests/fuzz/ search for more such inputs; what they find is added here.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <typeinfo>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "server/api_error.h"
+#include "server/request_parser.h"
+#include "tokenizer/chat_template.h"
+#include "tiny_vocab.h"
+
+using namespace kvserve;
+using json = nlohmann::json;
+
+namespace {
+
+// Runs f; fails the test if it throws anything but the boundary errors.
+template <typename F>
+void expect_clean(const std::string& what, F f) {
+  try {
+    f();
+  } catch (const Error&) {
+  } catch (const server::ApiError& e) {
+    EXPECT_EQ(e.status(), 400) << what << ": " << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << ": escaped " << typeid(e).name() << ": " << e.what();
+  }
+}
+
+// GGUF reader, config, tokenizer, chat template and weights, as `kvserve serve` loads them.
+void load_everything(const std::vector<uint8_t>& bytes) {
+  const test_util::MemoryFile file(bytes);
+  const GGUFFile gguf(file.path());
+  ModelConfig::from_gguf(gguf);
+  Tokenizer::from_gguf(gguf);
+  ChatTemplate::for_model(gguf);
+  ModelLoadOptions options;
+  options.repack = false;
+  Model::load(file.path(), options);
+}
+
+void put_u64(std::vector<uint8_t>& bytes, size_t at, uint64_t v) { std::memcpy(bytes.data() + at, &v, sizeof v); }
+
+}  // namespace
+
+TEST(HostileInput, TheTinyModelLoads) {
+  EXPECT_NO_THROW(load_everything(test_util::tiny_model_writer().serialize()));
+}
+
+TEST(HostileInput, GgufTruncatedOrCorrupted) {
+  const std::vector<uint8_t> good = test_util::tiny_model_writer().serialize();
+  for (size_t size = 0; size < good.size(); size += size < 512 ? 1 : 61)
+    expect_clean("truncated to " + std::to_string(size), [&] {
+      load_everything(std::vector<uint8_t>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(size)));
+    });
+  for (size_t at = 0; at < good.size(); at += 7) {
+    for (uint8_t flip : {0x01, 0x80, 0xff}) {
+      std::vector<uint8_t> bad = good;
+      bad[at] ^= flip;
+      expect_clean("byte " + std::to_string(at) + " ^ " + std::to_string(flip), [&] { load_everything(bad); });
+    }
+  }
+  for (uint64_t huge : {uint64_t{1} << 62, ~uint64_t{0}, uint64_t{1} << 32}) {
+    for (size_t at : {size_t{8}, size_t{16}, size_t{24}}) {  // tensor count, metadata count, first key length
+      std::vector<uint8_t> bad = good;
+      put_u64(bad, at, huge);
+      expect_clean("u64 at " + std::to_string(at), [&] { load_everything(bad); });
+    }
+  }
+}
+
+TEST(HostileInput, GgufOutOfRangeConfig) {
+  for (const char* key : {"llama.embedding_length", "llama.attention.head_count", "llama.block_count",
+                          "llama.attention.key_length", "llama.context_length", "llama.rope.dimension_count"}) {
+    for (uint64_t value : {uint64_t{0}, uint64_t{1} << 31, uint64_t{1} << 62, ~uint64_t{0}}) {
+      GGUFWriter w = test_util::tiny_model_writer();
+      w.set_u64(key, value);  // a second entry for the key; the reader keeps the last
+      expect_clean(std::string(key) + " = " + std::to_string(value), [&] { load_everything(w.serialize()); });
+    }
+  }
+}
+
+TEST(HostileInput, ChatTemplates) {
+  const std::string deep(5000, '[');
+  for (const std::string& source :
+       {std::string("{% if 1234567890123456789012345678901234567890 %}x{% endif %}"), "{{ " + deep, "{{ " + deep + " }}",
+        std::string("{% for %}"), std::string("{{ x[ }}"), std::string("{{ x[1:2:3:4] }}"), std::string("{% set %}"),
+        std::string("{% set x.y.z = 1 %}"), std::string("{{ 'a' * 'b' }}"), std::string("{{ {1: 2} }}"),
+        std::string("{{ x(1, y=2, 3) }}"), std::string("{{ [].pop() }}"), std::string("{{ messages|tojson(-5) }}"),
+        std::string("{{ 1 // 0 }}"), std::string("{{ 1.0 % 0.0 }}"), std::string("{{ 'x'[9223372036854775807] }}"),
+        std::string("{{ 'x'[-9223372036854775807 - 1] }}"), std::string("{{ loop.index }}"),
+        std::string("{% for a, b in [1] %}{% endfor %}"), std::string("{{ namespace(1, 2) }}"),
+        std::string("{{ raise_exception() }}"), std::string("{{ strftime_now(1) }}"), std::string("{{ '\xff\xfe' }}"),
+        std::string("{{ messages[0]|items }}"), std::string("{% if %}"), std::string("{{ range(1, 2, 3) }}"),
+        std::string("{{ 'abc'.split('') }}"), std::string("{{ 9223372036854775807 * -9223372036854775807 }}"),
+        std::string("\0{{\0}}", 7)})
+    expect_clean(source.substr(0, 60), [&] {
+      ChatTemplateInputs in;
+      in.messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
+      ChatTemplate::parse(source).apply(in);
+    });
+}
+
+TEST(HostileInput, RequestBodies) {
+  const Tokenizer tokenizer = test_util::tiny_bpe_tokenizer();
+  const ChatTemplate chat_template = ChatTemplate::chatml();
+  const server::RequestParser parser(tokenizer, chat_template, 64);
+  const std::string deep_array = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string& body :
+       {std::string(""), std::string("{"), std::string("\xff"), std::string("[]"), std::string("null"), deep_array,
+        "{\"messages\": " + deep_array + "}", std::string("{\"prompt\": [18446744073709551615]}"),
+        std::string("{\"prompt\": [[-1]]}"), std::string("{\"prompt\": [1e400]}"), std::string("{\"prompt\": [1.5]}"),
+        std::string("{\"prompt\": \"hi\", \"n\": 18446744073709551615}"),
+        std::string("{\"prompt\": \"hi\", \"max_tokens\": -9223372036854775808}"),
+        std::string("{\"prompt\": \"hi\", \"response_format\": {\"type\": 7}}"),
+        std::string("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": [1]}]}]}"),
+        std::string("{\"messages\": [{\"role\": 1}]}"), std::string("{\"messages\": [{\"role\": \"user\"}]}"),
+        std::string("{\"prompt\": \"hi\", \"stop\": [\"\"]}"), std::string("{\"prompt\": \"hi\", \"seed\": -1}"),
+        std::string("{\"prompt\": \"hi\", \"speculative\": {\"draft_k\": 18446744073709551615}}"),
+        std::string("{\"prompt\": \"hi\", \"temperature\": 1e308}"), std::string("{\"content\": 1}"),
+        std::string("{\"content\": \"hi\", \"add_special\": \"yes\"}"), std::string("{\"tokens\": [99999999999]}"),
+        std::string("{\"tokens\": [-1, 1.5, \"a\"]}"), std::string("{\"tokens\": {}}")}) {
+    for (const server::Endpoint endpoint : {server::Endpoint::kCompletions, server::Endpoint::kChat})
+      expect_clean(body.substr(0, 60), [&] { parser.parse(endpoint, server::parse_json_body(body)); });
+    expect_clean(body.substr(0, 60), [&] { server::parse_tokenize_request(server::parse_json_body(body)); });
+    expect_clean(body.substr(0, 60), [&] {
+      server::parse_detokenize_request(server::parse_json_body(body), tokenizer.vocab_size());
+    });
+  }
+}
+
+TEST(HostileInput, TokenizerInput) {
+  const Tokenizer tokenizers[] = {test_util::tiny_bpe_tokenizer(), test_util::tiny_spm_tokenizer()};
+  for (const Tokenizer& tok : tokenizers) {
+    for (const std::string& text : {std::string("\xff\xfe\xc0\x80"), std::string("\xed\xa0\x80"),
+                                   std::string("a\0b", 3), std::string(100000, ' '), std::string(50000, '\xe4'),
+                                   std::string("<|im_end|><|im_end"), std::string("\xf4\x90\x80\x80")}) {
+      expect_clean("encode", [&] { tok.decode(tok.encode(text, true)); });
+      expect_clean("encode without specials", [&] { tok.decode(tok.encode(text, false, false)); });
+    }
+    EXPECT_THROW(tok.decode({-1}), Error);
+    EXPECT_THROW(tok.decode({tok.vocab_size()}), Error);
+    EXPECT_THROW(tok.token_bytes(INT32_MAX), Error);
+  }
+}
