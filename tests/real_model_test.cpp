@@ -38,7 +38,10 @@ json load_reference(const std::string& name) {
 // whose top-2 margin in the reference is tiny may legitimately flip. Until
 // such a step the ids must match exactly; the first mismatch is only
 // accepted at a near-tie (margin < 0.25) after at least half the tokens.
-void expect_greedy_matches(Decoder& decoder, const json& c) {
+// Returns the steps that matched. With exact activations the first mismatch
+// must also come after half the tokens; 8-bit activations move SmolLM2's
+// logits by up to ~0.2, so there any near-tie may flip (docs/performance.md).
+size_t expect_greedy_matches(Decoder& decoder, const json& c, bool exact = true) {
   const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
   const auto want = c["generated_ids"].get<std::vector<int32_t>>();
   std::span<const float> logits = decoder.append(prompt);
@@ -47,11 +50,12 @@ void expect_greedy_matches(Decoder& decoder, const json& c) {
     if (got != want[s]) {
       const double margin = c["steps"][s]["margin"].get<double>();
       EXPECT_LT(margin, 0.25) << c["name"] << ": step " << s << " got " << got << ", want " << want[s];
-      EXPECT_GE(s, want.size() / 2) << c["name"] << ": diverged early at a near-tie, step " << s;
-      return;
+      if (exact) EXPECT_GE(s, want.size() / 2) << c["name"] << ": diverged early at a near-tie, step " << s;
+      return s;
     }
     if (s + 1 < want.size()) logits = decoder.append(std::span<const int32_t>(&want[s], 1));
   }
+  return want.size();
 }
 
 class SmolLM2 : public ::testing::Test {
@@ -85,6 +89,18 @@ TEST_F(SmolLM2, RealModelGreedyMatchesReference) {
   for (const json& c : reference_["cases"]) {
     auto d = make_decoder("cached", *model_, 128);
     expect_greedy_matches(*d, c);
+  }
+}
+
+// The default (8-bit activation) mode against the same float64 reference:
+// the same near-tie rule; the agreement is printed (docs/performance.md).
+TEST_F(SmolLM2, RealModelDefaultActivationsGreedyMatchesReference) {
+  auto model = Model::load(path_);
+  for (const json& c : reference_["cases"]) {
+    auto d = make_decoder("cached", *model, 128);
+    const size_t matched = expect_greedy_matches(*d, c, false);
+    std::printf("%s: %zu of %zu greedy tokens as the float64 reference\n", c["name"].get<std::string>().c_str(),
+                matched, c["generated_ids"].size());
   }
 }
 
@@ -202,6 +218,20 @@ TEST(QwenCoder, RealModel05BGreedyMatchesReference) {
     std::span<const float> logits = d2->append(c["prompt_ids"].get<std::vector<int32_t>>());
     for (const json& top : c["first_step_top20"])
       EXPECT_NEAR(logits[top[0].get<size_t>()], top[1].get<double>(), tolerance) << c["name"] << " id " << top[0];
+  }
+}
+
+TEST(QwenCoder, RealModel05BDefaultActivationsGreedyMatchesReference) {
+  const std::string path = kvserve::test_util::model_dir() + "/qwen2.5-coder-0.5b-instruct.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "Qwen2.5-Coder 0.5B not fetched (scripts/fetch_models.sh --qwen-coder)";
+  if (kvserve::test_util::skip_slow()) GTEST_SKIP() << "slow without optimization";
+  auto m = Model::load(path);
+  const json reference = load_reference("qwen25_coder_05b_reference.json");
+  for (const json& c : reference["cases"]) {
+    auto d = make_decoder("cached", *m, 256);
+    const size_t matched = expect_greedy_matches(*d, c, false);
+    std::printf("%s: %zu of %zu greedy tokens as the float64 reference\n", c["name"].get<std::string>().c_str(),
+                matched, c["generated_ids"].size());
   }
 }
 
