@@ -97,7 +97,7 @@ void expect_model_metadata(const GGUFFile& f, const SynthPreset& p, int layers) 
   EXPECT_FLOAT_EQ(f.get_float(a + ".rope.freq_base"), p.rope_theta);
   EXPECT_FLOAT_EQ(f.get_float(a + ".attention.layer_norm_rms_epsilon"), p.rms_eps);
   EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
-  EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "gpt2");
+  EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "gpt-2");
   EXPECT_EQ(f.get_string_array("tokenizer.ggml.tokens").size(), static_cast<size_t>(p.vocab_size));
   EXPECT_EQ(f.get_number_array("tokenizer.ggml.token_type").size(), static_cast<size_t>(p.vocab_size));
   const uint64_t eos = f.get_uint("tokenizer.ggml.eos_token_id");

@@ -1,5 +1,9 @@
 #include "model/config.h"
 
+#include <cmath>
+#include <cstring>
+
+#include "core/dtype.h"
 #include "core/error.h"
 #include "model/gguf.h"
 
@@ -8,6 +12,35 @@ namespace {
 
 void require_positive(const std::string& path, const char* what, int64_t v) {
   if (v <= 0) throw Error(path + ": " + what + " must be positive, got " + std::to_string(v));
+}
+
+// Scaling changes the math of every position past the lowest frequencies:
+// what is not implemented is refused, never ignored.
+void read_rope_scaling(const GGUFFile& file, const std::string& p, ModelConfig& c) {
+  const std::string& path = file.path();
+  std::string type = file.get_string(p + "rope.scaling.type", "none");
+  double factor = file.get_float(p + "rope.scaling.factor", 1.0);
+  if (file.has(p + "rope.scale_linear")) {  // the older key of linear scaling
+    type = "linear";
+    factor = file.get_float(p + "rope.scale_linear");
+  }
+  if (type == "linear") {
+    if (!(factor > 0.0) || !std::isfinite(factor))
+      throw Error(path + ": rope.scaling.factor must be positive for linear scaling, got " + std::to_string(factor));
+    c.rope_position_scale = 1.0 / factor;
+  } else if (type != "none") {
+    throw Error(path + ": rope.scaling.type '" + type +
+                "' is not supported (supported: none, linear, and Llama 3's per-frequency factors rope_freqs.weight)");
+  }
+  if (const TensorView* f = file.find_tensor("rope_freqs.weight")) {
+    if (f->type != DType::F32 || f->numel() != c.rope_dims / 2)
+      throw Error(path + ": rope_freqs.weight must hold " + std::to_string(c.rope_dims / 2) + " f32 values, got " +
+                  std::to_string(f->numel()) + " of type " + dtype_name(f->type));
+    c.rope_freq_factors.resize(static_cast<size_t>(f->numel()));
+    std::memcpy(c.rope_freq_factors.data(), f->data, c.rope_freq_factors.size() * sizeof(float));
+    for (float v : c.rope_freq_factors)
+      if (!(v > 0.0f) || !std::isfinite(v)) throw Error(path + ": rope_freqs.weight holds a value that is not positive");
+  }
 }
 
 }  // namespace
@@ -45,6 +78,7 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   c.norm_eps = static_cast<float>(file.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
   // llama.cpp's converter permutes Llama's Q/K rows for the interleaved layout; Qwen2 keeps NeoX halves.
   c.rope_neox = c.arch == "qwen2";
+  read_rope_scaling(file, p, c);
   if (file.has("tokenizer.ggml.tokens"))
     c.vocab_size = static_cast<int64_t>(file.get_string_array("tokenizer.ggml.tokens").size());
   else if (const TensorView* emb = file.find_tensor("token_embd.weight"))

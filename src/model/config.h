@@ -2,6 +2,9 @@
 // Hyper-parameters of a Llama-family model, read from GGUF metadata.
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "kernels/rope.h"
 
 namespace kvserve {
 
@@ -21,8 +24,14 @@ struct ModelConfig {
   int64_t rope_dims = 0;   // leading dims of each head that RoPE rotates
   float rope_theta = 10000.0f;
   bool rope_neox = false;  // pairs (i, i + d/2) instead of (2i, 2i + 1)
+  // RoPE scaling that changes frequencies (kernels/rope.h): Llama 3's
+  // per-pair divisors (tensor rope_freqs.weight) and linear position scaling
+  // (rope.scaling.type linear). Other schemes are refused at load.
+  std::vector<float> rope_freq_factors;
+  double rope_position_scale = 1.0;
   float norm_eps = 1e-5f;
 
+  RopeParams rope_params() const { return {rope_dims, rope_theta, rope_neox, rope_freq_factors, rope_position_scale}; }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t group_size() const { return n_heads / n_kv_heads; }

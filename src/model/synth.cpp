@@ -286,7 +286,7 @@ void write_model_metadata(GGUFWriter& w, const SynthPreset& p, int layers, uint6
 
 void write_vocab_metadata(GGUFWriter& w, const ByteBpeVocab& vocab) {
   w.set_string("tokenizer.ggml.model", "gpt2");
-  w.set_string("tokenizer.ggml.pre", "gpt2");
+  w.set_string("tokenizer.ggml.pre", "gpt-2");  // llama.cpp knows the GPT-2 pre-tokenizer by this name only
   w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
   w.set_i32_array("tokenizer.ggml.token_type", vocab.token_types);
   w.set_string_array("tokenizer.ggml.merges", vocab.merges);

@@ -23,7 +23,20 @@ void add_bias(float* rows, int64_t n, const std::vector<float>& bias) {
 }  // namespace
 
 Transformer::Transformer(const Model& model, AttentionKernel attention)
-    : model_(model), cfg_(model.config()), attention_(attention) {}
+    : model_(model), cfg_(model.config()), attention_(attention), rope_(model.config().rope_params()) {}
+
+void Transformer::prepare_rope(std::span<const int64_t> positions) {
+  const int64_t rot = cfg_.rope_dims, n = static_cast<int64_t>(positions.size());
+  rope_angles_.resize(static_cast<size_t>(n * rot));
+#pragma omp parallel for schedule(static) if (n >= 64)
+  for (int64_t t = 0; t < n; ++t) rope_.angles(positions[static_cast<size_t>(t)], rope_angles_.data() + t * rot);
+}
+
+void Transformer::rotate_qk(int64_t t) {
+  const float* cs = rope_angles_.data() + t * cfg_.rope_dims;
+  rope_.apply(q_.data() + t * cfg_.q_dim(), cfg_.n_heads, cfg_.head_dim, cs);
+  rope_.apply(k_.data() + t * cfg_.kv_dim(), cfg_.n_kv_heads, cfg_.head_dim, cs);
+}
 
 void Transformer::resize_scratch(int64_t n) {
   if (n <= capacity_) return;
@@ -63,13 +76,12 @@ void Transformer::project_qkv(const LayerWeights& w, int64_t n) {
 
 void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache) {
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
-  const int64_t dim = cfg_.dim, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
+  const int64_t dim = cfg_.dim, kvd = cfg_.kv_dim();
   const int64_t pos0 = cache.size();
   project_qkv(w, n);
 #pragma omp parallel for schedule(static) if (n > 1)
   for (int64_t t = 0; t < n; ++t) {
-    rope(q_.data() + t * qd, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dims, pos0 + t, cfg_.rope_theta, cfg_.rope_neox);
-    rope(k_.data() + t * kvd, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_dims, pos0 + t, cfg_.rope_theta, cfg_.rope_neox);
+    rotate_qk(t);
     cache.write(layer, pos0 + t, k_.data() + t * kvd, v_.data() + t * kvd);
   }
   attend(layer, n, pos0, cache);
@@ -118,6 +130,9 @@ void Transformer::forward(std::span<const int32_t> tokens, ContiguousKVCache& ca
   const ScopedActivationPrecision precision(model_.activations());
   resize_scratch(n);
   embed(tokens);
+  positions_.resize(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) positions_[static_cast<size_t>(t)] = cache.size() + t;
+  prepare_rope(positions_);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     attention_block(l, n, cache);
     ffn_block(l, n);

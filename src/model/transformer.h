@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "kernels/rope.h"
 #include "kv/contiguous_kv_cache.h"
 #include "kv/paged_kv_storage.h"
 #include "model/model.h"
@@ -58,6 +59,9 @@ class Transformer {
  private:
   void resize_scratch(int64_t n);
   void embed(std::span<const int32_t> tokens);
+  // cos / sin of every batch row's position into rope_angles_ (row t at t * rot_dims).
+  void prepare_rope(std::span<const int64_t> positions);
+  void rotate_qk(int64_t t);
   // xn_ = rmsnorm(x_) of n rows, then q_, k_, v_ = its Q/K/V projections (+ biases),
   // in one shared-input matmul region; both forward paths use it.
   void project_qkv(const LayerWeights& w, int64_t n);
@@ -71,6 +75,7 @@ class Transformer {
   const Model& model_;
   const ModelConfig& cfg_;
   AttentionKernel attention_;
+  RopeTable rope_;
   int64_t capacity_ = 0;
   int64_t attention_rows_ = 0;
   AlignedBuffer<float> x_;     // [n][dim] residual stream
@@ -82,6 +87,8 @@ class Transformer {
   AlignedBuffer<float> gate_;  // [n][ffn_dim]
   AlignedBuffer<float> up_;    // [n][ffn_dim]
   AlignedBuffer<float> proj_;  // [n][dim] output of wo / w_down
+  std::vector<float> rope_angles_;  // [n][rot_dims] cos / sin pairs of each row's position, for every layer
+  std::vector<int64_t> positions_;  // [n] each row's position
   // forward_batch only:
   std::vector<int32_t> batch_tokens_;         // [n] every chunk's tokens, concatenated
   std::vector<const uint8_t*> k_block_ptrs_;  // [sum of chunk table sizes] K block base of the current layer

@@ -37,8 +37,7 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
 #pragma omp parallel for schedule(static) if (n > 1)
   for (int64_t t = 0; t < n; ++t) {
     const RowSlot& s = slots[static_cast<size_t>(t)];
-    rope(q_.data() + t * qd, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dims, s.pos, cfg_.rope_theta, cfg_.rope_neox);
-    rope(k_.data() + t * kvd, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_dims, s.pos, cfg_.rope_theta, cfg_.rope_neox);
+    rotate_qk(t);
     kv.write(layer, s.block, s.pos % B, k_.data() + t * kvd, v_.data() + t * kvd);
   }
   int64_t row = 0, table_offset = 0;
@@ -67,6 +66,10 @@ void Transformer::forward_batch(std::span<const SequenceChunk> chunks, PagedKVSt
   const ScopedActivationPrecision precision(model_.activations());
   resize_scratch(n);
   embed(batch_tokens_);
+  positions_.clear();
+  for (const SequenceChunk& c : chunks)
+    for (int64_t i = 0; i < static_cast<int64_t>(c.tokens.size()); ++i) positions_.push_back(c.pos0 + i);
+  prepare_rope(positions_);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     paged_attention_block(l, chunks, kv);
     ffn_block(l, n);
