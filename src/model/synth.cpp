@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <numbers>
 #include <iterator>
 #include <unordered_map>
 #include <unordered_set>
@@ -266,6 +267,25 @@ void add_block(ModelSynthesizer& synth, const SynthPreset& p, int layer) {
   synth.matrix(prefix + "ffn_down.weight", p.ffn_dim, p.dim);
 }
 
+// Llama 3.1's RoPE scaling (low / high frequency factors 1 and 4 over an
+// original context of 8192) as llama.cpp's converter turns it into
+// rope_freqs.weight: each pair's angle is divided by its factor.
+std::vector<float> llama3_rope_freq_factors(int head_dim, float theta, float factor) {
+  constexpr double kLowFreqFactor = 1.0, kHighFreqFactor = 4.0, kOriginalContext = 8192.0;
+  const double low_wavelen = kOriginalContext / kLowFreqFactor, high_wavelen = kOriginalContext / kHighFreqFactor;
+  std::vector<float> factors;
+  for (int i = 0; i < head_dim; i += 2) {
+    const double wavelen = 2.0 * std::numbers::pi * std::pow(static_cast<double>(theta), static_cast<double>(i) / head_dim);
+    if (wavelen < high_wavelen) factors.push_back(1.0f);
+    else if (wavelen > low_wavelen) factors.push_back(factor);
+    else {
+      const double smooth = (kOriginalContext / wavelen - kLowFreqFactor) / (kHighFreqFactor - kLowFreqFactor);
+      factors.push_back(static_cast<float>(1.0 / ((1.0 - smooth) / factor + smooth)));
+    }
+  }
+  return factors;
+}
+
 void write_model_metadata(GGUFWriter& w, const SynthPreset& p, int layers, uint64_t seed) {
   const std::string& a = p.arch;
   w.set_string("general.architecture", a);
@@ -307,17 +327,19 @@ bool is_synth_type(DType t) {
 }  // namespace
 
 const std::vector<SynthPreset>& synth_presets() {
-  // name, arch, dim, layers, heads, kv heads, ffn, vocab, context, theta, eps, tied, qkv bias
+  // name, arch, dim, layers, heads, kv heads, ffn, vocab, context, theta, eps, tied, qkv bias, Llama 3 RoPE factor
   static const std::vector<SynthPreset> presets = {
-      {"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false},
-      {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true},
-      {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false},
-      {"llama3-8b-2layer", "llama", 4096, 2, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, false, false},
-      {"tiny-llama", "llama", 64, 2, 4, 2, 96, 320, 256, 10000.0f, 1e-5f, false, false},
-      {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, true},
+      {"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false, 0.0f},
+      {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true, 0.0f},
+      {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false, 0.0f},
+      {"llama3-8b-2layer", "llama", 4096, 2, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, false, false, 0.0f},
+      {"llama3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 32.0f},
+      {"tiny-llama", "llama", 64, 2, 4, 2, 96, 320, 256, 10000.0f, 1e-5f, false, false, 0.0f},
+      {"tiny-llama3", "llama", 64, 2, 4, 2, 96, 320, 256, 500000.0f, 1e-5f, true, false, 32.0f},  // rope_freqs.weight
+      {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, true, 0.0f},
       // rows of 256 and 512: every matrix can hold K-quant super-blocks
-      {"tiny-qwen2-256", "qwen2", 256, 2, 4, 2, 512, 384, 256, 1000000.0f, 1e-6f, true, true},
-      {"tiny-hd32", "llama", 128, 2, 4, 2, 128, 320, 256, 10000.0f, 1e-5f, false, false},  // head size 32: every KV type
+      {"tiny-qwen2-256", "qwen2", 256, 2, 4, 2, 512, 384, 256, 1000000.0f, 1e-6f, true, true, 0.0f},
+      {"tiny-hd32", "llama", 128, 2, 4, 2, 128, 320, 256, 10000.0f, 1e-5f, false, false, 0.0f},  // head size 32: every KV type
   };
   return presets;
 }
@@ -389,6 +411,9 @@ void synthesize_model(const SynthOptions& options) {
   synth.matrix("token_embd.weight", preset.dim, preset.vocab_size);
   for (int layer = 0; layer < preset.n_layers; ++layer) add_block(synth, preset, layer);
   synth.ones("output_norm.weight", preset.dim);
+  if (preset.llama3_rope_factor > 0)
+    writer.add_f32_tensor("rope_freqs.weight", {preset.head_dim() / 2},
+                          llama3_rope_freq_factors(preset.head_dim(), preset.rope_theta, preset.llama3_rope_factor));
   if (!preset.tied_embeddings) synth.matrix("output.weight", preset.dim, preset.vocab_size);
   writer.write(options.output_path);
 }

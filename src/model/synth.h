@@ -28,6 +28,7 @@ struct SynthPreset {
   float rms_eps = 1e-5f;
   bool tied_embeddings = false;  // no output.weight: the head reuses token_embd
   bool qkv_bias = false;         // attn_q/k/v.bias (qwen2)
+  float llama3_rope_factor = 0;  // > 0: Llama 3.x RoPE scaling with this factor (rope_freqs.weight)
 
   int head_dim() const { return dim / n_heads; }
 };
