@@ -49,8 +49,8 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   ModelConfig c;
   const std::string& path = file.path();
   c.arch = file.get_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "mistral")
-    throw Error(path + ": architecture '" + c.arch + "' is not supported (supported: llama, qwen2, mistral)");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "mistral")
+    throw Error(path + ": architecture '" + c.arch + "' is not supported (supported: llama, qwen2, qwen3, mistral)");
   c.name = file.get_string("general.name", c.arch);
   const std::string p = c.arch + ".";
   c.n_layers = static_cast<int64_t>(file.get_uint(p + "block_count"));
@@ -70,6 +70,10 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
                 std::to_string(c.n_kv_heads));
   c.head_dim = static_cast<int64_t>(file.get_uint(p + "attention.key_length", static_cast<uint64_t>(c.dim / c.n_heads)));
   require_positive(path, "head dimension", c.head_dim);
+  if (const auto v = static_cast<int64_t>(file.get_uint(p + "attention.value_length", static_cast<uint64_t>(c.head_dim)));
+      v != c.head_dim)
+    throw Error(path + ": attention.value_length " + std::to_string(v) + " differs from key_length " +
+                std::to_string(c.head_dim) + " (not supported)");
   c.rope_dims = static_cast<int64_t>(file.get_uint(p + "rope.dimension_count", static_cast<uint64_t>(c.head_dim)));
   if (c.rope_dims <= 0 || c.rope_dims > c.head_dim || c.rope_dims % 2 != 0)
     throw Error(path + ": rope.dimension_count " + std::to_string(c.rope_dims) + " must be even and at most the head size " +
@@ -77,7 +81,7 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   c.rope_theta = static_cast<float>(file.get_float(p + "rope.freq_base", 10000.0));
   c.norm_eps = static_cast<float>(file.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
   // llama.cpp's converter permutes Llama's Q/K rows for the interleaved layout; Qwen2 keeps NeoX halves.
-  c.rope_neox = c.arch == "qwen2";
+  c.rope_neox = c.arch == "qwen2" || c.arch == "qwen3";
   read_rope_scaling(file, p, c);
   if (file.has("tokenizer.ggml.tokens"))
     c.vocab_size = static_cast<int64_t>(file.get_string_array("tokenizer.ggml.tokens").size());

@@ -11,7 +11,7 @@ namespace kvserve {
 class GGUFFile;
 
 struct ModelConfig {
-  std::string arch;        // "llama", "qwen2", "mistral"
+  std::string arch;        // "llama", "qwen2", "qwen3", "mistral"
   std::string name;        // general.name, for display
   int64_t n_layers = 0;
   int64_t dim = 0;         // embedding / residual width

@@ -61,6 +61,10 @@ LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) 
   l.bq = w.optional_vector(p + "attn_q.bias", c.q_dim());
   l.bk = w.optional_vector(p + "attn_k.bias", c.kv_dim());
   l.bv = w.optional_vector(p + "attn_v.bias", c.kv_dim());
+  if (c.arch == "qwen3") {  // required: without them the heads would silently go unnormalized
+    l.q_norm = w.vector(p + "attn_q_norm.weight", c.head_dim);
+    l.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
+  }
   l.ffn_norm = w.vector(p + "ffn_norm.weight", c.dim);
   l.w_gate = w.matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim);
   l.w_up = w.matrix(p + "ffn_up.weight", c.ffn_dim, c.dim);

@@ -22,6 +22,7 @@ struct LayerWeights {
   TensorView wv;                 // [kv_dim, dim]
   TensorView wo;                 // [dim, q_dim]
   std::vector<float> bq, bk, bv; // [q_dim], [kv_dim], [kv_dim]; empty when absent
+  std::vector<float> q_norm, k_norm;  // [head_dim] RMSNorm of each Q / K head before RoPE (qwen3); empty when absent
   std::vector<float> ffn_norm;   // [dim]
   TensorView w_gate;             // [ffn_dim, dim]
   TensorView w_up;               // [ffn_dim, dim]

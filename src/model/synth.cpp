@@ -235,6 +235,13 @@ class ModelSynthesizer {
     return type_ == DType::Q6_K ? DType::Q8_0 : DType::Q5_0;
   }
   void ones(const std::string& name, int64_t n) { w_.add_f32_tensor(name, {n}, std::vector<float>(n, 1.0f)); }
+  // Norm weights near 1 (not all 1: a test sees whether they are applied).
+  void norm(const std::string& name, int64_t n) {
+    std::vector<float> values(static_cast<size_t>(n));
+    NormalRng(tensor_seed(seed_, name)).fill_normal(values.data(), n, 0.2f);
+    for (float& v : values) v += 1.0f;
+    w_.add_f32_tensor(name, {n}, values);
+  }
   void bias(const std::string& name, int64_t n) {
     std::vector<float> values(static_cast<size_t>(n));
     NormalRng(tensor_seed(seed_, name)).fill_normal(values.data(), n, 0.02f);
@@ -259,6 +266,10 @@ void add_block(ModelSynthesizer& synth, const SynthPreset& p, int layer) {
     synth.bias(prefix + "attn_q.bias", q_dim);
     synth.bias(prefix + "attn_k.bias", kv_dim);
     synth.bias(prefix + "attn_v.bias", kv_dim);
+  }
+  if (p.qk_norm) {
+    synth.norm(prefix + "attn_q_norm.weight", p.head_dim());
+    synth.norm(prefix + "attn_k_norm.weight", p.head_dim());
   }
   synth.matrix(prefix + "attn_output.weight", q_dim, p.dim);
   synth.ones(prefix + "ffn_norm.weight", p.dim);
@@ -298,6 +309,10 @@ void write_model_metadata(GGUFWriter& w, const SynthPreset& p, int layers, uint6
   w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(p.n_kv_heads));
   w.set_f32(a + ".rope.freq_base", p.rope_theta);
   w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(p.head_dim()));
+  if (p.key_length > 0) {
+    w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(p.key_length));
+    w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(p.key_length));
+  }
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", p.rms_eps);
   w.set_u32(a + ".vocab_size", static_cast<uint32_t>(p.vocab_size));
   w.set_bool("kvserve.synthetic", true);
@@ -327,19 +342,22 @@ bool is_synth_type(DType t) {
 }  // namespace
 
 const std::vector<SynthPreset>& synth_presets() {
-  // name, arch, dim, layers, heads, kv heads, ffn, vocab, context, theta, eps, tied, qkv bias, Llama 3 RoPE factor
+  // name, arch, dim, layers, heads, kv heads, ffn, vocab, context, theta, eps, tied, qkv bias, Llama 3 RoPE factor,
+  // head size (0: dim / heads), Q/K norms
   static const std::vector<SynthPreset> presets = {
-      {"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false, 0.0f},
-      {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true, 0.0f},
-      {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false, 0.0f},
-      {"llama3-8b-2layer", "llama", 4096, 2, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, false, false, 0.0f},
-      {"llama3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 32.0f},
-      {"tiny-llama", "llama", 64, 2, 4, 2, 96, 320, 256, 10000.0f, 1e-5f, false, false, 0.0f},
-      {"tiny-llama3", "llama", 64, 2, 4, 2, 96, 320, 256, 500000.0f, 1e-5f, true, false, 32.0f},  // rope_freqs.weight
-      {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, true, 0.0f},
+      {"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false, 0.0f, 0, false},
+      {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true, 0.0f, 0, false},
+      {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false, 0.0f, 0, false},
+      {"llama3-8b-2layer", "llama", 4096, 2, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, false, false, 0.0f, 0, false},
+      {"llama3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 32.0f, 0, false},
+      {"tiny-llama", "llama", 64, 2, 4, 2, 96, 320, 256, 10000.0f, 1e-5f, false, false, 0.0f, 0, false},
+      {"tiny-llama3", "llama", 64, 2, 4, 2, 96, 320, 256, 500000.0f, 1e-5f, true, false, 32.0f, 0, false},  // rope_freqs.weight
+      {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, false, 0.0f, 128, true},
+      {"tiny-qwen3", "qwen3", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, false, 0.0f, 32, true},  // q_dim != dim
+      {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, true, 0.0f, 0, false},
       // rows of 256 and 512: every matrix can hold K-quant super-blocks
-      {"tiny-qwen2-256", "qwen2", 256, 2, 4, 2, 512, 384, 256, 1000000.0f, 1e-6f, true, true, 0.0f},
-      {"tiny-hd32", "llama", 128, 2, 4, 2, 128, 320, 256, 10000.0f, 1e-5f, false, false, 0.0f},  // head size 32: every KV type
+      {"tiny-qwen2-256", "qwen2", 256, 2, 4, 2, 512, 384, 256, 1000000.0f, 1e-6f, true, true, 0.0f, 0, false},
+      {"tiny-hd32", "llama", 128, 2, 4, 2, 128, 320, 256, 10000.0f, 1e-5f, false, false, 0.0f, 0, false},  // head size 32: every KV type
   };
   return presets;
 }

@@ -16,7 +16,7 @@ namespace kvserve {
 
 struct SynthPreset {
   std::string name;
-  std::string arch;  // "llama" or "qwen2" (also the metadata key prefix)
+  std::string arch;  // "llama", "qwen2" or "qwen3" (also the metadata key prefix)
   int dim = 0;
   int n_layers = 0;
   int n_heads = 0;
@@ -29,8 +29,10 @@ struct SynthPreset {
   bool tied_embeddings = false;  // no output.weight: the head reuses token_embd
   bool qkv_bias = false;         // attn_q/k/v.bias (qwen2)
   float llama3_rope_factor = 0;  // > 0: Llama 3.x RoPE scaling with this factor (rope_freqs.weight)
+  int key_length = 0;            // head size when not dim / n_heads (qwen3)
+  bool qk_norm = false;          // attn_q_norm / attn_k_norm per head (qwen3)
 
-  int head_dim() const { return dim / n_heads; }
+  int head_dim() const { return key_length > 0 ? key_length : dim / n_heads; }
 };
 
 const std::vector<SynthPreset>& synth_presets();

@@ -72,6 +72,8 @@ void Transformer::project_qkv(const LayerWeights& w, int64_t n) {
   add_bias(q_.data(), n, w.bq);
   add_bias(k_.data(), n, w.bk);
   add_bias(v_.data(), n, w.bv);
+  if (!w.q_norm.empty()) rmsnorm_rows(q_.data(), w.q_norm.data(), n * cfg_.n_heads, cfg_.head_dim, cfg_.norm_eps, q_.data());
+  if (!w.k_norm.empty()) rmsnorm_rows(k_.data(), w.k_norm.data(), n * cfg_.n_kv_heads, cfg_.head_dim, cfg_.norm_eps, k_.data());
 }
 
 void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache) {

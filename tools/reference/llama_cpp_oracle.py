@@ -30,6 +30,8 @@ CASES = [
     ("tiny-llama3", "f32", 1, 200),
     ("tiny-qwen2", "f32", 1, 200),
     ("tiny-hd32", "f32", 3, 120),
+    ("tiny-qwen3", "f32", 3, 200),
+    ("tiny-qwen3", "q8_0", 2, 100),
     ("tiny-llama", "q8_0", 2, 100),
     ("tiny-qwen2-256", "q4_k", 1, 100),
     ("tiny-qwen2-256", "q6_k", 1, 100),
