@@ -49,8 +49,8 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   ModelConfig c;
   const std::string& path = file.path();
   c.arch = file.get_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "mistral")
-    throw Error(path + ": architecture '" + c.arch + "' is not supported (supported: llama, qwen2, qwen3, mistral)");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "mistral" && c.arch != "phi3")
+    throw Error(path + ": architecture '" + c.arch + "' is not supported (supported: llama, qwen2, qwen3, mistral, phi3)");
   c.name = file.get_string("general.name", c.arch);
   const std::string p = c.arch + ".";
   c.n_layers = static_cast<int64_t>(file.get_uint(p + "block_count"));
@@ -81,7 +81,14 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   c.rope_theta = static_cast<float>(file.get_float(p + "rope.freq_base", 10000.0));
   c.norm_eps = static_cast<float>(file.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
   // llama.cpp's converter permutes Llama's Q/K rows for the interleaved layout; Qwen2 keeps NeoX halves.
-  c.rope_neox = c.arch == "qwen2" || c.arch == "qwen3";
+  c.rope_neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3";
+  // Sliding-window attention is not implemented: within the window it is
+  // plain causal attention, so the context stops there.
+  if (const auto window = static_cast<int64_t>(file.get_uint(p + "attention.sliding_window", 0));
+      window > 0 && window < c.context_length)
+    c.context_length = window;
+  if (file.find_tensor("rope_factors_long.weight") || file.find_tensor("rope_factors_short.weight"))
+    throw Error(path + ": LongRoPE (rope_factors_long / rope_factors_short) is not supported");
   read_rope_scaling(file, p, c);
   if (file.has("tokenizer.ggml.tokens"))
     c.vocab_size = static_cast<int64_t>(file.get_string_array("tokenizer.ggml.tokens").size());

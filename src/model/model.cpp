@@ -42,6 +42,8 @@ class WeightLoader {
     return v;
   }
 
+  bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
+
   std::vector<float> optional_vector(const std::string& name, int64_t n) const {
     return file_.find_tensor(name) ? vector(name, n) : std::vector<float>{};
   }
@@ -50,13 +52,30 @@ class WeightLoader {
   const GGUFFile& file_;
 };
 
+// Rows [first, first + n) of a matrix: a view of the same bytes (rows are contiguous).
+TensorView row_slice(const TensorView& t, int64_t first, int64_t n, const std::string& name) {
+  TensorView v = t;
+  v.name = name;
+  v.data = t.row(first);
+  v.ne[1] = n;
+  v.nbytes = t.row_bytes() * static_cast<size_t>(n);
+  return v;
+}
+
 LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) {
   const std::string p = "blk." + std::to_string(i) + ".";
   LayerWeights l;
   l.attn_norm = w.vector(p + "attn_norm.weight", c.dim);
-  l.wq = w.matrix(p + "attn_q.weight", c.q_dim(), c.dim);
-  l.wk = w.matrix(p + "attn_k.weight", c.kv_dim(), c.dim);
-  l.wv = w.matrix(p + "attn_v.weight", c.kv_dim(), c.dim);
+  if (w.has(p + "attn_qkv.weight")) {  // phi3: Q, K and V rows in one matrix
+    const TensorView qkv = w.matrix(p + "attn_qkv.weight", c.q_dim() + 2 * c.kv_dim(), c.dim);
+    l.wq = row_slice(qkv, 0, c.q_dim(), p + "attn_qkv.weight[q]");
+    l.wk = row_slice(qkv, c.q_dim(), c.kv_dim(), p + "attn_qkv.weight[k]");
+    l.wv = row_slice(qkv, c.q_dim() + c.kv_dim(), c.kv_dim(), p + "attn_qkv.weight[v]");
+  } else {
+    l.wq = w.matrix(p + "attn_q.weight", c.q_dim(), c.dim);
+    l.wk = w.matrix(p + "attn_k.weight", c.kv_dim(), c.dim);
+    l.wv = w.matrix(p + "attn_v.weight", c.kv_dim(), c.dim);
+  }
   l.wo = w.matrix(p + "attn_output.weight", c.dim, c.q_dim());
   l.bq = w.optional_vector(p + "attn_q.bias", c.q_dim());
   l.bk = w.optional_vector(p + "attn_k.bias", c.kv_dim());
@@ -66,8 +85,14 @@ LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) 
     l.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
   }
   l.ffn_norm = w.vector(p + "ffn_norm.weight", c.dim);
-  l.w_gate = w.matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim);
-  l.w_up = w.matrix(p + "ffn_up.weight", c.ffn_dim, c.dim);
+  if (!w.has(p + "ffn_gate.weight") && w.has(p + "ffn_up.weight")) {  // phi3: gate rows, then up rows
+    const TensorView gate_up = w.matrix(p + "ffn_up.weight", 2 * c.ffn_dim, c.dim);
+    l.w_gate = row_slice(gate_up, 0, c.ffn_dim, p + "ffn_up.weight[gate]");
+    l.w_up = row_slice(gate_up, c.ffn_dim, c.ffn_dim, p + "ffn_up.weight[up]");
+  } else {
+    l.w_gate = w.matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim);
+    l.w_up = w.matrix(p + "ffn_up.weight", c.ffn_dim, c.dim);
+  }
   l.w_down = w.matrix(p + "ffn_down.weight", c.dim, c.ffn_dim);
   return l;
 }

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <numbers>
+#include <span>
 #include <iterator>
 #include <unordered_map>
 #include <unordered_set>
@@ -67,6 +68,8 @@ constexpr const char* kCorpusWords[] = {
 constexpr const char* kCorpusPunctuation[] = {",", ".", "'s", "!", "?", ":", ";", "\n", "\n\n", " (", ")", " \"",
                                               "\"", "'t", " -", "0", "1", "2", "19", "20", " {", "}", "();"};
 constexpr const char* kSpecialTokens[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+// llama.cpp looks these up by name in any model whose general.name says phi3.
+constexpr const char* kPhi3SpecialTokens[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>", "<s>", "</s>", "<|end|>"};
 constexpr int32_t kTokenNormal = 1;
 constexpr int32_t kTokenControl = 3;
 
@@ -259,9 +262,13 @@ void add_block(ModelSynthesizer& synth, const SynthPreset& p, int layer) {
   const int64_t q_dim = static_cast<int64_t>(p.n_heads) * p.head_dim();
   const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * p.head_dim();
   synth.ones(prefix + "attn_norm.weight", p.dim);
-  synth.matrix(prefix + "attn_q.weight", p.dim, q_dim);
-  synth.matrix(prefix + "attn_k.weight", p.dim, kv_dim);
-  synth.matrix(prefix + "attn_v.weight", p.dim, kv_dim);
+  if (p.fused) {
+    synth.matrix(prefix + "attn_qkv.weight", p.dim, q_dim + 2 * kv_dim);
+  } else {
+    synth.matrix(prefix + "attn_q.weight", p.dim, q_dim);
+    synth.matrix(prefix + "attn_k.weight", p.dim, kv_dim);
+    synth.matrix(prefix + "attn_v.weight", p.dim, kv_dim);
+  }
   if (p.qkv_bias) {
     synth.bias(prefix + "attn_q.bias", q_dim);
     synth.bias(prefix + "attn_k.bias", kv_dim);
@@ -273,8 +280,12 @@ void add_block(ModelSynthesizer& synth, const SynthPreset& p, int layer) {
   }
   synth.matrix(prefix + "attn_output.weight", q_dim, p.dim);
   synth.ones(prefix + "ffn_norm.weight", p.dim);
-  synth.matrix(prefix + "ffn_gate.weight", p.dim, p.ffn_dim);
-  synth.matrix(prefix + "ffn_up.weight", p.dim, p.ffn_dim);
+  if (p.fused) {
+    synth.matrix(prefix + "ffn_up.weight", p.dim, 2 * static_cast<int64_t>(p.ffn_dim));
+  } else {
+    synth.matrix(prefix + "ffn_gate.weight", p.dim, p.ffn_dim);
+    synth.matrix(prefix + "ffn_up.weight", p.dim, p.ffn_dim);
+  }
   synth.matrix(prefix + "ffn_down.weight", p.ffn_dim, p.dim);
 }
 
@@ -343,21 +354,23 @@ bool is_synth_type(DType t) {
 
 const std::vector<SynthPreset>& synth_presets() {
   // name, arch, dim, layers, heads, kv heads, ffn, vocab, context, theta, eps, tied, qkv bias, Llama 3 RoPE factor,
-  // head size (0: dim / heads), Q/K norms
+  // head size (0: dim / heads), Q/K norms, fused QKV and gate+up
   static const std::vector<SynthPreset> presets = {
-      {"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false, 0.0f, 0, false},
-      {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true, 0.0f, 0, false},
-      {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false, 0.0f, 0, false},
-      {"llama3-8b-2layer", "llama", 4096, 2, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, false, false, 0.0f, 0, false},
-      {"llama3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 32.0f, 0, false},
-      {"tiny-llama", "llama", 64, 2, 4, 2, 96, 320, 256, 10000.0f, 1e-5f, false, false, 0.0f, 0, false},
-      {"tiny-llama3", "llama", 64, 2, 4, 2, 96, 320, 256, 500000.0f, 1e-5f, true, false, 32.0f, 0, false},  // rope_freqs.weight
-      {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, false, 0.0f, 128, true},
-      {"tiny-qwen3", "qwen3", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, false, 0.0f, 32, true},  // q_dim != dim
-      {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, true, 0.0f, 0, false},
+      {"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false, 0.0f, 0, false, false},
+      {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true, 0.0f, 0, false, false},
+      {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false, 0.0f, 0, false, false},
+      {"llama3-8b-2layer", "llama", 4096, 2, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, false, false, 0.0f, 0, false, false},
+      {"llama3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 32.0f, 0, false, false},
+      {"tiny-llama", "llama", 64, 2, 4, 2, 96, 320, 256, 10000.0f, 1e-5f, false, false, 0.0f, 0, false, false},
+      {"tiny-llama3", "llama", 64, 2, 4, 2, 96, 320, 256, 500000.0f, 1e-5f, true, false, 32.0f, 0, false, false},  // rope_freqs.weight
+      {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, false, 0.0f, 128, true, false},
+      {"tiny-qwen3", "qwen3", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, false, 0.0f, 32, true, false},  // q_dim != dim
+      {"phi3-mini", "phi3", 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, 1e-5f, false, false, 0.0f, 0, false, true},
+      {"tiny-phi3", "phi3", 64, 2, 4, 4, 96, 320, 256, 10000.0f, 1e-5f, false, false, 0.0f, 0, false, true},
+      {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, true, 0.0f, 0, false, false},
       // rows of 256 and 512: every matrix can hold K-quant super-blocks
-      {"tiny-qwen2-256", "qwen2", 256, 2, 4, 2, 512, 384, 256, 1000000.0f, 1e-6f, true, true, 0.0f, 0, false},
-      {"tiny-hd32", "llama", 128, 2, 4, 2, 128, 320, 256, 10000.0f, 1e-5f, false, false, 0.0f, 0, false},  // head size 32: every KV type
+      {"tiny-qwen2-256", "qwen2", 256, 2, 4, 2, 512, 384, 256, 1000000.0f, 1e-6f, true, true, 0.0f, 0, false, false},
+      {"tiny-hd32", "llama", 128, 2, 4, 2, 128, 320, 256, 10000.0f, 1e-5f, false, false, 0.0f, 0, false, false},  // head size 32: every KV type
   };
   return presets;
 }
@@ -391,8 +404,10 @@ std::string gpt2_byte_symbol(uint8_t byte) {
   return utf8;
 }
 
-ByteBpeVocab build_synth_vocab(int vocab_size) {
-  constexpr size_t kSpecialCount = std::size(kSpecialTokens);
+ByteBpeVocab build_synth_vocab(int vocab_size, bool phi3_specials) {
+  const std::span<const char* const> specials =
+      phi3_specials ? std::span<const char* const>(kPhi3SpecialTokens) : std::span<const char* const>(kSpecialTokens);
+  const size_t kSpecialCount = specials.size();
   if (vocab_size < static_cast<int>(256 + kSpecialCount))
     throw Error("synth: vocabulary size " + std::to_string(vocab_size) + " is below the 256 bytes + " +
                 std::to_string(kSpecialCount) + " special tokens");
@@ -405,7 +420,7 @@ ByteBpeVocab build_synth_vocab(int vocab_size) {
   vocab.merges = std::move(builder.merges());
   vocab.token_types.assign(vocab.tokens.size(), kTokenNormal);
   vocab.eos_id = static_cast<uint32_t>(vocab.tokens.size());
-  for (const char* special : kSpecialTokens) {
+  for (const char* special : specials) {
     vocab.tokens.push_back(special);
     vocab.token_types.push_back(kTokenControl);
   }
@@ -423,7 +438,7 @@ void synthesize_model(const SynthOptions& options) {
 
   GGUFWriter writer;
   write_model_metadata(writer, preset, preset.n_layers, options.seed);
-  write_vocab_metadata(writer, build_synth_vocab(preset.vocab_size));
+  write_vocab_metadata(writer, build_synth_vocab(preset.vocab_size, preset.arch == "phi3"));
 
   ModelSynthesizer synth(writer, options.type, options.seed);
   synth.matrix("token_embd.weight", preset.dim, preset.vocab_size);

@@ -16,7 +16,7 @@ namespace kvserve {
 
 struct SynthPreset {
   std::string name;
-  std::string arch;  // "llama", "qwen2" or "qwen3" (also the metadata key prefix)
+  std::string arch;  // "llama", "qwen2", "qwen3" or "phi3" (also the metadata key prefix)
   int dim = 0;
   int n_layers = 0;
   int n_heads = 0;
@@ -31,6 +31,7 @@ struct SynthPreset {
   float llama3_rope_factor = 0;  // > 0: Llama 3.x RoPE scaling with this factor (rope_freqs.weight)
   int key_length = 0;            // head size when not dim / n_heads (qwen3)
   bool qk_norm = false;          // attn_q_norm / attn_k_norm per head (qwen3)
+  bool fused = false;            // attn_qkv and a gate+up ffn_up (phi3)
 
   int head_dim() const { return key_length > 0 ? key_length : dim / n_heads; }
 };
@@ -49,7 +50,8 @@ struct ByteBpeVocab {
   std::vector<std::string> merges;   // "left right", highest priority first
   uint32_t eos_id = 0;               // <|endoftext|>, also used as BOS
 };
-ByteBpeVocab build_synth_vocab(int vocab_size);
+// phi3_specials: also <unk>, <s>, </s> and <|end|> (llama.cpp requires them of phi3 files).
+ByteBpeVocab build_synth_vocab(int vocab_size, bool phi3_specials = false);
 // The printable stand-in GPT-2 uses for a byte (UTF-8), e.g. ' ' -> "Ġ".
 std::string gpt2_byte_symbol(uint8_t byte);
 

@@ -32,6 +32,8 @@ CASES = [
     ("tiny-hd32", "f32", 3, 120),
     ("tiny-qwen3", "f32", 3, 200),
     ("tiny-qwen3", "q8_0", 2, 100),
+    ("tiny-phi3", "f32", 1, 200),
+    ("tiny-phi3", "q4_0", 1, 100),
     ("tiny-llama", "q8_0", 2, 100),
     ("tiny-qwen2-256", "q4_k", 1, 100),
     ("tiny-qwen2-256", "q6_k", 1, 100),
