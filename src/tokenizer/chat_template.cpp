@@ -572,7 +572,7 @@ class Renderer {
       const std::time_t now = std::time(nullptr);
       std::tm tm{};
       localtime_r(&now, &tm);
-      const std::string& format = as_string(args.empty() ? undefined() : args[0], "strftime_now");
+      const std::string format = as_string(args.empty() ? undefined() : args[0], "strftime_now");  // a copy: the ?: is a temporary
       return std::string(buf, std::strftime(buf, sizeof buf, format.c_str(), &tm));
     }
     fail("unknown function '" + fn + "'");
