@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in cmake ninja-build g++ libgtest-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev python3-pip; do
+# clang, its sanitizer/fuzzer runtimes and its OpenMP: the sanitizer and fuzzing stage of scripts/test.sh.
+for pkg in cmake ninja-build g++ libgtest-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev python3-pip \
+           clang libclang-rt-dev libomp-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 # python3-pip is only needed where no pip is on PATH already (pyenv images have one).

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the full suite on the Release build (real models included),
-# then the fast suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# then the fast suite again under AddressSanitizer + UndefinedBehaviorSanitizer,
+# then every fuzz target for a bounded time (docs/reliability.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -11,8 +12,14 @@ python3 -c "import openai" 2>/dev/null || python3 -m pip install --quiet --disab
 echo "== tests (Release) ==" >&2
 ctest --test-dir build --output-on-failure -j2
 
-echo "== fast tests under ASan + UBSan ==" >&2
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVSERVE_SANITIZE=ON >/dev/null
-cmake --build build-asan -j"$(nproc)" --target kvserve_tests kvserve
+# One clang build serves both sanitizer stages: the tests and the fuzz targets
+# (libFuzzer is clang's), so CI compiles the project twice, not three times.
+echo "== fast tests under ASan + UBSan (clang) ==" >&2
+CC=clang CXX=clang++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVSERVE_SANITIZE=ON \
+  -DKVSERVE_FUZZ=ON >/dev/null
+cmake --build build-sanitize -j"$(nproc)" --target kvserve_tests kvserve fuzz_targets
 # The real-model tests are slow without optimization; they ran above.
-KVSERVE_SKIP_SLOW=1 ctest --test-dir build-asan --output-on-failure -j2 -E 'RealModel|openai_client'
+KVSERVE_SKIP_SLOW=1 ctest --test-dir build-sanitize --output-on-failure -j2 -E 'RealModel|openai_client'
+
+echo "== fuzzing under ASan + UBSan, ${KVSERVE_FUZZ_SECONDS:-60} s per target ==" >&2
+./scripts/fuzz.sh build-sanitize "${KVSERVE_FUZZ_SECONDS:-60}"

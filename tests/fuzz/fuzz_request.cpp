@@ -1,0 +1,41 @@
+// libFuzzer target: an HTTP request body as each endpoint parses it. The
+// first byte picks the endpoint, the rest is the body. Only ApiError 400 and
+// kvserve::Error may come out (the server turns both into a 400 response).
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "server/api_error.h"
+#include "server/request_parser.h"
+#include "tests/tiny_vocab.h"
+#include "tokenizer/chat_template.h"
+
+using namespace kvserve;
+using namespace kvserve::server;
+
+namespace {
+
+void parse_request(const Tokenizer& tokenizer, const RequestParser& parser, uint8_t endpoint, const std::string& body) {
+  switch (endpoint % 4) {
+    case 0: parser.parse(Endpoint::kCompletions, parse_json_body(body)); break;
+    case 1: parser.parse(Endpoint::kChat, parse_json_body(body)); break;
+    case 2: tokenizer.encode(parse_tokenize_request(parse_json_body(body)).content, true); break;
+    case 3: tokenizer.decode(parse_detokenize_request(parse_json_body(body), tokenizer.vocab_size())); break;
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const Tokenizer tokenizer = test_util::tiny_bpe_tokenizer();
+  static const ChatTemplate chat_template = ChatTemplate::chatml();
+  static const RequestParser parser(tokenizer, chat_template, 256);
+  if (size == 0) return 0;
+  try {
+    parse_request(tokenizer, parser, data[0], std::string(reinterpret_cast<const char*>(data) + 1, size - 1));
+  } catch (const ApiError& e) {
+    if (e.status() != 400) std::abort();
+  } catch (const Error&) {
+  }
+  return 0;
+}
