@@ -505,31 +505,6 @@ TEST(KernelOps, SoftmaxMatchesDoubleFormulaAndZeroesMinusInfinity) {
   for (float v : all_masked) EXPECT_EQ(v, 0.0f);
 }
 
-// The SIMD SiLU (a polynomial exp) against the scalar one (std::exp) on every
-// path, at awkward lengths, and the same bits for an element wherever it sits.
-TEST(KernelOps, SiluMulOnEveryPathMatchesTheScalarOne) {
-  const Isa saved = active_isa();
-  for (int64_t n : {1, 7, 9, 300, 4099, 20000}) {
-    const std::vector<float> gate = random_floats(static_cast<size_t>(n), 21, -90.0f, 90.0f),
-                             up = random_floats(static_cast<size_t>(n), 22);
-    set_kernel_isa(Isa::Scalar);
-    std::vector<float> want = gate;
-    silu_mul(want.data(), up.data(), n);
-    for (Isa isa : available_isas()) {
-      set_kernel_isa(isa);
-      std::vector<float> got = gate;
-      silu_mul(got.data(), up.data(), n);
-      for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_NEAR(got[i], want[i], 2e-6f * std::fabs(want[i]) + 1e-30f) << isa_name(isa) << " n " << n << " i " << i;
-      if (n < 3) continue;
-      std::vector<float> tail(gate.end() - 3, gate.end());  // the last 3 alone: the same bits as in the long call
-      silu_mul(tail.data(), up.data() + n - 3, 3);
-      for (size_t i = 0; i < 3; ++i) ASSERT_EQ(tail[i], got[got.size() - 3 + i]) << isa_name(isa) << " n " << n;
-    }
-  }
-  set_kernel_isa(saved);
-}
-
 TEST(KernelOps, SiluMulAndAddMatchDoubleFormulas) {
   const std::vector<float> gate = random_floats(300, 15, -8.0f, 8.0f), up = random_floats(300, 16);
   std::vector<float> g = gate, sum = gate;

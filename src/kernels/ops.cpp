@@ -1,16 +1,9 @@
 #include "kernels/ops.h"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "kernels/dispatch.h"
-
 namespace kvserve {
-
-#if KVSERVE_HAVE_SIMD
-void silu_mul_avx2(float* gate, const float* up, int64_t n);  // ops_avx2.cpp
-#endif
 
 void rmsnorm(const float* x, const float* weight, int64_t n, float eps, float* out) {
   double ss = 0;
@@ -46,20 +39,6 @@ void rmsnorm_rows(const float* x, const float* weight, int64_t rows, int64_t dim
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {
-  // A scalar std::exp per element was ~3% of a decode step on one thread (and
-  // not split over threads at decode sizes); the AVX2 polynomial is ~8x faster.
-#if KVSERVE_HAVE_SIMD
-  if (active_isa() != Isa::Scalar) {
-    constexpr int64_t kChunk = 4096;  // a multiple of 8: every chunk but the last is whole vectors
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t begin = c * kChunk;
-      silu_mul_avx2(gate + begin, up + begin, std::min(kChunk, n - begin));
-    }
-    return;
-  }
-#endif
 #pragma omp parallel for schedule(static) if (n >= kParallelElements)
   for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
