@@ -221,6 +221,8 @@ TEST_F(SpecDistribution, PlainSamplingFitsTheExactDistribution) {
 }
 
 TEST_F(SpecDistribution, TruncatedDraftKeepsTheTargetsFirstAndSecondTokenDistributions) {
+  // Thousands of draws: over 10 minutes under the sanitizers (their kernels unoptimized); the Release suite runs it.
+  if (test_util::skip_slow()) GTEST_SKIP() << "slow without optimization";
   for (const SamplingParams& params : {full_distribution(), SamplingParams{.seed = 5}}) {
     ModelDrafter drafter(*truncated_, 256);
     const TokenCounts c = speculative_counts(*target_, drafter, prompt_, 3, params, kDraws);
@@ -230,6 +232,7 @@ TEST_F(SpecDistribution, TruncatedDraftKeepsTheTargetsFirstAndSecondTokenDistrib
 }
 
 TEST_F(SpecDistribution, BadDraftsStillGiveTheTargetsDistribution) {
+  if (test_util::skip_slow()) GTEST_SKIP() << "slow without optimization (the Release suite runs it)";
   const SamplingParams params = full_distribution();
   const std::vector<double> first = next_distribution(*target_, prompt_, params);
   const std::vector<double> second = second_token_distribution(*target_, prompt_, params);
