@@ -89,6 +89,7 @@ class Transformer {
   AlignedBuffer<float> proj_;  // [n][dim] output of wo / w_down
   std::vector<float> rope_angles_;  // [n][rot_dims] cos / sin pairs of each row's position, for every layer
   std::vector<int64_t> positions_;  // [n] each row's position
+  std::vector<BlockId> row_blocks_;  // forward_batch: [n] the KV block each row's K/V goes to
   // forward_batch only:
   std::vector<int32_t> batch_tokens_;         // [n] every chunk's tokens, concatenated
   std::vector<const uint8_t*> k_block_ptrs_;  // [sum of chunk table sizes] K block base of the current layer

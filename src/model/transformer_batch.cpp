@@ -23,22 +23,12 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
   for (const SequenceChunk& c : chunks) kv.append_block_bases(layer, c.block_table, k_block_ptrs_, v_block_ptrs_);
   std::vector<PagedAttentionJob> jobs;
   jobs.reserve(chunks.size());
-  // Each batch row's position and K/V block, so RoPE and the K/V writes (one
-  // row each, distinct slots) can go over the threads.
-  struct RowSlot {
-    int64_t pos;
-    BlockId block;
-  };
-  std::vector<RowSlot> slots;
-  slots.reserve(static_cast<size_t>(n));
-  for (const SequenceChunk& c : chunks)
-    for (int64_t pos = c.pos0; pos < c.pos0 + static_cast<int64_t>(c.tokens.size()); ++pos)
-      slots.push_back({pos, c.block_table[static_cast<size_t>(pos / B)]});
+  // One row each, distinct slots: RoPE and the K/V writes go over the threads.
 #pragma omp parallel for schedule(static) if (n > 1)
   for (int64_t t = 0; t < n; ++t) {
-    const RowSlot& s = slots[static_cast<size_t>(t)];
+    const int64_t pos = positions_[static_cast<size_t>(t)];
     rotate_qk(t);
-    kv.write(layer, s.block, s.pos % B, k_.data() + t * kvd, v_.data() + t * kvd);
+    kv.write(layer, row_blocks_[static_cast<size_t>(t)], pos % B, k_.data() + t * kvd, v_.data() + t * kvd);
   }
   int64_t row = 0, table_offset = 0;
   for (const SequenceChunk& c : chunks) {
@@ -67,8 +57,12 @@ void Transformer::forward_batch(std::span<const SequenceChunk> chunks, PagedKVSt
   resize_scratch(n);
   embed(batch_tokens_);
   positions_.clear();
+  row_blocks_.clear();
   for (const SequenceChunk& c : chunks)
-    for (int64_t i = 0; i < static_cast<int64_t>(c.tokens.size()); ++i) positions_.push_back(c.pos0 + i);
+    for (int64_t pos = c.pos0; pos < c.pos0 + static_cast<int64_t>(c.tokens.size()); ++pos) {
+      positions_.push_back(pos);
+      row_blocks_.push_back(c.block_table[static_cast<size_t>(pos / kv.block_size())]);
+    }
   prepare_rope(positions_);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     paged_attention_block(l, chunks, kv);
