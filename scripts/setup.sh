@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 need_apt=()
 # clang, its sanitizer/fuzzer runtimes and its OpenMP: the sanitizer and fuzzing stage of scripts/test.sh.
 for pkg in cmake ninja-build g++ libgtest-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev python3-pip \
-           clang libclang-rt-dev libomp-dev; do
+           clang libclang-rt-dev libomp-dev curl; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 # python3-pip is only needed where no pip is on PATH already (pyenv images have one).
@@ -22,6 +22,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# xgrammar's C++ core from its PyPI sdist (structured outputs), once.
+./scripts/build_xgrammar.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
 ./scripts/fetch_models.sh

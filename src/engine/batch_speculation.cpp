@@ -56,6 +56,12 @@ std::span<const int32_t> RequestSpeculation::propose(std::span<const int32_t> hi
   return proposal_.tokens;
 }
 
+void RequestSpeculation::keep_first(int64_t n) {
+  check(proposal_.deterministic() && n >= 0 && n <= static_cast<int64_t>(proposal_.tokens.size()),
+        "only a deterministic proposal is cut, and only shorter");
+  proposal_.tokens.resize(static_cast<size_t>(n));
+}
+
 int64_t RequestSpeculation::verify(std::span<const float> rows, int64_t n_draft, std::span<const int32_t> history,
                                    Sampler& sampler, VerifyScratch& scratch, std::vector<int32_t>& produced) {
   check(n_draft == static_cast<int64_t>(proposal_.tokens.size()), "the batch verifies the whole proposal");

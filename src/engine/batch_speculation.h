@@ -54,6 +54,10 @@ class RequestSpeculation {
   // draft model re-syncs to `history` first (after rejections or a
   // preemption it keeps only the common prefix).
   std::span<const int32_t> propose(std::span<const int32_t> history, int64_t max_drafts, Sampler& sampler);
+  // Keeps only the first n drafts of the last proposal, for a deterministic
+  // drafter only (cutting a sampled proposal would bias the output).
+  void keep_first(int64_t n);
+  bool proposal_deterministic() const { return proposal_.deterministic(); }
   // Verifies the last proposal's n_draft drafts against the target's rows
   // [n_draft + 1][vocab] (row i after history and the first i drafts):
   // `produced` gets the round's 1..n_draft+1 tokens; returns the drafts

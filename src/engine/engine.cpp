@@ -311,8 +311,18 @@ class Engine::Impl {
   }
 
   void sample(RequestId id, Branch& b, Sequence& seq, std::span<const float> logits) {
+    if (b.matcher) {  // the constrained distribution: sampled from and reported in logprobs
+      masked_.assign(logits.begin(), logits.end());
+      b.matcher->mask(masked_);
+      logits = masked_;
+    }
     scratch_logits_.assign(logits.begin(), logits.end());
-    const int32_t token = b.sampler.sample(scratch_logits_, seq.tokens);
+    int32_t token = 0;
+    try {
+      token = b.sampler.sample(scratch_logits_, seq.tokens);
+    } catch (const Error& e) {  // e.g. a constraint that no token can continue: this branch alone fails
+      return finish_if_live(id, b, "error", e.what());
+    }
     seq.tokens.push_back(token);
     GenerationEvent ev = base_event(id, requests_.at(id), b);
     if (const char* reason = take_token(seq, requests_.at(id).request, b, token, seq.num_tokens(), logits, ev))
@@ -329,6 +339,7 @@ class Engine::Impl {
     Branch& b = *rs.branches[static_cast<size_t>(index)];
     const int64_t base = seq.num_tokens() - n_draft;  // the history the drafts follow
     const auto history = std::span<const int32_t>(seq.tokens).first(static_cast<size_t>(base));
+    if (b.matcher) rows = masked_rows(*b.matcher, rows, std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(base)));
     const int64_t accepted = b.spec.verify(rows, n_draft, history, b.sampler, verify_scratch_, produced_);
     count_speculation(n_draft, accepted);
     scheduler_.resolve_drafts(seq, accepted);
@@ -343,6 +354,22 @@ class Engine::Impl {
     rs.on_event(ev);
   }
 
+  // The verification rows of a constrained branch, each masked in the
+  // grammar state its drafts lead to. Rows after a draft the grammar rejects
+  // stay unmasked: that draft has probability 0, so they are never used.
+  std::span<const float> masked_rows(TokenMatcher& matcher, std::span<const float> rows, std::span<const int32_t> drafts) {
+    const auto vocab = static_cast<size_t>(model_.config().vocab_size);
+    masked_.assign(rows.begin(), rows.end());
+    int32_t accepted = 0;
+    for (size_t i = 0; i <= drafts.size(); ++i) {
+      matcher.mask(std::span<float>(masked_).subspan(i * vocab, vocab));
+      if (i == drafts.size() || !matcher.accept(drafts[i])) break;
+      accepted++;
+    }
+    matcher.rollback(accepted);
+    return masked_;
+  }
+
   // Adds a generated token (sampled from `logits`; the sequence then holds
   // `length` tokens) to the event; returns the finish reason it causes, if any.
   const char* take_token(const Sequence& seq, const GenerationRequest& r, Branch& b, int32_t token, int64_t length,
@@ -351,6 +378,10 @@ class Engine::Impl {
     ev.completion_tokens = b.completion_tokens;
     ev.tokens.push_back(token);
     if (r.top_logprobs >= 0) ev.logprobs.push_back(logprob_of(logits, token, r.top_logprobs, scratch_));
+    if (b.matcher && !b.matcher->accept(token)) {  // the mask allowed it: only a bug gets here
+      ev.error = "the output constraint rejected token " + std::to_string(token);
+      return "error";
+    }
     const bool eog = !r.ignore_eos && tokenizer_.is_end_of_generation(token);
     ev.text += eog ? b.stops.flush() : b.stops.push(b.stream.push(token));
     {
@@ -358,6 +389,10 @@ class Engine::Impl {
       metrics_.generated_tokens_total++;
     }
     if (eog || b.stops.stopped()) return "stop";
+    if (b.matcher && b.matcher->finished()) {  // complete: only an end-of-generation token could follow
+      ev.text += b.stops.push(b.stream.flush()) + b.stops.flush();
+      return "stop";
+    }
     // The last sampled token needs no K/V slot: a sequence may hold context + 1 tokens.
     if (b.completion_tokens >= r.max_tokens || length > seq.max_kv_tokens) {
       ev.text += b.stops.push(b.stream.flush()) + b.stops.flush();
@@ -374,7 +409,15 @@ class Engine::Impl {
     // A round yields up to drafts + 1 tokens: stay within max_tokens and the sequence's K/V slots.
     const int64_t limit = std::min({max_drafts, rs.request.max_tokens - b.completion_tokens - 1,
                                     seq.max_kv_tokens - seq.num_tokens()});
-    return b.spec.propose(seq.tokens, limit, b.sampler);
+    const std::span<const int32_t> drafts = b.spec.propose(seq.tokens, limit, b.sampler);
+    if (!b.matcher || drafts.empty() || !b.spec.proposal_deterministic()) return drafts;
+    // Cut a deterministic proposal at the first draft the grammar rejects:
+    // it would be rejected anyway (probability 0), so the cut only saves work.
+    int32_t valid = 0;
+    while (valid < static_cast<int32_t>(drafts.size()) && b.matcher->accept(drafts[static_cast<size_t>(valid)])) valid++;
+    b.matcher->rollback(valid);
+    b.spec.keep_first(valid);
+    return drafts.first(static_cast<size_t>(valid));
   }
 
   void count_speculation(int64_t drafts, int64_t accepted) {
@@ -413,6 +456,7 @@ class Engine::Impl {
   std::vector<float> logits_;          // [rows][vocab] of the current step: one per sampling chunk + one per draft
   std::vector<float> scratch_logits_;  // [vocab] the sampler's working copy
   std::vector<float> scratch_;         // [vocab] log-softmax for logprobs
+  std::vector<float> masked_;          // [rows][vocab] a constrained branch's masked logits
   VerifyScratch verify_scratch_;       // speculative verification's [vocab] rows
   std::vector<int32_t> produced_;      // a verified round's tokens
   DraftSource draft_source_ = [this](const Sequence& seq, int64_t max_drafts) { return drafts_for(seq, max_drafts); };

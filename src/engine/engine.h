@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "grammar/token_constraint.h"
 #include "kv/kv_planner.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -50,6 +51,10 @@ struct GenerationRequest {
   int32_t n = 1;                   // parallel samples (branches): the prompt is prefilled once and forked
                                    // n ways; branch i samples with sampling.seed + i
   SpeculationSettings speculation;
+  // What the output must follow (JSON schema, regex, grammar; null: free):
+  // every branch masks its logits with its own matcher, and ends with "stop"
+  // when the constraint is complete. Logprobs report the masked distribution.
+  std::shared_ptr<const CompiledConstraint> constraint;
 };
 
 struct TokenLogprob {

@@ -24,7 +24,8 @@ constexpr SequenceId kNoSequence = 0;  // a branch not forked yet
 
 struct Branch {
   Branch(const GenerationRequest& r, int32_t index, const Tokenizer& tokenizer, const DraftModelSource& draft)
-      : index(index), sampler(seeded(r.sampling, index)), stream(tokenizer), stops(r.stop), spec(r.speculation, draft) {}
+      : index(index), sampler(seeded(r.sampling, index)), stream(tokenizer), stops(r.stop), spec(r.speculation, draft),
+        matcher(r.constraint ? r.constraint->new_matcher() : nullptr) {}
   static SamplingParams seeded(SamplingParams p, int32_t index) {
     p.seed += static_cast<uint64_t>(index);
     return p;
@@ -35,6 +36,7 @@ struct Branch {
   TokenTextStream stream;
   StopStringMatcher stops;
   RequestSpeculation spec;  // this branch's drafter (its own draft KV cache in draft-model mode) and adaptive k
+  std::unique_ptr<TokenMatcher> matcher;  // the request's constraint over this branch's output; null: free
   int64_t completion_tokens = 0;
   bool finished = false;
 };

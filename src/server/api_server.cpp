@@ -51,6 +51,7 @@ ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokeni
       options_(std::move(options)),
       context_(std::min(engine.options().max_context, model.config().context_length)),
       parser_(tokenizer_, chat_template_, context_, options_.speculation, engine.options().draft_model != nullptr),
+      constraints_(tokenizer_, model.config().vocab_size, options_.constraints),
       // Every waiting or running request holds an HTTP thread while it
       // streams; clients still sending their request hold none (the gate).
       http_(std::make_unique<GatedHttpServer>(with_body_limit(options_.connections),
@@ -108,10 +109,24 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
   const Clock::time_point arrival = Clock::now();
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
   ParsedRequest parsed = parser_.parse(endpoint, parse_body(req));
+  if (parsed.constraint) {  // compiled here, in the request's thread: the engine never waits for a compile
+    restore_key_order(*parsed.constraint, req.body);
+    const std::shared_ptr<const CompiledConstraint> compiled = compile_constraint(*parsed.constraint);
+    for (GenerationRequest& r : parsed.requests) r.constraint = compiled;
+  }
   ResponseFormatter formatter(tokenizer_, parsed, options_.model_id);
   auto job = std::make_shared<GenerationJob>(engine_, metrics_, jobs_, std::move(parsed.requests), arrival);
   if (parsed.stream) send_event_stream(std::move(job), std::move(formatter), parsed.include_usage, metrics_, res);
   else send_whole_response(*job, formatter, ClientConnection(http_->socket_of(req)), metrics_, res);
+}
+
+std::shared_ptr<const CompiledConstraint> ApiServer::compile_constraint(const ConstraintParam& constraint) {
+  try {
+    return constraints_.compile(constraint.spec);
+  } catch (const ConstraintError& e) {
+    if (e.reason() == ConstraintError::Reason::kBusy) throw ApiError(503, e.what(), constraint.param, "server_error");
+    throw invalid(constraint.param, e.what());
+  }
 }
 
 void ApiServer::handle_models(httplib::Response& res) const {

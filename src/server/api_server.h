@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "grammar/constraint_compiler.h"
 #include "model/model.h"
 #include "server/connection_gate.h"
 #include "server/generation_job.h"
@@ -33,6 +34,7 @@ struct ServerOptions {
   std::chrono::milliseconds shutdown_grace{10000};  // how long shutdown() lets requests finish before cancelling them
   SpeculationSettings speculation;  // for requests without a "speculative" field (serve --spec ngram --draft-k K)
   ConnectionGateLimits connections;  // deadlines and sizes for clients still sending their request
+  ConstraintLimits constraints;      // sizes and compile time of response_format / structured_outputs
 };
 
 class ApiServer {
@@ -57,6 +59,8 @@ class ApiServer {
   void install_routes();
   void check_api_key(const httplib::Request& req) const;
   void handle_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  // The compiled constraint of a request's response_format etc. (cached); throws ApiError.
+  std::shared_ptr<const CompiledConstraint> compile_constraint(const ConstraintParam& constraint);
   void handle_models(httplib::Response& res) const;
   void handle_tokenize(const httplib::Request& req, httplib::Response& res) const;
   void handle_detokenize(const httplib::Request& req, httplib::Response& res) const;
@@ -68,6 +72,7 @@ class ApiServer {
   ServerOptions options_;
   int64_t context_;
   RequestParser parser_;
+  ConstraintCompiler constraints_;
   ServerMetrics metrics_;
   JobRegistry jobs_;
   std::atomic<bool> draining_{false};

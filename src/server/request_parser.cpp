@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/constraint_param.h"
 #include "server/speculation_param.h"
 
 namespace kvserve::server {
@@ -104,9 +105,6 @@ void reject_unsupported(const json& body) {
   }
   const json* bias = field(body, "logit_bias");
   if (bias && !(bias->is_object() && bias->empty())) throw invalid("logit_bias", "logit_bias is not supported by this server");
-  const json* format = field(body, "response_format");
-  if (format && !has_string_field(*format, "type", "text"))
-    throw invalid("response_format", "only response_format {\"type\": \"text\"} is supported");
 }
 
 std::string message_content(const json& message, const std::string& param) {
@@ -303,6 +301,7 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
     out.requests.push_back(std::move(r));
   }
   out.prompt_texts = std::move(prompts.texts);
+  out.constraint = parse_constraint(body);
   return out;
 }
 

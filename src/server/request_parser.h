@@ -3,12 +3,14 @@
 // engine requests, checking every field and naming the one at fault
 // (throws ApiError with status 400).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "server/constraint_param.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -45,6 +47,9 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions: the prompt text precedes the completion
   bool logprobs = false;
+  // What the output must follow (response_format, structured_outputs, ...);
+  // compiled by the server outside the engine thread.
+  std::optional<ConstraintParam> constraint;
 
   size_t choices() const { return requests.size() * static_cast<size_t>(n); }
 };

@@ -1,0 +1,136 @@
+#include "server/constraint_param.h"
+
+#include <vector>
+
+#include "server/api_error.h"
+#include "server/json_schema_check.h"
+
+namespace kvserve::server {
+namespace {
+
+using json = nlohmann::json;
+
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string string_value(const json& v, const std::string& param) {
+  if (!v.is_string() || v.get_ref<const std::string&>().empty()) throw invalid(param, param + " must be a non-empty string");
+  return v.get<std::string>();
+}
+
+// A schema given as an object (or, as some clients send it, as JSON text).
+ConstraintParam schema_constraint(const json& v, const std::string& param, std::vector<std::string> location) {
+  json schema = v;
+  std::string text;
+  if (v.is_string()) {
+    try {
+      schema = json::parse(v.get<std::string>());
+      text = nlohmann::ordered_json::parse(v.get<std::string>()).dump();
+    } catch (const json::exception& e) {
+      throw invalid(param, param + " is not valid JSON: " + e.what());
+    }
+    location.clear();  // the text keeps its order
+  }
+  if (!schema.is_object() && !schema.is_boolean()) throw invalid(param, param + " must be a JSON schema (an object)");
+  check_json_schema(schema, param);
+  return {{ConstraintKind::kJsonSchema, text.empty() ? schema.dump() : text, {}}, param, std::move(location)};
+}
+
+ConstraintParam choice_constraint(const json& v, const std::string& param) {
+  if (!v.is_array() || v.empty()) throw invalid(param, param + " must be a non-empty list of strings");
+  std::vector<std::string> choices;
+  for (const json& c : v) choices.push_back(string_value(c, param + "[" + std::to_string(choices.size()) + "]"));
+  return {{ConstraintKind::kChoice, "", std::move(choices)}, param, {}};
+}
+
+ConstraintParam text_constraint(ConstraintKind kind, const json& v, const std::string& param) {
+  return {{kind, string_value(v, param), {}}, param, {}};
+}
+
+std::optional<ConstraintParam> from_response_format(const json& format) {
+  if (!format.is_object() || !format.contains("type") || !format["type"].is_string())
+    throw invalid("response_format", "response_format must be an object with a string \"type\"");
+  const std::string type = format["type"].get<std::string>();
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") return ConstraintParam{{ConstraintKind::kJsonObject, "", {}}, "response_format", {}};
+  if (type != "json_schema")
+    throw invalid("response_format.type", "response_format.type must be \"text\", \"json_object\" or \"json_schema\", got \"" +
+                                              type + "\"");
+  const json* spec = field(format, "json_schema");
+  if (!spec || !spec->is_object())
+    throw invalid("response_format.json_schema", "response_format.json_schema must be an object with a \"schema\"");
+  if (const json* strict = field(*spec, "strict"); strict && !strict->is_boolean())
+    throw invalid("response_format.json_schema.strict", "response_format.json_schema.strict must be true or false");
+  const json* schema = field(*spec, "schema");
+  // OpenAI allows a json_schema without "schema": any JSON object then.
+  if (!schema) return ConstraintParam{{ConstraintKind::kJsonObject, "", {}}, "response_format", {}};
+  return schema_constraint(*schema, "response_format.json_schema.schema", {"response_format", "json_schema", "schema"});
+}
+
+std::optional<ConstraintParam> from_structured_outputs(const json& v) {
+  if (!v.is_object()) throw invalid("structured_outputs", "structured_outputs must be an object");
+  std::optional<ConstraintParam> out;
+  int given = 0;
+  for (const auto& [key, value] : v.items()) {
+    if (value.is_null() || key == "disable_any_whitespace" || key == "disable_additional_properties" ||
+        key == "whitespace_pattern")
+      continue;  // vLLM's options; our JSON is compact and strict already
+    const std::string param = "structured_outputs." + key;
+    if (key == "json") out = schema_constraint(value, param, {"structured_outputs", "json"});
+    else if (key == "regex") out = text_constraint(ConstraintKind::kRegex, value, param);
+    else if (key == "choice") out = choice_constraint(value, param);
+    else if (key == "grammar") out = text_constraint(ConstraintKind::kGrammar, value, param);
+    else if (key == "structural_tag") out = text_constraint(ConstraintKind::kStructuralTag, value.is_string() ? value : json(value.dump()), param);
+    else if (key == "json_object") {
+      if (value != true) continue;
+      out = ConstraintParam{{ConstraintKind::kJsonObject, "", {}}, param, {}};
+    } else throw invalid(param, param + " is not a structured output kind (json, regex, choice, grammar, json_object, structural_tag)");
+    if (++given > 1) throw invalid("structured_outputs", "structured_outputs may hold only one of json, regex, choice, grammar");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<ConstraintParam> parse_constraint(const json& body) {
+  std::optional<ConstraintParam> out;
+  std::string first;
+  auto take = [&](const char* name, std::optional<ConstraintParam> c) {
+    if (!c) return;
+    if (out) throw invalid(name, std::string("give one output constraint, not both ") + first + " and " + name);
+    out = std::move(c);
+    first = name;
+  };
+  if (const json* v = field(body, "response_format")) take("response_format", from_response_format(*v));
+  if (const json* v = field(body, "structured_outputs")) take("structured_outputs", from_structured_outputs(*v));
+  if (const json* v = field(body, "guided_json")) take("guided_json", schema_constraint(*v, "guided_json", {"guided_json"}));
+  if (const json* v = field(body, "guided_regex"))
+    take("guided_regex", text_constraint(ConstraintKind::kRegex, *v, "guided_regex"));
+  if (const json* v = field(body, "guided_choice")) take("guided_choice", choice_constraint(*v, "guided_choice"));
+  if (const json* v = field(body, "guided_grammar"))
+    take("guided_grammar", text_constraint(ConstraintKind::kGrammar, *v, "guided_grammar"));
+  if (const json* v = field(body, "json_schema")) take("json_schema", schema_constraint(*v, "json_schema", {"json_schema"}));
+  if (const json* v = field(body, "grammar")) take("grammar", text_constraint(ConstraintKind::kGrammar, *v, "grammar"));
+  return out;
+}
+
+void restore_key_order(ConstraintParam& constraint, const std::string& raw_body) {
+  if (constraint.location.empty()) return;
+  const nlohmann::ordered_json::parser_callback_t limit_depth = [](int depth, nlohmann::ordered_json::parse_event_t,
+                                                                   nlohmann::ordered_json&) { return depth <= 64; };
+  try {
+    const nlohmann::ordered_json body = nlohmann::ordered_json::parse(raw_body, limit_depth);
+    const nlohmann::ordered_json* at = &body;
+    for (const std::string& key : constraint.location) {
+      if (!at->is_object() || !at->contains(key)) return;
+      at = &(*at)[key];
+    }
+    constraint.spec.text = at->dump();
+  } catch (const nlohmann::ordered_json::exception&) {
+    // The body parsed before; keep the sorted schema.
+  }
+}
+
+}  // namespace kvserve::server
