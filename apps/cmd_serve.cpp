@@ -39,6 +39,8 @@ struct ServeOptions {
   double grace_seconds = 10;
   double request_timeout_seconds = 30;  // a client's whole request (head + body) must arrive within this
   double idle_timeout_seconds = 10;     // a connection that sends nothing is closed after this
+  double grammar_timeout_seconds = 10;  // a request waits this long for its grammar to compile (then 400)
+  int64_t max_grammar_bytes = 256 * 1024;
   std::string kv_type = "f32";
   std::string spec = "none";  // requests' default speculation (none | ngram | draft); a request's "speculative" overrides it
   std::string draft;          // draft model file: enables speculative mode "draft"
@@ -91,6 +93,8 @@ void serve(const ServeOptions& opt) {
   server_options.connections.request_deadline =
       std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_seconds * 1000));
   server_options.connections.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.idle_timeout_seconds * 1000));
+  server_options.constraints.compile_timeout_seconds = opt.grammar_timeout_seconds;
+  server_options.constraints.max_spec_bytes = static_cast<size_t>(opt.max_grammar_bytes);
   server::ApiServer server(engine, *model, tokenizer, std::move(chat_template), server_options);
   const int port = server.bind();
 
@@ -137,6 +141,11 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(0.1, 3600.0))->capture_default_str();
   cmd->add_option("--idle-timeout", opt->idle_timeout_seconds, "Seconds a connection may stay open sending nothing")
       ->check(CLI::Range(0.1, 3600.0))->capture_default_str();
+  cmd->add_option("--grammar-timeout", opt->grammar_timeout_seconds,
+                  "Seconds a request waits for its schema / regex / grammar to compile (then 400; the compile is cached)")
+      ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  cmd->add_option("--max-grammar-bytes", opt->max_grammar_bytes, "Largest schema / regex / grammar accepted, in bytes")
+      ->check(CLI::Range(int64_t{1}, int64_t{64} << 20))->capture_default_str();
   cmd->add_option("--spec", opt->spec,
                   "Default speculative decoding of requests: none, ngram (prompt lookup) or draft (needs --draft); "
                   "a request's \"speculative\" field overrides it")

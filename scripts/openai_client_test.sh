@@ -2,18 +2,22 @@
 # Starts `kvserve serve` on a free loopback port with the real default model,
 # runs tests/openai_client_test.py (the PyPI `openai` client) against it, then
 # stops the server with SIGTERM and checks that it exits 0.
-# Usage: scripts/openai_client_test.sh [KVSERVE_BINARY] [MODEL]
+# Usage: scripts/openai_client_test.sh [KVSERVE_BINARY] [MODEL] [TEST_SCRIPT] [SERVE_FLAGS...]
+# (TEST_SCRIPT defaults to tests/openai_client_test.py; SERVE_FLAGS go to `kvserve serve`).
 # Exits 77 (ctest's "skipped") when python3, the openai package or the model is missing.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$root/build/kvserve}
 model=${2:-$root/models/smollm2-135m-instruct-q4_1.gguf}
+script=${3:-$root/tests/openai_client_test.py}
+shift $(($# < 3 ? $# : 3))
 
-python3 -c "import openai" 2>/dev/null || { echo "skipped: needs python3 with the openai package (pip install openai)"; exit 77; }
+python3 -c "import openai, jsonschema" 2>/dev/null ||
+  { echo "skipped: needs python3 with the openai and jsonschema packages (pip install openai jsonschema)"; exit 77; }
 [ -f "$model" ] || { echo "skipped: $model not found (run scripts/fetch_models.sh)"; exit 77; }
 
 log=$(mktemp)
-"$bin" serve -m "$model" --port 0 --api-key test-key -t 2 >"$log" 2>&1 &
+"$bin" serve -m "$model" --port 0 --api-key test-key -t 2 "$@" >"$log" 2>&1 &
 server=$!
 cleanup() { kill -TERM "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -f "$log"; }
 trap cleanup EXIT
@@ -28,7 +32,7 @@ for _ in $(seq 300); do
 done
 [ -n "$url" ] || { cat "$log"; echo "the server did not start"; exit 1; }
 
-KVSERVE_URL="$url/v1" KVSERVE_API_KEY=test-key python3 "$root/tests/openai_client_test.py"
+KVSERVE_URL="$url/v1" KVSERVE_API_KEY=test-key python3 "$script"
 status=$?
 
 kill -TERM "$server"

@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 # The real OpenAI client for the server's compatibility test (tests/openai_client_test.py).
-python3 -c "import openai" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check openai || \
-  echo "warning: could not install the openai package; its test will be skipped" >&2
+python3 -c "import openai, jsonschema" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check openai jsonschema || \
+  echo "warning: could not install the openai and jsonschema packages; their tests will be skipped" >&2
 
 echo "== tests (Release) ==" >&2
 ctest --test-dir build --output-on-failure -j2
@@ -19,7 +19,7 @@ CC=clang CXX=clang++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=De
   -DKVSERVE_FUZZ=ON >/dev/null
 cmake --build build-sanitize -j"$(nproc)" --target kvserve_tests kvserve fuzz_targets
 # The real-model tests are slow without optimization; they ran above.
-KVSERVE_SKIP_SLOW=1 ctest --test-dir build-sanitize --output-on-failure -j2 -E 'RealModel|openai_client'
+KVSERVE_SKIP_SLOW=1 ctest --test-dir build-sanitize --output-on-failure -j2 -E 'RealModel|openai_client|structured_output_client'
 
 echo "== fuzzing under ASan + UBSan, ${KVSERVE_FUZZ_SECONDS:-60} s per target ==" >&2
 ./scripts/fuzz.sh build-sanitize "${KVSERVE_FUZZ_SECONDS:-60}"

@@ -90,6 +90,8 @@ std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile(const Cons
                           "at most " + std::to_string(limits_.max_choices) + " choices are accepted, got " +
                               std::to_string(spec.choices.size()));
   const std::string key = spec.key();
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(limits_.compile_timeout_seconds));
   std::unique_lock lock(shared_->mutex);
   shared_->stats.requests++;
   std::shared_ptr<Entry> entry;
@@ -97,7 +99,8 @@ std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile(const Cons
     entry = it->second;
     shared_->stats.cache_hits++;
   } else {
-    if (shared_->compiling >= limits_.max_compiling)
+    // A full compile queue is waited on for a while (a burst of new schemas), then refused.
+    if (!shared_->compiled.wait_until(lock, deadline, [&] { return shared_->compiling < limits_.max_compiling; }))
       throw ConstraintError(ConstraintError::Reason::kBusy,
                             std::to_string(shared_->compiling) + " grammars are compiling already; retry shortly");
     entry = std::make_shared<Entry>();
@@ -109,8 +112,6 @@ std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile(const Cons
     // is cached); the thread holds the shared state alive.
     std::thread([shared = shared_, spec, entry] { shared->run(spec, entry); }).detach();
   }
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(limits_.compile_timeout_seconds));
   if (!shared_->compiled.wait_until(lock, deadline, [&] { return entry->done; })) {
     shared_->stats.timeouts++;
     throw ConstraintError(ConstraintError::Reason::kTimeout,

@@ -18,9 +18,9 @@ namespace kvserve {
 
 struct ConstraintLimits {
   size_t max_spec_bytes = 256 * 1024;   // schema / regex / grammar text, or all choices together
-  size_t max_choices = 1024;
+  size_t max_choices = 16384;
   double compile_timeout_seconds = 10;  // the requester's wait; the compile itself is not interrupted
-  int64_t max_compiling = 4;            // compiles in flight before new ones get kBusy
+  int64_t max_compiling = 4;            // compiles in flight; more wait (within the timeout), then kBusy
   int64_t max_cached = 512;             // compiled constraints kept (oldest dropped first)
 };
 

@@ -39,6 +39,11 @@ class SchemaChecker {
   void check(const json& schema, const std::string& pointer) {
     if (schema.is_boolean()) return;
     if (!schema.is_object()) fail(pointer, "a schema must be an object or a boolean");
+    // Combinations the grammar engine would ignore part of.
+    if (schema.contains("format") && (schema.contains("minLength") || schema.contains("maxLength")))
+      fail(pointer, "minLength / maxLength together with format is not supported");
+    if (schema.contains("multipleOf") && schema.contains("type") && schema["type"] == "number")
+      fail(pointer + "/multipleOf", "multipleOf is supported for integers only");
     for (const auto& [key, value] : schema.items()) check_keyword(key, value, pointer + "/" + escape_pointer(key));
   }
 
