@@ -109,7 +109,7 @@ TEST(ChatTemplate, ExpressionsFiltersTestsAndNamespaces) {
   EXPECT_EQ(render("{{ ' Ab '|trim|upper }}{{ [1,2,3]|length }}{{ foo|default('d') }}{{ ['a','b']|join('-') }}", none),
             "AB3da-b");
   EXPECT_EQ(render("{{ {'k': [1, 'x']}|tojson }}{{ 'a,b'.split(',')[1] }}{{ 'Hello'.startswith('He') }}", none),
-            "{\"k\":[1,\"x\"]}bTrue");
+            "{\"k\": [1, \"x\"]}bTrue");  // Python's json.dumps spacing, as Hugging Face's tojson
   EXPECT_EQ(render("{{ messages[1:]|length }}{{ messages[-1].content }}{{ messages[::-1][0]['role'] }}", conversation()),
             "3Byeuser");
   EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for m in messages if m.role == 'user' %}{% set ns.n = ns.n + 1 %}"
@@ -121,6 +121,23 @@ TEST(ChatTemplate, ExpressionsFiltersTestsAndNamespaces) {
                    none),
             "a1empty");
   EXPECT_EQ(render("{# comment #}{% if 1 > 2 %}a{% elif 2 >= 2 and not false %}b{% else %}c{% endif %}", none), "b");
+}
+
+TEST(ChatTemplate, TojsonAndToolsAreHuggingFaces) {
+  const json none = json::array();
+  EXPECT_EQ(render("{{ {'a': {'b': [1, 2]}, 'e': [], 'o': {}}|tojson(2) }}", none),
+            "{\n  \"a\": {\n    \"b\": [\n      1,\n      2\n    ]\n  },\n  \"e\": [],\n  \"o\": {}\n}");
+  EXPECT_EQ(render("{{ [1, [2]]|tojson(0) }}|{{ 'caf\xc3\xa9'|tojson }}", none), "[\n1,\n[\n2\n]\n]|\"caf\xc3\xa9\"");
+  // As Jinja's lexer: "}}" and "%}" close a tag only outside strings and brackets (Qwen2.5-Coder-1.5B's template).
+  EXPECT_EQ(render("{{ \"{{\\\"a\\\": 1}}\" }}|{% if '%}' %}x{% endif %}|{{ {'o': {}}|length }}", none), "{{\"a\": 1}}|x|1");
+  // `tools` is None without tools (defined, as Hugging Face passes it), else the list.
+  const ChatTemplate t = ChatTemplate::parse(
+      "{% if tools %}{% for t in tools %}{{ t.function.name }}{% endfor %}{% else %}none{% endif %}|{{ tools is defined }}");
+  ChatTemplateInputs in;
+  in.messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  EXPECT_EQ(t.apply(in), "none|True");
+  in.tools = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+  EXPECT_EQ(t.apply(in), "f|True");
 }
 
 TEST(ChatTemplate, RejectsSyntaxOutsideTheSubset) {

@@ -333,7 +333,7 @@ TEST_F(ServerTest, MalformedRequestsGet400NamingTheField) {
       {ch, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400, "messages[0].content"},
       {ch, R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", 400, "top_logprobs"},
       {ch, R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 50})", 400, "top_logprobs"},
-      {ch, R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})", 400, "tools"},
+      {ch, R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})", 400, "tools[0].function"},
       {"/tokenize", R"({"content": 5})", 400, "content"},
       {"/detokenize", R"({"tokens": [1, "a"]})", 400, "tokens"},
       {"/detokenize", R"({"tokens": [100000]})", 400, "tokens"},

@@ -6,6 +6,7 @@
 #include "server/api_error.h"
 #include "server/constraint_param.h"
 #include "server/speculation_param.h"
+#include "server/tool_conversation.h"
 
 namespace kvserve::server {
 namespace {
@@ -98,7 +99,7 @@ bool has_string_field(const json& obj, const char* key, const char* value) {
 }
 
 void reject_unsupported(const json& body) {
-  for (const char* name : {"suffix", "tools", "functions", "best_of"}) {
+  for (const char* name : {"suffix", "functions", "best_of"}) {
     const json* v = field(body, name);
     if (v && !(v->is_array() && v->empty()) && !(std::string(name) == "best_of" && *v == 1))
       throw invalid(name, std::string(name) + " is not supported by this server");
@@ -119,6 +120,29 @@ std::string message_content(const json& message, const std::string& param) {
     text += part["text"].get<std::string>();
   }
   return text;
+}
+
+// The request's tools; only chat requests may have any.
+std::optional<ToolRequest> tools_for(Endpoint endpoint, const json& body) {
+  std::optional<ToolRequest> tools = parse_tool_request(body);
+  if (tools && endpoint != Endpoint::kChat) throw invalid("tools", "tools are only supported by /v1/chat/completions");
+  return tools;
+}
+
+// A template that knows no tool results may refuse the role "tool": they
+// become user messages then.
+std::string apply_chat_template(const ChatTemplate& chat_template, ChatTemplateInputs& in, bool knows_tools) {
+  try {
+    return chat_template.apply(in);
+  } catch (const Error& e) {
+    if (knows_tools || !has_tool_results(in.messages)) throw invalid("messages", e.what());
+  }
+  in.messages = tool_results_as_user_messages(in.messages);
+  try {
+    return chat_template.apply(in);
+  } catch (const Error& e) {
+    throw invalid("messages", e.what());
+  }
 }
 
 bool valid_token_id(const json& id, int32_t vocab_size) {
@@ -197,7 +221,7 @@ RequestParser::Prompts RequestParser::completion_prompts(const json& prompt) con
   return out;
 }
 
-std::vector<int32_t> RequestParser::chat_prompt(const json& messages, std::string* text) const {
+std::vector<int32_t> RequestParser::chat_prompt(const json& messages, std::string* text, const ToolRequest* tools) const {
   if (!messages.is_array() || messages.empty()) throw invalid("messages", "messages must be a non-empty list");
   ChatTemplateInputs in;
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -205,16 +229,17 @@ std::vector<int32_t> RequestParser::chat_prompt(const json& messages, std::strin
     const json& m = messages[i];
     if (!m.is_object()) throw invalid(param, param + " must be an object");
     if (!m.contains("role") || !m["role"].is_string()) throw invalid(param + ".role", param + ".role must be a string");
-    in.messages.push_back({{"role", m["role"]}, {"content", message_content(m, param + ".content")}});
+    json message = {{"role", m["role"]}, {"content", message_content(m, param + ".content")}};
+    add_tool_fields(m, param, message);
+    in.messages.push_back(std::move(message));
   }
   in.bos_token = tokenizer_.bos_id() >= 0 ? tokenizer_.piece(tokenizer_.bos_id()) : "";
   in.eos_token = tokenizer_.eos_id() >= 0 ? tokenizer_.piece(tokenizer_.eos_id()) : "";
-  std::string prompt;
-  try {
-    prompt = chat_template_.apply(in);
-  } catch (const Error& e) {
-    throw invalid("messages", e.what());
-  }
+  const ToolRequest* offered = tools && tools->calls_allowed() ? tools : nullptr;
+  const bool knows_tools = template_knows_tools(chat_template_.source());
+  if (knows_tools && offered) in.tools = offered->as_given;
+  if (!knows_tools) in.messages = messages_for_toolless_template(std::move(in.messages), offered);
+  const std::string prompt = apply_chat_template(chat_template_, in, knows_tools);
   // Templates that write bos_token themselves already hold the BOS.
   const bool has_bos = !in.bos_token.empty() && prompt.rfind(in.bos_token, 0) == 0;
   if (text) *text = prompt;
@@ -276,6 +301,7 @@ void RequestParser::fit_to_context(const std::vector<int32_t>& prompt, const jso
 ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
   if (!body.is_object()) throw invalid("", "the request body must be a JSON object");
   reject_unsupported(body);
+  std::optional<ToolRequest> tools = tools_for(endpoint, body);  // tools (helper)
   ParsedRequest out;
   out.endpoint = endpoint;
   const GenerationRequest shared = shared_settings(endpoint, body, out);
@@ -284,7 +310,7 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
     const json* messages = field(body, "messages");
     if (!messages) throw invalid("messages", "messages is required");
     std::string text;
-    prompts.tokens.push_back(chat_prompt(*messages, &text));
+    prompts.tokens.push_back(chat_prompt(*messages, &text, tools ? &*tools : nullptr));
     prompts.texts.push_back(std::move(text));
   } else {
     const json* prompt = field(body, "prompt");
@@ -302,6 +328,8 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
   }
   out.prompt_texts = std::move(prompts.texts);
   out.constraint = parse_constraint(body);
+  out.tool_format = tool_call_format_for(chat_template_.source());
+  out.tools = std::move(tools);
   return out;
 }
 

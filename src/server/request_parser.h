@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "server/constraint_param.h"
+#include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -50,6 +51,10 @@ struct ParsedRequest {
   // What the output must follow (response_format, structured_outputs, ...);
   // compiled by the server outside the engine thread.
   std::optional<ConstraintParam> constraint;
+  // Chat: the request's tools (nullopt without any) and the format the
+  // model writes calls in (from its chat template).
+  std::optional<ToolRequest> tools;
+  ToolCallFormat tool_format = ToolCallFormat::kGenericJson;
 
   size_t choices() const { return requests.size() * static_cast<size_t>(n); }
 };
@@ -66,8 +71,10 @@ class RequestParser {
 
   ParsedRequest parse(Endpoint endpoint, const nlohmann::json& body) const;
 
-  // The prompt tokens of a chat conversation (the template applied).
-  std::vector<int32_t> chat_prompt(const nlohmann::json& messages, std::string* text) const;
+  // The prompt tokens of a chat conversation (the template applied), with
+  // `tools` offered to the model when given and tool_choice is not "none".
+  std::vector<int32_t> chat_prompt(const nlohmann::json& messages, std::string* text,
+                                   const ToolRequest* tools = nullptr) const;
 
  private:
   struct Prompts {

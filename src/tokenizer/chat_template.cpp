@@ -296,6 +296,28 @@ json parse_int(const std::string& text) {
   return static_cast<int64_t>(value);
 }
 
+// Hugging Face's tojson is Python's json.dumps: ", " and ": " between items,
+// or one item per line with an indent, so that tools and tool-call arguments
+// read as in the model's training data. (Keys come sorted: JSON objects here
+// do not keep their order.)
+void python_json(const json& v, int indent, int level, std::string& out) {
+  if ((!v.is_array() && !v.is_object()) || v.empty()) {
+    out += dump(v);
+    return;
+  }
+  const std::string line_start = indent < 0 ? "" : "\n" + std::string(static_cast<size_t>(indent * (level + 1)), ' ');
+  out += v.is_array() ? '[' : '{';
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it != v.begin()) out += indent < 0 ? ", " : ",";
+    out += line_start;
+    if (v.is_object()) out += dump(it.key()) + ": ";
+    python_json(*it, indent, level + 1, out);
+    check_text_size(out.size(), "tojson");
+  }
+  if (indent >= 0) out += "\n" + std::string(static_cast<size_t>(indent * level), ' ');
+  out += v.is_array() ? ']' : '}';
+}
+
 json characters(const std::string& s) {
   json out = json::array();
   for (char c : s) out.push_back(std::string(1, c));
@@ -325,7 +347,9 @@ json apply_filter(const std::string& name, const json& v, const std::vector<json
   if (name == "tojson") {
     const int64_t indent = is_undefined(arg(0)) ? -1 : as_int(arg(0), "tojson");
     if (indent > kMaxJsonIndent) fail("tojson indent must be at most " + std::to_string(kMaxJsonIndent));
-    return dump(v, static_cast<int>(indent));
+    std::string out;  // Python: an indent of 0 or less breaks lines without indenting
+    python_json(v, is_undefined(arg(0)) ? -1 : static_cast<int>(std::max<int64_t>(indent, 0)), 0, out);
+    return out;
   }
   if (name == "default" || name == "d") return is_undefined(v) || (truthy(arg(1)) && !truthy(v)) ? arg(0) : v;
   if (name == "items") return items_of(v);
@@ -633,7 +657,8 @@ std::string ChatTemplate::apply(const ChatTemplateInputs& inputs) const {
   json globals = {{"messages", inputs.messages},
                   {"add_generation_prompt", inputs.add_generation_prompt},
                   {"bos_token", inputs.bos_token},
-                  {"eos_token", inputs.eos_token}};
+                  {"eos_token", inputs.eos_token},
+                  {"tools", inputs.tools}};
   return Renderer(std::move(globals)).run(program_->nodes);
 }
 

@@ -27,6 +27,9 @@ struct ChatTemplateInputs {
   bool add_generation_prompt = true;
   std::string bos_token;
   std::string eos_token;
+  // Hugging Face's `tools`: the request's list of {"type": "function",
+  // "function": {...}} as given, or null (None) when it has none.
+  nlohmann::json tools = nullptr;
 };
 
 class ChatTemplate {

@@ -40,6 +40,30 @@ size_t skip_left(std::string_view s, size_t pos) {
   return pos;
 }
 
+// Where a tag's close mark is. As Jinja's lexer, "}}" and "%}" inside a
+// string literal or inside brackets ({'a': {}}, Qwen's "{{\"name\": ...}}")
+// do not close the tag.
+size_t find_tag_close(std::string_view src, size_t from, char kind) {
+  if (kind == '#') return src.find("#}", from);
+  const char mark = kind == '{' ? '}' : '%';
+  int depth = 0;
+  for (size_t i = from; i < src.size(); ++i) {
+    const char c = src[i];
+    if (c == '\'' || c == '"') {
+      for (++i; i < src.size() && src[i] != c; ++i)
+        if (src[i] == '\\') ++i;
+      if (i >= src.size()) return std::string_view::npos;
+    } else if (depth == 0 && c == mark && i + 1 < src.size() && src[i + 1] == '}') {
+      return i;
+    } else if (c == '{' || c == '[' || c == '(') {
+      ++depth;
+    } else if ((c == '}' || c == ']' || c == ')') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
 std::vector<Segment> split_segments(std::string_view src) {
   std::vector<Segment> out;
   size_t pos = 0;
@@ -59,8 +83,7 @@ std::vector<Segment> split_segments(std::string_view src) {
       break;
     }
     const char kind = src[open + 1];
-    const std::string_view close_mark = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
-    const size_t close = src.find(close_mark, open + 2);
+    const size_t close = find_tag_close(src, open + 2, kind);
     if (close == std::string_view::npos) fail("unclosed tag at offset " + std::to_string(open));
     size_t body_begin = open + 2, body_end = close;
     const bool strip_before = body_begin < close && src[body_begin] == '-';
