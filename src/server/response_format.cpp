@@ -21,6 +21,23 @@ json byte_values(const std::string& text) {
   return out;
 }
 
+// OpenAI's message.tool_calls; streamed, each also carries its index in the choice.
+json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index, bool streaming) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json call = {{"id", calls[i].id}, {"type", "function"},
+                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (streaming) call["index"] = first_index + i;
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+std::optional<ToolRequest> callable_tools(const ParsedRequest& request) {
+  if (request.endpoint != Endpoint::kChat || !request.tools || !request.tools->calls_allowed()) return std::nullopt;
+  return request.tools;
+}
+
 }  // namespace
 
 void ChoiceResult::add(const GenerationEvent& event) {
@@ -44,7 +61,11 @@ ResponseFormatter::ResponseFormatter(const Tokenizer& tokenizer, const ParsedReq
       started_(request.choices(), false),
       text_offsets_(request.choices(), 0),
       prompt_tokens_(request.choices(), 0),
-      completion_tokens_(request.choices(), 0) {}
+      completion_tokens_(request.choices(), 0),
+      tools_(callable_tools(request)),
+      tool_format_(request.tool_format) {
+  if (tools_) tool_streams_.assign(request.choices(), ToolCallStream(tool_format_, *tools_));
+}
 
 json ResponseFormatter::envelope(bool streaming) const {
   const char* object = endpoint_ == Endpoint::kChat ? (streaming ? "chat.completion.chunk" : "chat.completion")
@@ -100,17 +121,47 @@ json ResponseFormatter::choice_json(size_t index, const std::string& text, const
                                     const std::string& finish_reason, bool streaming) {
   const bool first = !started_[index];
   started_[index] = true;
-  json choice = {{"index", index}, {"logprobs", logprobs_json(logprobs, index)},
-                 {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}};
+  json choice = {{"index", index}, {"logprobs", logprobs_json(logprobs, index)}};
+  std::string reason = finish_reason;
   if (endpoint_ == Endpoint::kChat) {
-    json message = {{"content", text}};
+    json message = tools_ ? tool_message(index, text, reason, streaming) : json{{"content", text}};
     if (first || !streaming) message["role"] = "assistant";
     choice[streaming ? "delta" : "message"] = message;
   } else {
     const std::string& echo = echo_ && first ? prompt_texts_[index / static_cast<size_t>(n_)] : "";
     choice["text"] = echo + text;
   }
+  choice["finish_reason"] = reason.empty() ? json(nullptr) : json(reason);
   return choice;
+}
+
+// A chat message (or a streamed delta) with the tool calls in `text` taken out
+// of its content; a choice that called a tool finishes with "tool_calls".
+json ResponseFormatter::tool_message(size_t index, const std::string& text, std::string& finish_reason, bool streaming) {
+  ToolCallStream::Delta delta;
+  size_t first_call = 0;
+  bool called = false;
+  if (streaming) {
+    ToolCallStream& stream = tool_streams_[index];
+    first_call = stream.calls_so_far();
+    delta = stream.feed(text);
+    if (!finish_reason.empty()) {
+      ToolCallStream::Delta last = stream.finish();
+      delta.content += last.content;
+      for (ToolCall& call : last.calls) delta.calls.push_back(std::move(call));
+    }
+    called = stream.calls_so_far() > 0;
+  } else {
+    ParsedToolOutput parsed = parse_tool_calls(text, tool_format_, *tools_);
+    delta = {std::move(parsed.content), std::move(parsed.calls)};
+    called = !delta.calls.empty();
+  }
+  if (called && finish_reason == "stop") finish_reason = "tool_calls";
+  // OpenAI: a message without text has content null; a delta only where it carries calls.
+  const bool null_content = delta.content.empty() && (!streaming || !delta.calls.empty());
+  json message = {{"content", null_content ? json(nullptr) : json(delta.content)}};
+  if (!delta.calls.empty()) message["tool_calls"] = tool_calls_json(delta.calls, first_call, streaming);
+  return message;
 }
 
 json ResponseFormatter::response(const std::vector<ChoiceResult>& choices) const {

@@ -3,6 +3,7 @@
 // (streaming), logprobs and usage, for both the completions and the chat
 // endpoints.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@ class ResponseFormatter {
   nlohmann::json envelope(bool streaming) const;
   nlohmann::json choice_json(size_t index, const std::string& text, const std::vector<TokenLogprob>& logprobs,
                              const std::string& finish_reason, bool streaming);
+  nlohmann::json tool_message(size_t index, const std::string& text, std::string& finish_reason, bool streaming);
   nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs, size_t choice);
   nlohmann::json completion_logprobs(const std::vector<TokenLogprob>& logprobs, size_t choice);
   nlohmann::json chat_logprobs(const std::vector<TokenLogprob>& logprobs) const;
@@ -60,6 +62,10 @@ class ResponseFormatter {
   std::vector<size_t> text_offsets_;     // per choice: bytes of text so far (completions logprobs)
   std::vector<int64_t> prompt_tokens_;   // per choice, from its final event
   std::vector<int64_t> completion_tokens_;
+  // Chat with tools the model may call: calls are taken out of the text.
+  std::optional<ToolRequest> tools_;
+  ToolCallFormat tool_format_;
+  std::vector<ToolCallStream> tool_streams_;  // per choice, streaming
 };
 
 }  // namespace kvserve::server
