@@ -15,6 +15,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -53,6 +55,13 @@ TokenLogprob logprob_of(std::span<const float> logits, int32_t id, int32_t top, 
     for (size_t i = 0; i < k; ++i) lp.top.emplace_back(ids[i], scratch[static_cast<size_t>(ids[i])]);
   }
   return lp;
+}
+
+std::vector<int32_t> end_of_generation_ids(const Tokenizer& tokenizer, int32_t vocab) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < std::min(vocab, tokenizer.vocab_size()); ++id)
+    if (tokenizer.is_end_of_generation(id)) ids.push_back(id);
+  return ids;
 }
 
 // Blocks in the pool: an explicit count, a byte budget, or room for
@@ -142,6 +151,13 @@ class Engine::Impl {
       if (id < 0 || id >= model_.config().vocab_size) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
     r.sampling.validate();
     validate_speculation(r.speculation, options_.draft_model != nullptr);
+    const int32_t vocab = model_.config().vocab_size;
+    for (const auto& [token, bias] : r.logit_bias)
+      if (token < 0 || token >= vocab || !std::isfinite(bias))
+        throw Error("logit_bias needs token ids in [0, " + std::to_string(vocab) + ") and finite values");
+    for (int32_t token : r.stop_token_ids)
+      if (token < 0 || token >= vocab) throw Error("stop token id " + std::to_string(token) + " is outside the vocabulary");
+    if (r.min_tokens < 0) throw Error("min_tokens must be >= 0, got " + std::to_string(r.min_tokens));
   }
 
   void loop() {
@@ -193,6 +209,7 @@ class Engine::Impl {
     ev.index = b.index;
     ev.prompt_tokens = static_cast<int64_t>(rs.request.prompt.size());
     ev.completion_tokens = b.completion_tokens;
+    ev.cached_tokens = rs.cached_tokens;
     return ev;
   }
 
@@ -311,9 +328,11 @@ class Engine::Impl {
   }
 
   void sample(RequestId id, Branch& b, Sequence& seq, std::span<const float> logits) {
-    if (b.matcher) {  // the constrained distribution: sampled from and reported in logprobs
+    RequestState& rs = requests_.at(id);
+    if (b.completion_tokens == 0) rs.cached_tokens = seq.prefix_hit_tokens;
+    if (adjusts_logits(rs.request, b)) {  // the adjusted distribution: sampled from and reported in logprobs
       masked_.assign(logits.begin(), logits.end());
-      b.matcher->mask(masked_);
+      adjust_logits(rs.request, b, 0, masked_);
       logits = masked_;
     }
     scratch_logits_.assign(logits.begin(), logits.end());
@@ -339,7 +358,8 @@ class Engine::Impl {
     Branch& b = *rs.branches[static_cast<size_t>(index)];
     const int64_t base = seq.num_tokens() - n_draft;  // the history the drafts follow
     const auto history = std::span<const int32_t>(seq.tokens).first(static_cast<size_t>(base));
-    if (b.matcher) rows = masked_rows(*b.matcher, rows, std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(base)));
+    if (adjusts_logits(rs.request, b))
+      rows = adjusted_rows(rs.request, b, rows, std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(base)));
     const int64_t accepted = b.spec.verify(rows, n_draft, history, b.sampler, verify_scratch_, produced_);
     count_speculation(n_draft, accepted);
     scheduler_.resolve_drafts(seq, accepted);
@@ -354,19 +374,40 @@ class Engine::Impl {
     rs.on_event(ev);
   }
 
-  // The verification rows of a constrained branch, each masked in the
-  // grammar state its drafts lead to. Rows after a draft the grammar rejects
-  // stay unmasked: that draft has probability 0, so they are never used.
-  std::span<const float> masked_rows(TokenMatcher& matcher, std::span<const float> rows, std::span<const int32_t> drafts) {
+  // Whether the branch's next logits need adjusting before sampling: a
+  // bias, min_tokens or a constraint.
+  bool adjusts_logits(const GenerationRequest& r, const Branch& b) const {
+    return b.matcher || !r.logit_bias.empty() || b.completion_tokens < r.min_tokens;
+  }
+
+  // One row of logits for the branch's next token after `ahead` more
+  // (drafts): logit_bias added, end tokens masked before min_tokens, then the
+  // constraint's mask in the matcher's current state.
+  void adjust_logits(const GenerationRequest& r, Branch& b, int64_t ahead, std::span<float> row) const {
+    for (const auto& [token, bias] : r.logit_bias) row[static_cast<size_t>(token)] += bias;
+    if (b.completion_tokens + ahead < r.min_tokens) {
+      constexpr float kMasked = -std::numeric_limits<float>::infinity();
+      for (int32_t token : end_of_generation_ids_) row[static_cast<size_t>(token)] = kMasked;
+      for (int32_t token : r.stop_token_ids) row[static_cast<size_t>(token)] = kMasked;
+    }
+    if (b.matcher) b.matcher->mask(row);
+  }
+
+  // The verification rows of a speculative round, each adjusted for its
+  // position (the grammar state its drafts lead to). Rows after a draft the
+  // grammar rejects stay unmasked: that draft has probability 0, so they are
+  // never used.
+  std::span<const float> adjusted_rows(const GenerationRequest& r, Branch& b, std::span<const float> rows,
+                                       std::span<const int32_t> drafts) {
     const auto vocab = static_cast<size_t>(model_.config().vocab_size);
     masked_.assign(rows.begin(), rows.end());
     int32_t accepted = 0;
     for (size_t i = 0; i <= drafts.size(); ++i) {
-      matcher.mask(std::span<float>(masked_).subspan(i * vocab, vocab));
-      if (i == drafts.size() || !matcher.accept(drafts[i])) break;
+      adjust_logits(r, b, static_cast<int64_t>(i), std::span<float>(masked_).subspan(i * vocab, vocab));
+      if (i == drafts.size() || (b.matcher && !b.matcher->accept(drafts[i]))) break;
       accepted++;
     }
-    matcher.rollback(accepted);
+    if (b.matcher) b.matcher->rollback(accepted);
     return masked_;
   }
 
@@ -389,6 +430,10 @@ class Engine::Impl {
       metrics_.generated_tokens_total++;
     }
     if (eog || b.stops.stopped()) return "stop";
+    if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) != r.stop_token_ids.end()) {
+      ev.text += b.stops.push(b.stream.flush()) + b.stops.flush();
+      return "stop";
+    }
     if (b.matcher && b.matcher->finished()) {  // complete: only an end-of-generation token could follow
       ev.text += b.stops.push(b.stream.flush()) + b.stops.flush();
       return "stop";
@@ -456,7 +501,8 @@ class Engine::Impl {
   std::vector<float> logits_;          // [rows][vocab] of the current step: one per sampling chunk + one per draft
   std::vector<float> scratch_logits_;  // [vocab] the sampler's working copy
   std::vector<float> scratch_;         // [vocab] log-softmax for logprobs
-  std::vector<float> masked_;          // [rows][vocab] a constrained branch's masked logits
+  std::vector<float> masked_;          // [rows][vocab] a branch's adjusted logits (bias, min_tokens, constraint)
+  std::vector<int32_t> end_of_generation_ids_ = end_of_generation_ids(tokenizer_, model_.config().vocab_size);
   VerifyScratch verify_scratch_;       // speculative verification's [vocab] rows
   std::vector<int32_t> produced_;      // a verified round's tokens
   DraftSource draft_source_ = [this](const Sequence& seq, int64_t max_drafts) { return drafts_for(seq, max_drafts); };

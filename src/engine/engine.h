@@ -55,6 +55,9 @@ struct GenerationRequest {
   // every branch masks its logits with its own matcher, and ends with "stop"
   // when the constraint is complete. Logprobs report the masked distribution.
   std::shared_ptr<const CompiledConstraint> constraint;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit) before sampling (OpenAI's logit_bias)
+  std::vector<int32_t> stop_token_ids;  // generating one ends the branch ("stop"); its text is kept
+  int64_t min_tokens = 0;               // end-of-generation and stop_token_ids are masked until this many
 };
 
 struct TokenLogprob {
@@ -74,6 +77,7 @@ struct GenerationEvent {
   std::string error;                  // the message when finish_reason is "error"
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;      // generated so far
+  int64_t cached_tokens = 0;          // prompt tokens found in the prefix cache (not computed)
 };
 
 using EventCallback = std::function<void(const GenerationEvent&)>;

@@ -51,6 +51,7 @@ struct RequestState {
   std::vector<std::unique_ptr<Branch>> branches;  // [n]
   int32_t unfinished;
   bool forked = false;  // branches 1..n-1 have their sequences
+  int64_t cached_tokens = 0;  // prompt tokens found in the prefix cache
 };
 
 }  // namespace kvserve

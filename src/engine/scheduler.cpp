@@ -82,6 +82,7 @@ void Scheduler::admit_waiting(int64_t& budget, SchedulerOutput& out) {
     }
     out.prefix_query_tokens += seq->prompt_len;
     out.prefix_hit_tokens += std::min(hit, seq->prompt_len);
+    if (seq->num_generated() == 0) seq->prefix_hit_tokens = std::min(hit, seq->prompt_len);
     out.chunks.push_back({seq, seq->num_computed, n, seq->num_computed + n == seq->num_tokens()});
     budget -= n;
     running_.push_back(std::move(waiting_.front()));

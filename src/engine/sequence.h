@@ -17,6 +17,7 @@ struct Sequence {
   int64_t num_computed = 0;     // leading tokens whose K/V are in the cache
   int64_t max_kv_tokens = 0;    // K/V slots the sequence may ever use (context and pool limit)
   int64_t num_draft = 0;        // trailing tokens that are unverified drafts (during a step only)
+  int64_t prefix_hit_tokens = 0;  // prompt tokens the prefix cache held when the sequence was first admitted
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_generated() const { return num_tokens() - prompt_len; }

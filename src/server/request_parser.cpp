@@ -64,6 +64,28 @@ bool boolean(const json& body, const char* name, bool fallback) {
   return v->get<bool>();
 }
 
+constexpr size_t kMaxLogitBias = 1024;
+constexpr size_t kMaxStopTokenIds = 64;
+
+// OpenAI's logit_bias: {"token id": bias in [-100, 100]}.
+std::vector<std::pair<int32_t, float>> logit_bias_of(const json& body, int32_t vocab_size) {
+  const json* v = field(body, "logit_bias");
+  if (!v) return {};
+  if (!v->is_object()) throw invalid("logit_bias", "logit_bias must be an object of token id -> bias");
+  if (v->size() > kMaxLogitBias) throw invalid("logit_bias", "logit_bias may hold at most " + std::to_string(kMaxLogitBias) + " tokens");
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [key, bias] : v->items()) {
+    int64_t id = -1;
+    if (!key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos) id = std::stoll(key);
+    if (id < 0 || id >= vocab_size)
+      throw invalid("logit_bias", "logit_bias keys must be token ids in [0, " + std::to_string(vocab_size) + "), got \"" + key + "\"");
+    if (!bias.is_number() || bias.get<double>() < -100 || bias.get<double>() > 100)
+      throw invalid("logit_bias", "logit_bias values must be numbers in [-100, 100]");
+    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias.get<double>()));
+  }
+  return out;
+}
+
 uint64_t seed_of(const json& body) {
   const json* v = field(body, "seed");
   if (!v) return std::random_device{}();
@@ -104,8 +126,6 @@ void reject_unsupported(const json& body) {
     if (v && !(v->is_array() && v->empty()) && !(std::string(name) == "best_of" && *v == 1))
       throw invalid(name, std::string(name) + " is not supported by this server");
   }
-  const json* bias = field(body, "logit_bias");
-  if (bias && !(bias->is_object() && bias->empty())) throw invalid("logit_bias", "logit_bias is not supported by this server");
 }
 
 std::string message_content(const json& message, const std::string& param) {
@@ -259,6 +279,13 @@ GenerationRequest RequestParser::shared_settings(Endpoint endpoint, const json& 
   s.seed = seed_of(body);
   r.stop = stops_of(body);
   r.ignore_eos = boolean(body, "ignore_eos", false);
+  r.logit_bias = logit_bias_of(body, tokenizer_.vocab_size());
+  if (const json* ids = field(body, "stop_token_ids")) {
+    if (!ids->is_array() || ids->size() > kMaxStopTokenIds)
+      throw invalid("stop_token_ids", "stop_token_ids must be a list of at most " + std::to_string(kMaxStopTokenIds) + " token ids");
+    r.stop_token_ids = checked_tokens(*ids, "stop_token_ids");
+  }
+  r.min_tokens = integer_in(body, "min_tokens", 0, context_, 0);
   r.speculation = parse_speculation(body, speculation_, has_draft_model_);
   out.n = integer_in(body, "n", 1, kMaxChoices, 1);
   out.stream = boolean(body, "stream", false);
@@ -322,6 +349,9 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
   for (auto& tokens : prompts.tokens) {
     GenerationRequest r = shared;
     fit_to_context(tokens, body, endpoint, r);
+    if (r.min_tokens > r.max_tokens)
+      throw invalid("min_tokens", "min_tokens (" + std::to_string(r.min_tokens) + ") is more than max_tokens (" +
+                                      std::to_string(r.max_tokens) + ")");
     r.prompt = std::move(tokens);
     r.n = static_cast<int32_t>(out.n);  // prefilled once, forked n ways; choice j samples with seed + j
     out.requests.push_back(std::move(r));
