@@ -40,6 +40,9 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--shared-prefix", opt->shared_prefix, "With --serving: shared system-prompt tokens")
       ->capture_default_str();
+  cmd->add_option("--schema", opt->schema,
+                  "With --serving (in-process): a JSON schema file every request's output follows, compared with "
+                  "free output (\"builtin\": a list of order lines)");
   cmd->add_option("--seed", opt->seed, "Workload seed")->capture_default_str();
   cmd->add_option("--kv-type", opt->kv_type, "With --serving: KV cache element type (f32, f16, bf16, q8_0, fp8, q4_0)")
       ->capture_default_str();

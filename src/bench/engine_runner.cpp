@@ -64,31 +64,33 @@ class Tracker {
 };
 
 // `generate` tokens, at least the item's own output_tokens.
-GenerationRequest to_request(const WorkItem& w, int64_t generate) {
+GenerationRequest to_request(const WorkItem& w, int64_t generate, const EnginePool& pool) {
   if (w.prompt_ids.empty()) throw Error("the in-process benchmark needs prompt token ids (a workload made with a tokenizer)");
   GenerationRequest r;
   r.prompt = w.prompt_ids;
   r.sampling.temperature = 0;
   r.max_tokens = std::max(generate, w.output_tokens);
   r.ignore_eos = true;
+  if (pool.compiler && pool.constraint) r.constraint = pool.compiler->compile(*pool.constraint);
   return r;
 }
 
 void sleep_until(Clock::time_point start, double s) { std::this_thread::sleep_until(start + std::chrono::duration<double>(s)); }
 
-void submit(Engine& engine, Tracker& tracker, const std::vector<WorkItem>& items, size_t i, int64_t generate = 0) {
+void submit(Engine& engine, Tracker& tracker, const std::vector<WorkItem>& items, size_t i, const EnginePool& pool,
+            int64_t generate = 0) {
   tracker.set_arrival(i, items[i].arrival_s);
-  if (!engine.submit(to_request(items[i], generate), tracker.callback(i, items[i].output_tokens)))
+  if (!engine.submit(to_request(items[i], generate, pool), tracker.callback(i, items[i].output_tokens)))
     throw Error("the engine refused a request");
 }
 
 // Submits each request at its arrival time; the engine batches them.
-std::vector<RequestTiming> run_continuous(Engine& engine, const std::vector<WorkItem>& items) {
+std::vector<RequestTiming> run_continuous(Engine& engine, const std::vector<WorkItem>& items, const EnginePool& pool) {
   const auto start = Clock::now();
   Tracker tracker(items.size(), start);
   for (size_t i = 0; i < items.size(); ++i) {
     sleep_until(start, items[i].arrival_s);
-    submit(engine, tracker, items, i);
+    submit(engine, tracker, items, i, pool);
   }
   tracker.wait(items.size());
   return tracker.timings();
@@ -101,7 +103,7 @@ std::vector<RequestTiming> run_continuous(Engine& engine, const std::vector<Work
 // one's extra tokens thrown away. Early exit: a finished sequence leaves the
 // batch, which then runs smaller until its slowest is done.
 std::vector<RequestTiming> run_static(Engine& engine, const std::vector<WorkItem>& items, size_t concurrency,
-                                      bool padded) {
+                                      bool padded, const EnginePool& pool) {
   const auto start = Clock::now();
   Tracker tracker(items.size(), start);
   for (size_t b = 0; b < items.size(); b += concurrency) {
@@ -109,7 +111,7 @@ std::vector<RequestTiming> run_static(Engine& engine, const std::vector<WorkItem
     int64_t longest = 0;
     for (size_t i = b; i < end; ++i) longest = std::max(longest, items[i].output_tokens);
     sleep_until(start, items[end - 1].arrival_s);
-    for (size_t i = b; i < end; ++i) submit(engine, tracker, items, i, padded ? longest : 0);
+    for (size_t i = b; i < end; ++i) submit(engine, tracker, items, i, pool, padded ? longest : 0);
     tracker.wait(end);
   }
   return tracker.timings();
@@ -166,9 +168,9 @@ EngineRun run_engine(const Model& model, const Tokenizer& tokenizer, const std::
   EngineRun run;
   const double cpu0 = cpu_seconds();
   const auto batch = static_cast<size_t>(concurrency);
-  run.timings = schedule == Schedule::kStatic          ? run_static(engine, items, batch, true)
-                : schedule == Schedule::kStaticEarlyExit ? run_static(engine, items, batch, false)
-                                                         : run_continuous(engine, items);
+  run.timings = schedule == Schedule::kStatic          ? run_static(engine, items, batch, true, pool)
+                : schedule == Schedule::kStaticEarlyExit ? run_static(engine, items, batch, false, pool)
+                                                         : run_continuous(engine, items, pool);
   run.cpu_s = cpu_seconds() - cpu0;
   engine.shutdown(true);  // returns once the counters include the last request (they lag its final event)
   run.metrics = engine.metrics();

@@ -6,12 +6,14 @@
 //               fixed-shape batch); early exit: finished sequences leave the batch
 //   continuous  requests join and leave the running batch every step
 //   +prefix     continuous, with cached prefix blocks reused
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/serving_stats.h"
 #include "bench/workload.h"
 #include "engine/engine.h"
+#include "grammar/constraint_compiler.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -33,6 +35,10 @@ struct EngineRun {
 struct EnginePool {
   KVType kv_type = KVType::F32;
   int64_t kv_memory_bytes = 0;  // 0: room for every running sequence at the workload's longest
+  // A structured workload: each request compiles `constraint` through the
+  // compiler's cache before it is submitted (as the server does) and follows it.
+  ConstraintCompiler* compiler = nullptr;
+  std::optional<ConstraintSpec> constraint;
 };
 
 // The engine options run_engine uses (exposed so a front end can print the pool it gets).
