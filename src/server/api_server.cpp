@@ -12,6 +12,7 @@
 #include "server/gated_http_server.h"
 #include "server/generation_response.h"
 #include "server/response_format.h"
+#include "server/tool_constraint.h"
 
 namespace kvserve::server {
 namespace {
@@ -109,6 +110,12 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
   const Clock::time_point arrival = Clock::now();
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
   ParsedRequest parsed = parser_.parse(endpoint, parse_body(req));
+  if (parsed.tools && parsed.constraint &&
+      (parsed.tools->choice.kind == ToolChoice::kRequired || parsed.tools->choice.kind == ToolChoice::kNamed))
+    throw invalid("tool_choice", "a required tool call cannot also follow " + parsed.constraint->param);
+  if (parsed.tools && !parsed.constraint)
+    if (std::optional<ConstraintSpec> calls = tool_call_constraint(*parsed.tools, parsed.tool_format))
+      parsed.constraint = ConstraintParam{std::move(*calls), "tools", {}};
   if (parsed.constraint) {  // compiled here, in the request's thread: the engine never waits for a compile
     restore_key_order(*parsed.constraint, req.body);
     const std::shared_ptr<const CompiledConstraint> compiled = compile_constraint(*parsed.constraint);
