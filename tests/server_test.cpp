@@ -160,6 +160,19 @@ TEST_F(ServerTest, TokenizeAndDetokenizeRoundTrip) {
   EXPECT_TRUE(pieces["tokens"][0].contains("piece"));
 }
 
+TEST_F(ServerTest, UsageReportsThePromptTokensThePrefixCacheHeld) {
+  json body = greedy_completion(2);
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) prompt += "the cat sat on the mat and the dog ";
+  body["prompt"] = prompt;
+  const json first = post_ok("/v1/completions", body);
+  const json second = post_ok("/v1/completions", body);
+  const int64_t prompt_tokens = first["usage"]["prompt_tokens"];
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  // Every full 16-token block of the prompt was cached by the first request.
+  EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], prompt_tokens / 16 * 16);
+}
+
 TEST_F(ServerTest, CompletionShapeAndUsage) {
   const json r = post_ok("/v1/completions", greedy_completion(6));
   EXPECT_EQ(r["object"], "text_completion");
@@ -265,7 +278,11 @@ TEST_F(ServerTest, StreamingMatchesNonStreamingForTheSameSeed) {
       EXPECT_EQ(s.chunks.front()["choices"][0]["delta"]["role"], "assistant");
     }
     EXPECT_EQ(s.chunks.end()[-2]["choices"][0]["finish_reason"], "length");
-    EXPECT_EQ(s.chunks.back()["usage"], whole["usage"]);
+    json usage = s.chunks.back()["usage"];
+    // The stream's prompt was cached by the whole request: only that differs.
+    EXPECT_GE(usage["prompt_tokens_details"]["cached_tokens"], whole["usage"]["prompt_tokens_details"]["cached_tokens"]);
+    usage["prompt_tokens_details"] = whole["usage"]["prompt_tokens_details"];
+    EXPECT_EQ(usage, whole["usage"]);
   }
 }
 
@@ -322,7 +339,10 @@ TEST_F(ServerTest, MalformedRequestsGet400NamingTheField) {
       {c, R"({"prompt": "hi", "logprobs": 99})", 400, "logprobs"},
       {c, R"({"prompt": "hi", "model": 7})", 400, "model"},
       {c, R"({"prompt": "hi", "suffix": "x"})", 400, "suffix"},
-      {c, R"({"prompt": "hi", "logit_bias": {"1": 5}})", 400, "logit_bias"},
+      {c, R"({"prompt": "hi", "logit_bias": {"one": 5}})", 400, "logit_bias"},
+      {c, R"({"prompt": "hi", "logit_bias": {"1": 500}})", 400, "logit_bias"},
+      {c, R"({"prompt": "hi", "stop_token_ids": [-3]})", 400, "stop_token_ids"},
+      {c, R"({"prompt": "hi", "max_tokens": 4, "min_tokens": 5})", 400, "min_tokens"},
       {c, json{{"prompt", long_prompt}}.dump(), 400, "prompt"},
       {ch, R"({"prompt": "hi"})", 400, "messages"},
       {ch, R"({"messages": []})", 400, "messages"},

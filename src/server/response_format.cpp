@@ -44,6 +44,7 @@ void ChoiceResult::add(const GenerationEvent& event) {
   text += event.text;
   logprobs.insert(logprobs.end(), event.logprobs.begin(), event.logprobs.end());
   prompt_tokens = event.prompt_tokens;
+  cached_tokens = event.cached_tokens;
   completion_tokens = event.completion_tokens;
   if (event.finished) finish_reason = event.finish_reason, error = event.error;
 }
@@ -61,6 +62,7 @@ ResponseFormatter::ResponseFormatter(const Tokenizer& tokenizer, const ParsedReq
       started_(request.choices(), false),
       text_offsets_(request.choices(), 0),
       prompt_tokens_(request.choices(), 0),
+      cached_tokens_(request.choices(), 0),
       completion_tokens_(request.choices(), 0),
       tools_(callable_tools(request)),
       tool_format_(request.tool_format) {
@@ -73,13 +75,18 @@ json ResponseFormatter::envelope(bool streaming) const {
   return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
 }
 
-json ResponseFormatter::usage(const std::vector<int64_t>& prompt_tokens, const std::vector<int64_t>& completion_tokens) const {
-  int64_t prompt = 0, completion = 0;
+json ResponseFormatter::usage(const std::vector<int64_t>& prompt_tokens, const std::vector<int64_t>& completion_tokens,
+                              const std::vector<int64_t>& cached_tokens) const {
+  int64_t prompt = 0, completion = 0, cached = 0;
   for (size_t i = 0; i < prompt_tokens.size(); ++i) {
-    if (i % static_cast<size_t>(n_) == 0) prompt += prompt_tokens[i];  // the n choices of a prompt share it
+    if (i % static_cast<size_t>(n_) == 0) {  // the n choices of a prompt share it
+      prompt += prompt_tokens[i];
+      cached += cached_tokens[i];
+    }
     completion += completion_tokens[i];
   }
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 json ResponseFormatter::completion_logprobs(const std::vector<TokenLogprob>& logprobs, size_t choice) {
@@ -168,19 +175,21 @@ json ResponseFormatter::response(const std::vector<ChoiceResult>& choices) const
   ResponseFormatter copy = *this;  // choice_json advances per-choice state; a response is built once
   json out = envelope(false);
   out["choices"] = json::array();
-  std::vector<int64_t> prompt(choices.size()), completion(choices.size());
+  std::vector<int64_t> prompt(choices.size()), completion(choices.size()), cached(choices.size());
   for (size_t i = 0; i < choices.size(); ++i) {
     out["choices"].push_back(copy.choice_json(i, choices[i].text, choices[i].logprobs, choices[i].finish_reason, false));
     prompt[i] = choices[i].prompt_tokens;
     completion[i] = choices[i].completion_tokens;
+    cached[i] = choices[i].cached_tokens;
   }
-  out["usage"] = usage(prompt, completion);
+  out["usage"] = usage(prompt, completion, cached);
   return out;
 }
 
 json ResponseFormatter::chunk(const ChoiceEvent& ev) {
   const GenerationEvent& e = ev.event;
   prompt_tokens_[ev.choice] = e.prompt_tokens;
+  cached_tokens_[ev.choice] = e.cached_tokens;
   completion_tokens_[ev.choice] = e.completion_tokens;
   if (e.finished && (e.finish_reason == "error" || e.finish_reason == "cancelled")) {
     const bool cancelled = e.finish_reason == "cancelled";
@@ -195,7 +204,7 @@ json ResponseFormatter::chunk(const ChoiceEvent& ev) {
 json ResponseFormatter::usage_chunk() const {
   json out = envelope(true);
   out["choices"] = json::array();
-  out["usage"] = usage(prompt_tokens_, completion_tokens_);
+  out["usage"] = usage(prompt_tokens_, completion_tokens_, cached_tokens_);
   return out;
 }
 

@@ -22,6 +22,7 @@ struct ChoiceResult {
   std::string finish_reason;  // empty until the final event
   std::string error;
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // of which the prefix cache held
   int64_t completion_tokens = 0;
 
   void add(const GenerationEvent& event);
@@ -47,7 +48,9 @@ class ResponseFormatter {
   nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs, size_t choice);
   nlohmann::json completion_logprobs(const std::vector<TokenLogprob>& logprobs, size_t choice);
   nlohmann::json chat_logprobs(const std::vector<TokenLogprob>& logprobs) const;
-  nlohmann::json usage(const std::vector<int64_t>& prompt_tokens, const std::vector<int64_t>& completion_tokens) const;
+  // usage, with prompt_tokens_details.cached_tokens (the prefix cache's hits).
+  nlohmann::json usage(const std::vector<int64_t>& prompt_tokens, const std::vector<int64_t>& completion_tokens,
+                       const std::vector<int64_t>& cached_tokens) const;
 
   const Tokenizer& tokenizer_;
   Endpoint endpoint_;
@@ -61,6 +64,7 @@ class ResponseFormatter {
   std::vector<bool> started_;            // per choice: its first chunk has gone out
   std::vector<size_t> text_offsets_;     // per choice: bytes of text so far (completions logprobs)
   std::vector<int64_t> prompt_tokens_;   // per choice, from its final event
+  std::vector<int64_t> cached_tokens_;   // per choice: prompt tokens found in the prefix cache
   std::vector<int64_t> completion_tokens_;
   // Chat with tools the model may call: calls are taken out of the text.
   std::optional<ToolRequest> tools_;
