@@ -9,17 +9,18 @@ cd "$(dirname "$0")/.."
 python3 -c "import openai, jsonschema" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check openai jsonschema || \
   echo "warning: could not install the openai and jsonschema packages; their tests will be skipped" >&2
 
-echo "== tests (Release) ==" >&2
+echo "== tests (Release), ${SECONDS} s after the start ==" >&2
 ctest --test-dir build --output-on-failure -j2
 
 # One clang build serves both sanitizer stages: the tests and the fuzz targets
 # (libFuzzer is clang's), so CI compiles the project twice, not three times.
-echo "== fast tests under ASan + UBSan (clang) ==" >&2
+echo "== fast tests under ASan + UBSan (clang), ${SECONDS} s after the start ==" >&2
 CC=clang CXX=clang++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVSERVE_SANITIZE=ON \
   -DKVSERVE_FUZZ=ON >/dev/null
 cmake --build build-sanitize -j"$(nproc)" --target kvserve_tests kvserve fuzz_targets
 # The real-model tests are slow without optimization; they ran above.
 KVSERVE_SKIP_SLOW=1 ctest --test-dir build-sanitize --output-on-failure -j2 -E 'RealModel|openai_client|structured_output_client'
 
-echo "== fuzzing under ASan + UBSan, ${KVSERVE_FUZZ_SECONDS:-60} s per target ==" >&2
-./scripts/fuzz.sh build-sanitize "${KVSERVE_FUZZ_SECONDS:-60}"
+echo "== fuzzing under ASan + UBSan, ${KVSERVE_FUZZ_SECONDS:-40} s per target, ${SECONDS} s after the start ==" >&2
+./scripts/fuzz.sh build-sanitize "${KVSERVE_FUZZ_SECONDS:-40}"
+echo "== done in ${SECONDS} s ==" >&2
