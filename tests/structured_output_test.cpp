@@ -110,6 +110,13 @@ TEST(JsonSchemaCheck, NamesTheBadPartByItsPointer) {
             std::string::npos);
   EXPECT_NE(message({{"type", "array"}, {"uniqueItems", true}}).find("not supported"), std::string::npos);
   EXPECT_NE(message(json::array()).find("must be an object or a boolean"), std::string::npos);
+  // What xgrammar would silently ignore.
+  EXPECT_NE(message({{"$ref", "http://example.com/s.json"}}).find("at /$ref: only references inside"), std::string::npos);
+  EXPECT_NE(message({{"allOf", {{{"type", "string"}}, {{"maxLength", 3}}}}}).find("at /allOf"), std::string::npos);
+  EXPECT_EQ(message({{"allOf", {{{"$ref", "#/$defs/a"}}}}, {"$defs", {{"a", {{"type", "string"}}}}}}), "ok");
+  EXPECT_NE(message({{"type", "object"}, {"properties", {{"a", true}}}, {"required", {"a", "zz"}}}).find("\"zz\" is not in"),
+            std::string::npos);
+  EXPECT_EQ(message({{"type", "object"}, {"required", {"zz"}}, {"additionalProperties", true}}), "ok");
 }
 
 class StructuredOutputEngine : public ::testing::Test {

@@ -44,6 +44,9 @@ class SchemaChecker {
       fail(pointer, "minLength / maxLength together with format is not supported");
     if (schema.contains("multipleOf") && schema.contains("type") && schema["type"] == "number")
       fail(pointer + "/multipleOf", "multipleOf is supported for integers only");
+    if (schema.contains("allOf") && schema["allOf"].is_array() && schema["allOf"].size() > 1)
+      fail(pointer + "/allOf", "allOf with more than one schema is not supported (merge them into one)");
+    check_required_exist(schema, pointer);
     for (const auto& [key, value] : schema.items()) check_keyword(key, value, pointer + "/" + escape_pointer(key));
   }
 
@@ -69,6 +72,9 @@ class SchemaChecker {
       if (!value.is_array() || value.empty()) fail(at, "must be a non-empty list");
     } else if (key == "pattern" || key == "format" || key == "$ref" || key == "title" || key == "description") {
       if (!value.is_string()) fail(at, "must be a string");
+      const std::string& text = value.get_ref<const std::string&>();
+      if (key == "$ref" && text != "#" && text.rfind("#/", 0) != 0)
+        fail(at, "only references inside the schema (\"#\" or \"#/...\") are supported, got \"" + text + "\"");
     } else if (kSchemaLists.count(key)) {
       if (!value.is_array() || value.empty()) fail(at, "must be a non-empty list of schemas");
       for (size_t i = 0; i < value.size(); ++i) check(value[i], at + "/" + std::to_string(i));
@@ -78,6 +84,22 @@ class SchemaChecker {
     } else if (kSchemaValues.count(key)) {
       check(value, at);
     }
+  }
+
+  // Strict mode allows no properties beyond "properties": a required one
+  // missing there could never be written (xgrammar would drop it silently).
+  void check_required_exist(const json& schema, const std::string& pointer) const {
+    if (!schema.contains("required") || !schema["required"].is_array()) return;
+    const auto extra = schema.find("additionalProperties");
+    if (extra != schema.end() && !(extra->is_boolean() && !extra->get<bool>())) return;
+    if (schema.contains("patternProperties")) return;
+    const json empty = json::object();
+    const auto props = schema.find("properties");
+    const json& names = props != schema.end() && props->is_object() ? *props : empty;
+    for (const json& name : schema["required"])
+      if (name.is_string() && !names.contains(name.get<std::string>()))
+        fail(pointer + "/required", "the required property \"" + name.get<std::string>() +
+                                        "\" is not in properties (no other properties are allowed)");
   }
 
   void check_type(const json& value, const std::string& at) const {
