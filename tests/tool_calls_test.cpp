@@ -171,6 +171,16 @@ TEST(ToolCalls, HermesCallsAnywhereInTheText) {
   // An output that ends inside a call still has it when its JSON is whole.
   expect_parse("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n", f, {"", {{"get_time", "{}"}}});
   expect_parse("x <tool_call>\n{\"name\": \"get_time\", \"argu", f, {"x <tool_call>\n{\"name\": \"get_time\", \"argu", {}});
+  // Bare JSON calls, as small Qwen2.5 models write them without the tags.
+  expect_parse(R"({"name": "get_weather", "arguments": {"city": "Paris"}})", f, {"", {{"get_weather", R"({"city":"Paris"})"}}});
+  expect_parse(R"(Calling it: {"name": "get_time", "arguments": {}})", f, {"Calling it:", {{"get_time", "{}"}}});
+  // ... or in a ```json fence, pretty-printed (Qwen2.5-Coder-1.5B's answer, word for word).
+  expect_parse("```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\n    \"city\": \"Paris\"\n  }\n}\n```", f,
+               {"", {{"get_weather", R"({"city":"Paris"})"}}});
+  expect_parse("Here:\n```\n[{\"name\": \"get_time\"}]\n``` ok", f, {"Here:\n ok", {{"get_time", "{}"}}});
+  expect_parse("```json\n{\"name\": \"get_time\"}\n", f, {"", {{"get_time", "{}"}}});  // the output ended in the fence
+  const std::string code = "```json\n{\"city\": \"Paris\"}\n```\n```python\nprint(1)\n```";
+  expect_parse(code, f, {code, {}});
   // Plain text, trimmed; whitespace alone is no content.
   expect_parse("  The answer is 4.\n", f, {"The answer is 4.", {}});
   expect_parse(" \n ", f, {"", {}});
@@ -240,6 +250,7 @@ std::vector<std::pair<ToolCallFormat, std::string>> stream_cases() {
       {ToolCallFormat::kHermes, "  Let me look.\n\n" + hermes_call + "\n" + hermes_call + "\n  and more <tool text  "},
       {ToolCallFormat::kHermes, "a <tool_call>{\"name\": \"nope\"}</tool_call> <tool_call>{\"name\": \"get_time\"}"},
       {ToolCallFormat::kHermes, "<<tool_call>x</tool_call>" + hermes_call + "<tool_cal"},
+      {ToolCallFormat::kHermes, json_call + " then <tool_call>{\"name\": \"get_time\"}</tool_call> {\"name\": {\"name\""},
       {ToolCallFormat::kLlama3Json, "<|python_tag|>" + llama_call + " ;  " + llama_call + "\n\nThat is all."},
       {ToolCallFormat::kLlama3Json, "[" + llama_call + ", " + llama_call + "]"},
       {ToolCallFormat::kLlama3Json, "<|python_x {\"name\": \"get_time\"} [1, {]"},
@@ -248,6 +259,8 @@ std::vector<std::pair<ToolCallFormat, std::string>> stream_cases() {
       {ToolCallFormat::kGenericJson, "Sure! " + json_call + " and {\"name\": \"x\"} and {\"name\" " + json_call + " {\"na"},
       {ToolCallFormat::kGenericJson, "{\"name\": \"get_time\", \"arguments\": \"{}\"} \t "},
       {ToolCallFormat::kGenericJson, "{ unclosed " + json_call},
+      {ToolCallFormat::kGenericJson, "a ```json\n" + json_call + "\n``` b ```\n{ \"name\": \"f\"}``` ```js ``` {\"a\": 1}\n``"},
+      {ToolCallFormat::kHermes, "```json\n{\n  \"name\": \"get_time\"\n}\n```\n```json\n{\"a\": 1}\n```\n```json\n["},
   };
 }
 

@@ -13,17 +13,42 @@ constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kJsonTrigger = "{\"name\"";
+constexpr std::string_view kFence = "```";
 constexpr std::string_view kSpace = " \t\n\r";
 constexpr size_t kCallIdChars = 24;
 // Calls nest no deeper than request bodies may (parsing and printing JSON recurse).
 constexpr int kMaxCallDepth = 64;
 
-// The longest suffix of text that is a proper prefix of word: text that may
-// still turn into word once more arrives.
-size_t partial_suffix(std::string_view text, std::string_view word) {
-  for (size_t n = std::min(text.size(), word.size() - 1); n > 0; --n)
-    if (text.substr(text.size() - n) == word.substr(0, n)) return n;
-  return 0;
+bool is_space(char c) { return kSpace.find(c) != std::string_view::npos; }
+
+// Whether an opener starts at text[0]: surely, not, or not known yet (the
+// text ends inside what could still be one).
+enum class Match { kNo, kPartial, kFull };
+
+Match match_word(std::string_view text, std::string_view word) {
+  const size_t n = std::min(text.size(), word.size());
+  if (text.substr(0, n) != word.substr(0, n)) return Match::kNo;
+  return n == word.size() ? Match::kFull : Match::kPartial;
+}
+
+// {"name", whitespace allowed after the brace.
+Match json_opener(std::string_view text) {
+  size_t i = 1;
+  while (i < text.size() && is_space(text[i])) ++i;
+  return i == text.size() ? Match::kPartial : match_word(text.substr(i), "\"name\"");
+}
+
+// ``` or ```json, then whitespace and a JSON object or list (whose offset goes to *body).
+Match fence_opener(std::string_view text, size_t* body) {
+  if (const Match fence = match_word(text, kFence); fence != Match::kFull) return fence;
+  size_t i = kFence.size();
+  const Match language = match_word(text.substr(i), "json");
+  if (language == Match::kPartial) return Match::kPartial;
+  if (language == Match::kFull) i += 4;
+  while (i < text.size() && is_space(text[i])) ++i;
+  if (i == text.size()) return Match::kPartial;
+  *body = i;
+  return text[i] == '{' || text[i] == '[' ? Match::kFull : Match::kNo;
 }
 
 // Where the JSON object or list opening at text[0] ends (one past its closing
@@ -119,9 +144,7 @@ void ToolCallStream::settle(bool complete, Delta& out) {
   size_t settled = 0;
   while (settled < text_.size()) {
     const std::string_view rest = std::string_view(text_).substr(settled);
-    const std::optional<size_t> step = format_ == ToolCallFormat::kHermes ? hermes_step(rest, complete, out)
-                                       : leading_                         ? leading_json_step(rest, complete, out)
-                                                                          : content_json_step(rest, complete, out);
+    const std::optional<size_t> step = leading_ ? leading_step(rest, complete, out) : content_step(rest, complete, out);
     if (!step) break;
     settled += *step;
   }
@@ -171,32 +194,10 @@ std::optional<std::vector<ToolCall>> ToolCallStream::calls_in(std::string_view j
   return calls;
 }
 
-// Calls anywhere in the text, each inside <tool_call> ... </tool_call>.
-std::optional<size_t> ToolCallStream::hermes_step(std::string_view rest, bool complete, Delta& out) {
-  const size_t open = rest.find(kHermesOpen);
-  if (open == std::string_view::npos) {
-    const size_t n = complete ? rest.size() : rest.size() - partial_suffix(rest, kHermesOpen);
-    if (n == 0) return std::nullopt;
-    add_content(rest.substr(0, n), out);
-    return n;
-  }
-  if (open > 0) {
-    add_content(rest.substr(0, open), out);
-    return open;
-  }
-  const size_t close = rest.find(kHermesClose, kHermesOpen.size());
-  if (close == std::string_view::npos && !complete) return std::nullopt;
-  // An output that ends inside the call (no closing tag) still counts when its JSON is whole.
-  const size_t end = close == std::string_view::npos ? rest.size() : close + kHermesClose.size();
-  const std::string_view body = rest.substr(kHermesOpen.size(), std::min(close, rest.size()) - kHermesOpen.size());
-  if (std::optional<std::vector<ToolCall>> calls = calls_in(body, false)) add_call(std::move(calls->front()), out);
-  else add_content(rest.substr(0, end), out);
-  return end;
-}
-
-// At the start of a JSON-format output: calls (an object or a list), one
-// after another, maybe behind <|python_tag|>; anything else starts the content.
-std::optional<size_t> ToolCallStream::leading_json_step(std::string_view rest, bool complete, Delta& out) {
+// At the start of the output: calls written as JSON (an object or a list,
+// several one after another, maybe behind <|python_tag|>); anything else
+// starts the content.
+std::optional<size_t> ToolCallStream::leading_step(std::string_view rest, bool complete, Delta& out) {
   const size_t start = rest.find_first_not_of(kSpace);
   if (start == std::string_view::npos) return complete ? std::optional<size_t>(rest.size()) : std::nullopt;
   const std::string_view at = rest.substr(start);
@@ -215,7 +216,7 @@ std::optional<size_t> ToolCallStream::leading_json_step(std::string_view rest, b
       return start + extent.end;
     }
   }
-  leading_ = false;  // not a call: the output is text from here (a later {"name" may still be one)
+  leading_ = false;  // not a call: the output is text from here (a later opener may still start one)
   const size_t end = extent.kind == JsonExtent::kClosed ? start + extent.end
                      : extent.kind == JsonExtent::kOpen ? rest.size()
                                                         : start + 1;
@@ -223,19 +224,66 @@ std::optional<size_t> ToolCallStream::leading_json_step(std::string_view rest, b
   return end;
 }
 
-// Within text: a call is an object that opens with {"name".
-std::optional<size_t> ToolCallStream::content_json_step(std::string_view rest, bool complete, Delta& out) {
-  const size_t open = rest.find(kJsonTrigger);
-  if (open == std::string_view::npos) {
-    const size_t n = complete ? rest.size() : rest.size() - partial_suffix(rest, kJsonTrigger);
-    if (n == 0) return std::nullopt;
-    add_content(rest.substr(0, n), out);
-    return n;
+// Within text: a call opens with <tool_call> (Hermes), with {"name" or with a
+// ```json fence around calls. Text that may still become an opener is held back.
+std::optional<size_t> ToolCallStream::content_step(std::string_view rest, bool complete, Delta& out) {
+  const std::string_view candidates = format_ == ToolCallFormat::kHermes ? "<{`" : "{`";
+  for (size_t at = rest.find_first_of(candidates); at != std::string_view::npos; at = rest.find_first_of(candidates, at + 1)) {
+    const std::string_view from = rest.substr(at);
+    size_t body = 0;
+    const Match match = from[0] == '<' ? match_word(from, kHermesOpen)
+                        : from[0] == '{' ? json_opener(from)
+                                         : fence_opener(from, &body);
+    if (match == Match::kNo || (match == Match::kPartial && complete)) continue;
+    if (at > 0) {
+      add_content(rest.substr(0, at), out);
+      return at;
+    }
+    if (match == Match::kPartial) return std::nullopt;
+    if (from[0] == '<') return tagged_call_step(rest, complete, out);
+    return from[0] == '{' ? json_call_step(rest, complete, out) : fenced_call_step(rest, body, complete, out);
   }
-  if (open > 0) {
-    add_content(rest.substr(0, open), out);
-    return open;
+  if (rest.empty()) return std::nullopt;
+  add_content(rest, out);
+  return rest.size();
+}
+
+// <tool_call> JSON </tool_call>; an output that ends inside the call (no
+// closing tag) still has it when its JSON is whole.
+std::optional<size_t> ToolCallStream::tagged_call_step(std::string_view rest, bool complete, Delta& out) {
+  const size_t close = rest.find(kHermesClose, kHermesOpen.size());
+  if (close == std::string_view::npos && !complete) return std::nullopt;
+  const size_t end = close == std::string_view::npos ? rest.size() : close + kHermesClose.size();
+  const std::string_view body = rest.substr(kHermesOpen.size(), std::min(close, rest.size()) - kHermesOpen.size());
+  if (std::optional<std::vector<ToolCall>> calls = calls_in(body, false)) add_call(std::move(calls->front()), out);
+  else add_content(rest.substr(0, end), out);
+  return end;
+}
+
+// ```json, calls as JSON, ```: the fence goes with the calls (a missing
+// closing fence at the end of the output too). Not calls: the ``` is text.
+std::optional<size_t> ToolCallStream::fenced_call_step(std::string_view rest, size_t body, bool complete, Delta& out) {
+  const JsonExtent extent = json_extent(rest.substr(body));
+  if (extent.kind == JsonExtent::kOpen && !complete) return std::nullopt;
+  if (extent.kind == JsonExtent::kClosed) {
+    size_t end = body + extent.end;
+    while (end < rest.size() && is_space(rest[end])) ++end;
+    const Match close = match_word(rest.substr(end), kFence);
+    if (close == Match::kPartial && !complete) return std::nullopt;
+    const bool closed = close == Match::kFull || end == rest.size();
+    if (closed) {
+      if (std::optional<std::vector<ToolCall>> calls = calls_in(rest.substr(body, extent.end), true)) {
+        for (ToolCall& call : *calls) add_call(std::move(call), out);
+        return close == Match::kFull ? end + kFence.size() : end;
+      }
+    }
   }
+  add_content(rest.substr(0, kFence.size()), out);
+  return kFence.size();
+}
+
+// {"name": ..., "arguments": ...} up to its closing brace.
+std::optional<size_t> ToolCallStream::json_call_step(std::string_view rest, bool complete, Delta& out) {
   const JsonExtent extent = json_extent(rest);
   if (extent.kind == JsonExtent::kOpen && !complete) return std::nullopt;
   if (extent.kind == JsonExtent::kClosed) {

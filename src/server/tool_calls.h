@@ -7,9 +7,11 @@
 //   kHermes      Qwen2.5 / Hermes: <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, anywhere in the text
 //   kLlama3Json  Llama 3.x: a JSON object {"name": ..., "parameters": {...}} (after an optional <|python_tag|>)
 //   kGenericJson templates that know no tools: {"name": ..., "arguments": {...}}, or a list of them
-// The JSON formats take calls at the start of the output (an object, a list
-// of objects, or objects one after another, ';' between them allowed) and
-// anywhere later where an object opens with {"name" (a grammar's trigger).
+// Every format also takes calls written as bare JSON: at the start of the
+// output (an object, a list of objects, or objects one after another, ';'
+// between them allowed), anywhere later where an object opens with {"name"
+// (a grammar's trigger) and inside a ```json fence. Small Qwen2.5 models
+// answer so rather than with <tool_call> tags.
 #include <optional>
 #include <string>
 #include <string_view>
@@ -65,11 +67,13 @@ class ToolCallStream {
   void add_content(std::string_view text, Delta& out);
   void add_call(ToolCall call, Delta& out);
 
-  // One step of settle() in each mode: the bytes of text_ it settled (0
-  // when only the mode changed), or nullopt to wait for more text.
-  std::optional<size_t> hermes_step(std::string_view rest, bool complete, Delta& out);
-  std::optional<size_t> leading_json_step(std::string_view rest, bool complete, Delta& out);
-  std::optional<size_t> content_json_step(std::string_view rest, bool complete, Delta& out);
+  // One step of settle(): the bytes of text_ it settled (0 when only the
+  // mode changed), or nullopt to wait for more text.
+  std::optional<size_t> leading_step(std::string_view rest, bool complete, Delta& out);
+  std::optional<size_t> content_step(std::string_view rest, bool complete, Delta& out);
+  std::optional<size_t> tagged_call_step(std::string_view rest, bool complete, Delta& out);
+  std::optional<size_t> json_call_step(std::string_view rest, bool complete, Delta& out);
+  std::optional<size_t> fenced_call_step(std::string_view rest, size_t body, bool complete, Delta& out);
   // The calls a JSON object (or, at the start, a list of objects) stands for; nullopt when it is not one.
   std::optional<std::vector<ToolCall>> calls_in(std::string_view json_text, bool list_allowed) const;
 
@@ -77,7 +81,7 @@ class ToolCallStream {
   std::vector<std::string> names_;  // the tools that may be called
   bool parallel_;
   std::string text_;        // what was fed and is not settled yet (content or calls)
-  bool leading_ = true;     // JSON formats: only calls (and whitespace) so far
+  bool leading_ = true;     // only calls (and whitespace) so far
   bool content_started_ = false;
   std::string held_space_;  // whitespace after the content so far: sent once more content follows
   size_t calls_ = 0;
