@@ -158,4 +158,13 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
   }
 }
 
+void quantize_row_searched(DType type, const float* src, void* dst, int64_t n) {
+  switch (type) {
+    case DType::Q4_K: return quantize_blocks<BlockQ4_K, kQK_K>(quantize_block_q4_k_searched, src, dst, n);
+    case DType::Q5_K: return quantize_blocks<BlockQ5_K, kQK_K>(quantize_block_q5_k_searched, src, dst, n);
+    case DType::Q6_K: return quantize_blocks<BlockQ6_K, kQK_K>(quantize_block_q6_k_searched, src, dst, n);
+    default: return quantize_row(type, src, dst, n);
+  }
+}
+
 }  // namespace kvserve

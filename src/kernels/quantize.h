@@ -14,5 +14,8 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 // ggml's rounding; q4_k, q5_k, q6_k with a simple min/max rule (valid blocks
 // that decode as in ggml, not llama.cpp's searched scales; see quantize_kquants.h).
 void quantize_row(DType type, const float* src, void* dst, int64_t n);
+// As quantize_row, but q4_k, q5_k and q6_k search each sub-block's scale for
+// the least squared error (several times slower): for model weights.
+void quantize_row_searched(DType type, const float* src, void* dst, int64_t n);
 
 }  // namespace kvserve

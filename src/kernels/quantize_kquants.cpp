@@ -31,15 +31,72 @@ struct KScales {
   int q[kQK_K];
 };
 
-KScales choose_kquant_scales(const float* x, int levels) {
+// A sub-block's x ~ scale * q - min with q in 0..levels and min >= 0.
+struct AffineFit {
+  float scale, min;
+};
+
+// From the range: the scale that spans [min(0, lo), hi].
+AffineFit range_fit(const float* x, int n, int levels) {
+  const float lo = std::min(0.0f, *std::min_element(x, x + n));
+  const float hi = std::max(lo, *std::max_element(x, x + n));
+  return {(hi - lo) / static_cast<float>(levels), -lo};
+}
+
+// Searched: for a range of candidate step sizes around the range's, round
+// every x to its level, then fit scale and offset to those levels by least
+// squares (offset kept <= 0, i.e. min >= 0); the candidate with the least
+// squared error wins. Never worse than range_fit, which is candidate 0.
+AffineFit searched_fit(const float* x, int n, int levels) {
+  AffineFit best = range_fit(x, n, levels);
+  if (best.scale <= 0) return best;
+  auto error_of = [&](float scale, float min) {
+    float err = 0;
+    for (int i = 0; i < n; ++i) {
+      const float q = static_cast<float>(std::clamp(static_cast<int>(std::nearbyint((x[i] + min) / scale)), 0, levels));
+      const float e = scale * q - min - x[i];
+      err += e * e;
+    }
+    return err;
+  };
+  float best_err = error_of(best.scale, best.min);
+  const float lo = -best.min, span = best.scale * static_cast<float>(levels);
+  int q[256];
+  for (int step = -12; step <= 12; ++step) {
+    const float iscale = (static_cast<float>(levels) + 0.08f * static_cast<float>(step)) / span;
+    float sq = 0, sqq = 0, sx = 0, sqx = 0;
+    for (int i = 0; i < n; ++i) {
+      q[i] = std::clamp(static_cast<int>(std::nearbyint((x[i] - lo) * iscale)), 0, levels);
+      sq += static_cast<float>(q[i]);
+      sqq += static_cast<float>(q[i] * q[i]);
+      sx += x[i];
+      sqx += static_cast<float>(q[i]) * x[i];
+    }
+    const float det = static_cast<float>(n) * sqq - sq * sq;
+    if (det <= 0) continue;
+    float scale = (static_cast<float>(n) * sqx - sq * sx) / det;
+    float offset = (sqq * sx - sq * sqx) / det;
+    if (offset > 0) {  // min must stay >= 0: fit the scale alone
+      offset = 0;
+      scale = sqx / sqq;
+    }
+    if (scale <= 0) continue;
+    const float err = error_of(scale, -offset);
+    if (err < best_err) {
+      best_err = err;
+      best = {scale, -offset};
+    }
+  }
+  return best;
+}
+
+KScales choose_kquant_scales(const float* x, int levels, bool search = false) {
   KScales s{};
   float sub_scale[8], sub_min[8], max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
-    const float* xj = x + 32 * j;
-    const float lo = std::min(0.0f, *std::min_element(xj, xj + 32));
-    const float hi = std::max(lo, *std::max_element(xj, xj + 32));
-    sub_scale[j] = (hi - lo) / static_cast<float>(levels);
-    sub_min[j] = -lo;
+    const AffineFit fit = search ? searched_fit(x + 32 * j, 32, levels) : range_fit(x + 32 * j, 32, levels);
+    sub_scale[j] = fit.scale;
+    sub_min[j] = fit.min;
     max_scale = std::max(max_scale, sub_scale[j]);
     max_min = std::max(max_min, sub_min[j]);
   }
@@ -149,16 +206,16 @@ void quantize_block_q5_0(const float* x, BlockQ5_0& b) {
   std::memcpy(b.qh, &qh, sizeof(qh));
 }
 
-void quantize_block_q4_k(const float* x, BlockQ4_K& b) {
-  const KScales s = choose_kquant_scales(x, 15);
+namespace {
+
+void write_q4_k(const KScales& s, BlockQ4_K& b) {
   b.d = s.d_bits;
   b.dmin = s.dmin_bits;
   pack_kquant_scales(s.scale, s.min, b.scales);
   for (int i = 0; i < kQK_K; ++i) put_k_nibble(b.qs, i, s.q[i]);
 }
 
-void quantize_block_q5_k(const float* x, BlockQ5_K& b) {
-  const KScales s = choose_kquant_scales(x, 31);
+void write_q5_k(const KScales& s, BlockQ5_K& b) {
   b.d = s.d_bits;
   b.dmin = s.dmin_bits;
   pack_kquant_scales(s.scale, s.min, b.scales);
@@ -170,13 +227,55 @@ void quantize_block_q5_k(const float* x, BlockQ5_K& b) {
   }
 }
 
-// Per 16 values a signed 8-bit scale (amax / 31 in units of d), q in -32..31.
-void quantize_block_q6_k(const float* x, BlockQ6_K& b) {
+// A symmetric group's scale for q in -32..31: amax / 31, or (searched) the
+// least-squares scale of the best of several roundings around it.
+float q6_group_scale(const float* x, bool search) {
+  float amax = 0;
+  for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[l]));
+  float best = amax / 31.0f;
+  if (!search || best <= 0) return best;
+  auto error_of = [&](float scale) {
+    float err = 0;
+    for (int l = 0; l < 16; ++l) {
+      const float e = scale * static_cast<float>(std::clamp(static_cast<int>(std::nearbyint(x[l] / scale)), -32, 31)) - x[l];
+      err += e * e;
+    }
+    return err;
+  };
+  float best_err = error_of(best);
+  for (int step = -10; step <= 10; ++step) {
+    const float iscale = (31.0f + 0.1f * static_cast<float>(step)) / amax;
+    float sqq = 0, sqx = 0;
+    for (int l = 0; l < 16; ++l) {
+      const float q = static_cast<float>(std::clamp(static_cast<int>(std::nearbyint(x[l] * iscale)), -32, 31));
+      sqq += q * q;
+      sqx += q * x[l];
+    }
+    if (sqq <= 0 || sqx <= 0) continue;
+    const float scale = sqx / sqq;
+    const float err = error_of(scale);
+    if (err < best_err) {
+      best_err = err;
+      best = scale;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+void quantize_block_q4_k(const float* x, BlockQ4_K& b) { write_q4_k(choose_kquant_scales(x, 15), b); }
+void quantize_block_q5_k(const float* x, BlockQ5_K& b) { write_q5_k(choose_kquant_scales(x, 31), b); }
+void quantize_block_q4_k_searched(const float* x, BlockQ4_K& b) { write_q4_k(choose_kquant_scales(x, 15, true), b); }
+void quantize_block_q5_k_searched(const float* x, BlockQ5_K& b) { write_q5_k(choose_kquant_scales(x, 31, true), b); }
+
+namespace {
+
+// Per 16 values a signed 8-bit scale (in units of d), q in -32..31.
+void write_q6_k(const float* x, BlockQ6_K& b, bool search) {
   float sub_scale[16], max_scale = 0;
   for (int g = 0; g < 16; ++g) {
-    float amax = 0;
-    for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * g + l]));
-    sub_scale[g] = amax / 31.0f;
+    sub_scale[g] = q6_group_scale(x + 16 * g, search);
     max_scale = std::max(max_scale, sub_scale[g]);
   }
   const float d = stored_fp16(max_scale / 127.0f, &b.d);
@@ -195,5 +294,10 @@ void quantize_block_q6_k(const float* x, BlockQ6_K& b) {
     }
   }
 }
+
+}  // namespace
+
+void quantize_block_q6_k(const float* x, BlockQ6_K& b) { write_q6_k(x, b, false); }
+void quantize_block_q6_k_searched(const float* x, BlockQ6_K& b) { write_q6_k(x, b, true); }
 
 }  // namespace kvserve

@@ -23,6 +23,13 @@ void quantize_block_q4_k(const float* x, BlockQ4_K& b);  // x[256]
 void quantize_block_q5_k(const float* x, BlockQ5_K& b);  // x[256]
 void quantize_block_q6_k(const float* x, BlockQ6_K& b);  // x[256]
 
+// The same layouts with each sub-block's scale (and min) searched for the
+// least squared error instead of taken from its range: slower, for
+// `kvserve quantize` (model weights), where the error is what matters.
+void quantize_block_q4_k_searched(const float* x, BlockQ4_K& b);  // x[256]
+void quantize_block_q5_k_searched(const float* x, BlockQ5_K& b);  // x[256]
+void quantize_block_q6_k_searched(const float* x, BlockQ6_K& b);  // x[256]
+
 // Packs eight 6-bit (scale, min) pairs into the 12-byte form that
 // kquant_scale_min() reads.
 void pack_kquant_scales(const uint8_t scale[8], const uint8_t min[8], uint8_t* packed);

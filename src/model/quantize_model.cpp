@@ -1,5 +1,6 @@
 #include "model/quantize_model.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
@@ -10,7 +11,9 @@
 namespace kvserve {
 namespace {
 
-// llama.cpp's general.file_type values for the whole-model types we write.
+constexpr const char* kRecipes = "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m";
+
+// llama.cpp's general.file_type values (LLAMA_FTYPE_*) of the whole-model types we write.
 uint32_t file_type_of(DType t) {
   switch (t) {
     case DType::F32: return 0;
@@ -18,10 +21,59 @@ uint32_t file_type_of(DType t) {
     case DType::Q4_0: return 2;
     case DType::Q4_1: return 3;
     case DType::Q8_0: return 7;
+    case DType::Q4_K: return 14;  // Q4_K_S
+    case DType::Q5_K: return 16;  // Q5_K_S
+    case DType::Q6_K: return 18;
     case DType::BF16: return 32;
-    default: throw Error(std::string("quantize: cannot write whole models as ") + dtype_name(t) +
-                         " (supported: f32, f16, bf16, q8_0, q4_0, q4_1)");
+    default: throw Error(std::string("quantize: cannot write whole models as ") + dtype_name(t) + " (supported: " +
+                         kRecipes + ")");
   }
+}
+
+bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+
+// The layer index of "blk.N.<name>", or -1.
+int layer_of(const std::string& tensor) {
+  if (tensor.rfind("blk.", 0) != 0) return -1;
+  const size_t dot = tensor.find('.', 4);
+  if (dot == std::string::npos) return -1;
+  try {
+    return std::stoi(tensor.substr(4, dot - 4));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers, and every third in between.
+bool gets_more_bits(int layer, int n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+// The type a matrix is written in under the recipe (before the row-size fallback).
+DType type_for(const QuantizeRecipe& r, const std::string& name, int n_layers, bool tied_embeddings) {
+  if (!r.mixed) return r.base;
+  if (name == "output.weight" || (tied_embeddings && name == "token_embd.weight")) return DType::Q6_K;
+  const int layer = layer_of(name);
+  if (layer >= 0 && (ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) &&
+      gets_more_bits(layer, n_layers))
+    return DType::Q6_K;
+  return r.base;
+}
+
+// K-quant rows must be whole 256-value blocks; others take llama.cpp's fallback.
+DType fitting_type(DType t, int64_t cols) {
+  if (!is_k_quant(t) || cols % dtype_info(t).block_size == 0) return t;
+  return t == DType::Q6_K ? DType::Q8_0 : DType::Q5_0;
+}
+
+int layer_count(const GGUFFile& in) {
+  int n = 0;
+  for (const TensorView& t : in.tensors()) n = std::max(n, layer_of(t.name) + 1);
+  return n;
 }
 
 std::vector<uint8_t> requantize(const TensorView& t, DType target) {
@@ -34,7 +86,7 @@ std::vector<uint8_t> requantize(const TensorView& t, DType target) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       dequantize_row(t.type, t.row(r), row.data(), cols);
-      quantize_row(target, row.data(), out.data() + static_cast<size_t>(r) * out_row, cols);
+      quantize_row_searched(target, row.data(), out.data() + static_cast<size_t>(r) * out_row, cols);
     }
   }
   return out;
@@ -42,9 +94,28 @@ std::vector<uint8_t> requantize(const TensorView& t, DType target) {
 
 }  // namespace
 
+QuantizeRecipe parse_quantize_recipe(const std::string& name) {
+  if (name == "q4_k_m") return {name, DType::Q4_K, true, 15};
+  if (name == "q5_k_m") return {name, DType::Q5_K, true, 17};
+  DType t;
+  try {
+    t = parse_dtype(name);
+  } catch (const Error&) {
+    throw Error("quantize: unknown type '" + name + "' (supported: " + kRecipes + ")");
+  }
+  return {name, t, false, file_type_of(t)};
+}
+
 QuantizeReport quantize_model(const std::string& input, const std::string& output, DType target) {
-  const uint32_t file_type = file_type_of(target);
+  return quantize_model(input, output, QuantizeRecipe{dtype_name(target), target, false, file_type_of(target)});
+}
+
+QuantizeReport quantize_model(const std::string& input, const std::string& output, const QuantizeRecipe& recipe) {
+  const uint32_t file_type = recipe.file_type;
   GGUFFile in(input);
+  const int n_layers = layer_count(in);
+  bool tied = true;
+  for (const TensorView& t : in.tensors()) tied = tied && t.name != "output.weight";
   GGUFWriter w;
   for (const auto& [key, value] : in.metadata()) {
     if (key == "general.file_type" || key == "general.alignment") continue;
@@ -54,6 +125,7 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   QuantizeReport report;
   for (const TensorView& t : in.tensors()) {
     std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
+    const DType target = t.n_dims == 2 ? fitting_type(type_for(recipe, t.name, n_layers, tied), t.cols()) : recipe.base;
     report.bytes_in += t.nbytes;
     const bool matrix = t.n_dims == 2 && t.cols() % dtype_info(target).block_size == 0 && dtype_info(t.type).supported;
     if (!matrix || t.type == target) {
