@@ -23,9 +23,17 @@ std::optional<ConstraintSpec> tool_call_constraint(const ToolRequest& tools, Too
   const bool one_call = !tools.parallel_tool_calls;
   json structure;
   if (tools.choice.kind == ToolChoice::kAuto) {
+    std::vector<std::string> triggers = tool_call_triggers(format);
+    json tags = tags_of(shapes);
+    if (format == ToolCallFormat::kHermes) {
+      // Qwen2.5 models often write a bare {"name": ...} call without the
+      // <tool_call> tags (which the parser takes too): constrain those as well.
+      for (const std::string& t : tool_call_triggers(ToolCallFormat::kGenericJson)) triggers.push_back(t);
+      for (const json& tag : tags_of(tool_call_shapes(tools, ToolCallFormat::kGenericJson))) tags.push_back(tag);
+    }
     structure = {{"type", "triggered_tags"},
-                 {"triggers", tool_call_triggers(format)},
-                 {"tags", tags_of(shapes)},
+                 {"triggers", triggers},
+                 {"tags", tags},
                  {"at_least_one", false},
                  {"stop_after_first", one_call}};
   } else {  // required or named: calls only, no text around them
