@@ -206,15 +206,15 @@ TEST_F(ToolConversation, BadToolMessagesAndToolsGet400NamingTheField) {
       {assistant_calls("get_weather"), "messages[1].tool_calls"},
       {assistant_calls({5}), "messages[1].tool_calls[0]"},
       {assistant_calls({good_call, no_name}), "messages[1].tool_calls[1].function.name"},
-      {assistant_calls({bad_args}), "messages[1].tool_calls[0].function.arguments"},
-      {assistant_calls({object_args}), "messages[1].tool_calls[0].function.arguments"},
-      {assistant_calls({bad_type}), "messages[1].tool_calls[0].type"},
-      {assistant_calls({bad_id}), "messages[1].tool_calls[0].id"},
+      {assistant_calls(json::array({bad_args})), "messages[1].tool_calls[0].function.arguments"},
+      {assistant_calls(json::array({object_args})), "messages[1].tool_calls[0].function.arguments"},
+      {assistant_calls(json::array({bad_type})), "messages[1].tool_calls[0].type"},
+      {assistant_calls(json::array({bad_id})), "messages[1].tool_calls[0].id"},
       {assistant_calls({{{"type", "function"}}}), "messages[1].tool_calls[0].function"},
       {{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"tools", {{{"type", "function"}}}}}, "tools[0].function"},
   };
   for (const auto& [body, param] : cases) EXPECT_EQ(error_param(body), param) << body.dump();
-  EXPECT_EQ(error_param({{"prompt", "hi"}, {"tools", {weather_tool()}}}, Endpoint::kCompletions), "tools");
+  EXPECT_EQ(error_param({{"prompt", "hi"}, {"tools", json::array({weather_tool()})}}, Endpoint::kCompletions), "tools");
   EXPECT_EQ(error_param({{"prompt", "hi"}, {"functions", {{{"name", "f"}}}}}, Endpoint::kCompletions), "functions");
 
   // Accepted: a tool result as text parts, a call without an id, an empty tool_calls list.
@@ -222,7 +222,7 @@ TEST_F(ToolConversation, BadToolMessagesAndToolsGet400NamingTheField) {
   EXPECT_EQ(error_param(fine), "(no error)");
   json no_id = good_call;
   no_id.erase("id");
-  EXPECT_EQ(error_param(assistant_calls({no_id})), "(no error)");
+  EXPECT_EQ(error_param(assistant_calls(json::array({no_id}))), "(no error)");
   EXPECT_EQ(error_param(with({{"role", "assistant"}, {"content", "ok"}, {"tool_calls", json::array()}})), "(no error)");
 }
 

@@ -1,5 +1,6 @@
 #include "server/request_parser.h"
 
+#include <limits>
 #include <random>
 
 #include "core/error.h"
@@ -285,7 +286,8 @@ GenerationRequest RequestParser::shared_settings(Endpoint endpoint, const json& 
       throw invalid("stop_token_ids", "stop_token_ids must be a list of at most " + std::to_string(kMaxStopTokenIds) + " token ids");
     r.stop_token_ids = checked_tokens(*ids, "stop_token_ids");
   }
-  r.min_tokens = integer_in(body, "min_tokens", 0, context_, 0);
+  // Bounded by max_tokens once that is known (fit_to_context): a too-long request is a max_tokens error.
+  r.min_tokens = integer_in(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(), 0);
   r.speculation = parse_speculation(body, speculation_, has_draft_model_);
   out.n = integer_in(body, "n", 1, kMaxChoices, 1);
   out.stream = boolean(body, "stream", false);
