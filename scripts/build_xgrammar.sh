@@ -20,10 +20,14 @@ if [ ! -s "$sdist" ]; then
   echo "fetching xgrammar $VERSION (PyPI sdist)..." >&2
   # The sdist's address from PyPI's simple index: pip itself would try to
   # build the Python package to read its metadata.
-  url=$(curl -fsSL "https://pypi.org/simple/xgrammar/" | grep -o "https://[^\"#]*/xgrammar-$VERSION\.tar\.gz" | head -1)
-  [ -n "$url" ] || { echo "build_xgrammar.sh: xgrammar-$VERSION.tar.gz is not on PyPI's index" >&2; exit 1; }
-  curl -fsSL -o "$sdist.part" "$url"
-  mv "$sdist.part" "$sdist"
+  url=$(curl -fsSL "https://pypi.org/simple/xgrammar/" | grep -o "https://[^\"#]*/xgrammar-$VERSION\.tar\.gz" | head -1 || true)
+  if [ -n "$url" ] && curl -fsSL -o "$sdist.part" "$url"; then
+    mv "$sdist.part" "$sdist"
+  else
+    # Through pip's own index settings (a mirror, a proxy); slower: pip prepares the package's metadata.
+    python3 -m pip download --quiet --no-deps --no-binary :all: -d .deps/cache "xgrammar==$VERSION"
+  fi
+  [ -s "$sdist" ] || { echo "build_xgrammar.sh: could not fetch xgrammar-$VERSION.tar.gz from PyPI" >&2; exit 1; }
 fi
 echo "$SHA256  $sdist" | sha256sum --check --quiet
 
