@@ -191,7 +191,9 @@ TEST_F(ToolConversation, BadToolMessagesAndToolsGet400NamingTheField) {
   };
   auto assistant_calls = [&](json calls) { return with({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", calls}}); };
   const json good_call = tool_call("c1", "get_weather", "{}");
-  json no_name = good_call, bad_args = good_call, object_args = good_call, bad_type = good_call, bad_id = good_call;
+  json no_name = good_call, bad_args = good_call, object_args = good_call, bad_type = good_call, bad_id = good_call,
+       deep_args = good_call;
+  deep_args["function"]["arguments"] = std::string(100000, '[') + std::string(100000, ']');
   no_name["function"].erase("name");
   bad_args["function"]["arguments"] = "{\"city\": ";
   object_args["function"]["arguments"] = {{"city", "Paris"}};
@@ -208,6 +210,7 @@ TEST_F(ToolConversation, BadToolMessagesAndToolsGet400NamingTheField) {
       {assistant_calls({good_call, no_name}), "messages[1].tool_calls[1].function.name"},
       {assistant_calls(json::array({bad_args})), "messages[1].tool_calls[0].function.arguments"},
       {assistant_calls(json::array({object_args})), "messages[1].tool_calls[0].function.arguments"},
+      {assistant_calls(json::array({deep_args})), "messages[1].tool_calls[0].function.arguments"},
       {assistant_calls(json::array({bad_type})), "messages[1].tool_calls[0].type"},
       {assistant_calls(json::array({bad_id})), "messages[1].tool_calls[0].id"},
       {assistant_calls({{{"type", "function"}}}), "messages[1].tool_calls[0].function"},

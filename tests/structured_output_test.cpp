@@ -84,6 +84,12 @@ TEST(ConstraintParam, BadFieldsAre400sNamingThem) {
   EXPECT_EQ(parse_error({{"guided_choice", {"a", 3}}}).param(), "guided_choice[1]");
   EXPECT_EQ(parse_error({{"guided_regex", ""}}).param(), "guided_regex");
   EXPECT_EQ(parse_error({{"guided_json", "{not json"}}).param(), "guided_json");
+  // A schema sent as text nests no deeper than a request body may (it is checked and printed recursively).
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += R"({"items": )";
+  deep += "true" + std::string(100000, '}');
+  EXPECT_EQ(parse_error({{"guided_json", deep}}).param(), "guided_json");
+  EXPECT_EQ(parse_error({{"guided_json", R"({"maximum": 1e400})"}}).param(), "guided_json");
   EXPECT_EQ(parse_error({{"structured_outputs", {{"xml", "<a/>"}}}}).param(), "structured_outputs.xml");
   EXPECT_EQ(parse_error({{"structured_outputs", {{"regex", "a"}, {"choice", {"a"}}}}}).param(), "structured_outputs");
   const server::ApiError both = parse_error({{"response_format", {{"type", "json_object"}}}, {"guided_regex", "a"}});

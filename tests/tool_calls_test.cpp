@@ -374,3 +374,13 @@ TEST(ToolCallShapes, EveryFormatsShapeParsesBack) {
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0].begin, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": ");
 }
+
+// Model output is untrusted: a "call" nested without bound is never walked
+// (printing or checking it would recurse that deep); it stays text.
+TEST(ToolCalls, DeeplyNestedOutputStaysText) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const ParsedToolOutput out = parse_tool_calls(deep, ToolCallFormat::kGenericJson, two_tools());
+  EXPECT_TRUE(out.calls.empty());
+  const std::string args = "{\"name\": \"get_weather\", \"arguments\": \"" + std::string(200, '[') + std::string(200, ']') + "\"}";
+  EXPECT_TRUE(parse_tool_calls(args, ToolCallFormat::kGenericJson, two_tools()).calls.empty());
+}

@@ -3,17 +3,13 @@
 #include <vector>
 
 #include "server/api_error.h"
+#include "server/json_input.h"
 #include "server/json_schema_check.h"
 
 namespace kvserve::server {
 namespace {
 
 using json = nlohmann::json;
-
-const json* field(const json& body, const char* name) {
-  auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
 
 std::string string_value(const json& v, const std::string& param) {
   if (!v.is_string() || v.get_ref<const std::string&>().empty()) throw invalid(param, param + " must be a non-empty string");
@@ -25,12 +21,11 @@ ConstraintParam schema_constraint(const json& v, const std::string& param, std::
   json schema = v;
   std::string text;
   if (v.is_string()) {
-    try {
-      schema = json::parse(v.get<std::string>());
-      text = nlohmann::ordered_json::parse(v.get<std::string>()).dump();
-    } catch (const json::exception& e) {
-      throw invalid(param, param + " is not valid JSON: " + e.what());
-    }
+    const std::optional<nlohmann::ordered_json> ordered = parse_bounded_json<nlohmann::ordered_json>(v.get<std::string>());
+    if (!ordered)
+      throw invalid(param, param + " is not valid JSON (or nests deeper than " + std::to_string(kMaxJsonDepth) + " levels)");
+    schema = *parse_bounded_json<json>(v.get<std::string>());
+    text = ordered->dump();
     location.clear();  // the text keeps its order
   }
   if (!schema.is_object() && !schema.is_boolean()) throw invalid(param, param + " must be a JSON schema (an object)");
@@ -118,19 +113,15 @@ std::optional<ConstraintParam> parse_constraint(const json& body) {
 
 void restore_key_order(ConstraintParam& constraint, const std::string& raw_body) {
   if (constraint.location.empty()) return;
-  const nlohmann::ordered_json::parser_callback_t limit_depth = [](int depth, nlohmann::ordered_json::parse_event_t,
-                                                                   nlohmann::ordered_json&) { return depth <= 64; };
-  try {
-    const nlohmann::ordered_json body = nlohmann::ordered_json::parse(raw_body, limit_depth);
-    const nlohmann::ordered_json* at = &body;
-    for (const std::string& key : constraint.location) {
-      if (!at->is_object() || !at->contains(key)) return;
-      at = &(*at)[key];
-    }
-    constraint.spec.text = at->dump();
-  } catch (const nlohmann::ordered_json::exception&) {
-    // The body parsed before; keep the sorted schema.
+  // The body parsed before (as json, within the depth bound); should it not now, the sorted schema stays.
+  const std::optional<nlohmann::ordered_json> body = parse_bounded_json<nlohmann::ordered_json>(raw_body);
+  if (!body) return;
+  const nlohmann::ordered_json* at = &*body;
+  for (const std::string& key : constraint.location) {
+    if (!at->is_object() || !at->contains(key)) return;
+    at = &(*at)[key];
   }
+  constraint.spec.text = at->dump();
 }
 
 }  // namespace kvserve::server

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/json_input.h"
 #include "server/constraint_param.h"
 #include "server/speculation_param.h"
 #include "server/tool_conversation.h"
@@ -19,12 +20,6 @@ constexpr int64_t kMaxStops = 16;
 constexpr int64_t kMaxCompletionLogprobs = 5;  // OpenAI's limits
 constexpr int64_t kMaxChatLogprobs = 20;
 constexpr int64_t kCompletionsDefaultMaxTokens = 16;  // OpenAI's legacy default; chat runs to the context's end
-
-// The field, or nullptr when it is absent or null (null means "default" in OpenAI's API).
-const json* field(const json& body, const char* name) {
-  auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
 
 std::string range_text(double lo, double hi) { return "[" + json(lo).dump() + ", " + json(hi).dump() + "]"; }
 

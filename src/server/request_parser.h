@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "server/constraint_param.h"
+#include "server/json_input.h"
 #include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -19,12 +20,8 @@ namespace kvserve::server {
 
 enum class Endpoint { kCompletions, kChat };
 
-// Request bodies nest at most this deep (OpenAI's nest about 5): JSON values
-// copy, compare and print recursively, so depth must not be unbounded.
-inline constexpr int kMaxJsonDepth = 64;
-
 // A request body as JSON; throws ApiError 400 for text that is not JSON or
-// nests deeper than kMaxJsonDepth.
+// nests deeper than kMaxJsonDepth (server/json_input.h).
 nlohmann::json parse_json_body(const std::string& body);
 
 // POST /tokenize: {"content": str, "add_special"?: bool, "with_pieces"?: bool}.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <random>
 
+#include "server/json_input.h"
+
 namespace kvserve::server {
 namespace {
 
@@ -95,9 +97,9 @@ std::optional<std::string> arguments_of(const ordered_json& call, const char* ke
   if (it == call.end() || it->is_null()) return "{}";
   if (it->is_object()) return it->dump(-1, ' ', false, json::error_handler_t::replace);
   if (!it->is_string()) return std::nullopt;
-  const ordered_json parsed = ordered_json::parse(it->get<std::string>(), nullptr, false);
-  if (!parsed.is_object()) return std::nullopt;
-  return parsed.dump(-1, ' ', false, json::error_handler_t::replace);
+  const std::optional<ordered_json> parsed = parse_bounded_json<ordered_json>(it->get<std::string>());
+  if (!parsed || !parsed->is_object()) return std::nullopt;
+  return parsed->dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 json schema_or_empty_object(const json& parameters) {
@@ -177,7 +179,8 @@ void ToolCallStream::add_call(ToolCall call, Delta& out) {
 }
 
 std::optional<std::vector<ToolCall>> ToolCallStream::calls_in(std::string_view json_text, bool list_allowed) const {
-  const ordered_json value = ordered_json::parse(json_text, nullptr, false);
+  // Model output: a deeply nested "call" stays text rather than being walked.
+  const ordered_json value = parse_bounded_json<ordered_json>(json_text).value_or(ordered_json());
   const bool list = list_allowed && value.is_array() && !value.empty();
   if (!value.is_object() && !list) return std::nullopt;
   const bool llama3 = format_ == ToolCallFormat::kLlama3Json;

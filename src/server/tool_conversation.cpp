@@ -3,17 +3,13 @@
 #include <map>
 
 #include "server/api_error.h"
+#include "server/json_input.h"
 #include "server/tool_calls.h"
 
 namespace kvserve::server {
 namespace {
 
 using json = nlohmann::json;
-
-const json* field(const json& obj, const char* name) {
-  auto it = obj.find(name);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
 
 bool is_role(const json& message, const char* role) {
   const json* r = field(message, "role");
@@ -35,9 +31,11 @@ json template_tool_call(const json& call, const std::string& param) {
   const std::string arguments_param = param + ".function.arguments";
   if (!arguments || !arguments->is_string())
     throw invalid(arguments_param, arguments_param + " must be a string holding the arguments as JSON");
-  json parsed = json::parse(arguments->get<std::string>(), nullptr, false);
-  if (parsed.is_discarded()) throw invalid(arguments_param, arguments_param + " is not valid JSON");
-  json out = {{"type", "function"}, {"function", {{"name", *name}, {"arguments", std::move(parsed)}}}};
+  std::optional<json> parsed = parse_bounded_json<json>(arguments->get<std::string>());
+  if (!parsed)
+    throw invalid(arguments_param, arguments_param + " is not valid JSON (or nests deeper than " +
+                                       std::to_string(kMaxJsonDepth) + " levels)");
+  json out = {{"type", "function"}, {"function", {{"name", *name}, {"arguments", std::move(*parsed)}}}};
   if (const json* id = field(call, "id")) {
     if (!id->is_string()) throw invalid(param + ".id", param + ".id must be a string");
     out["id"] = *id;

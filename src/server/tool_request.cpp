@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "server/api_error.h"
+#include "server/json_input.h"
 
 namespace kvserve::server {
 namespace {
@@ -11,12 +12,6 @@ using json = nlohmann::json;
 
 constexpr size_t kMaxToolNameBytes = 64;
 constexpr const char* kToolNamePattern = "^[a-zA-Z0-9_-]{1,64}$";
-
-// The field, or nullptr when it is absent or null (null means "default").
-const json* field(const json& obj, const char* name) {
-  auto it = obj.find(name);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
 
 bool valid_tool_name(const std::string& name) {
   if (name.empty() || name.size() > kMaxToolNameBytes) return false;
