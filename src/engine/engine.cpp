@@ -430,11 +430,9 @@ class Engine::Impl {
       metrics_.generated_tokens_total++;
     }
     if (eog || b.stops.stopped()) return "stop";
-    if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) != r.stop_token_ids.end()) {
-      ev.text += b.stops.push(b.stream.flush()) + b.stops.flush();
-      return "stop";
-    }
-    if (b.matcher && b.matcher->finished()) {  // complete: only an end-of-generation token could follow
+    // A stop token (its text kept), or a complete constraint (only an end-of-generation token could follow).
+    const bool stop_token = std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) != r.stop_token_ids.end();
+    if (stop_token || (b.matcher && b.matcher->finished())) {
       ev.text += b.stops.push(b.stream.flush()) + b.stops.flush();
       return "stop";
     }

@@ -28,7 +28,6 @@ struct ConstraintCompilerStats {
   int64_t requests = 0;    // compile() calls
   int64_t cache_hits = 0;  // answered from the cache (or by a compile already running)
   int64_t compiles = 0;    // compiles finished (successful or not)
-  int64_t failures = 0;    // of which invalid
   int64_t timeouts = 0;    // requesters that stopped waiting
   double compile_seconds = 0;  // summed over compiles
 };
@@ -46,7 +45,6 @@ class ConstraintCompiler {
   // before. Throws ConstraintError (see its reasons).
   std::shared_ptr<const CompiledConstraint> compile(const ConstraintSpec& spec);
   ConstraintCompilerStats stats() const;
-  const ConstraintLimits& limits() const { return limits_; }
 
  private:
   struct Shared;
