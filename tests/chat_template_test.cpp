@@ -86,6 +86,19 @@ TEST(ChatTemplate, ChatMlFallback) {
   EXPECT_EQ(ChatTemplate::chatml().apply(in), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
+// Gemma files without a template (the base models) get Gemma's turn format:
+// the system message joins the first user turn, the assistant is "model".
+TEST(ChatTemplate, GemmaFallback) {
+  ChatTemplateInputs in;
+  in.messages = conversation();
+  in.bos_token = "<bos>";
+  EXPECT_EQ(ChatTemplate::gemma().apply(in),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  in.messages = json::array({{{"role", "user"}, {"content", " Hi \n"}}});
+  EXPECT_EQ(ChatTemplate::gemma().apply(in), "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+}
+
 TEST(ChatTemplate, WhitespaceControlAndBlockTrimming) {
   const std::string src =
       "{%- for m in messages %}\n"

@@ -26,11 +26,12 @@ struct Case {
   int64_t head_dim;
   int64_t n_kv_heads;
   int64_t group;      // GQA ratio
+  int64_t window = 0; // sliding window (0: none)
 };
 
 void expect_flash_matches_reference(const Case& c) {
   std::mt19937 rng(static_cast<uint32_t>(c.n_kv * 131 + c.n_q * 7 + c.head_dim + c.group));
-  const AttentionShape shape{c.n_kv_heads * c.group, c.n_kv_heads, c.head_dim};
+  const AttentionShape shape{c.n_kv_heads * c.group, c.n_kv_heads, c.head_dim, c.window};
   const int64_t q_width = shape.n_heads * c.head_dim, kv_width = c.n_kv_heads * c.head_dim;
   // Keys scaled up so that scores spread over a wide range (peaky softmax rows).
   const auto q = random_vector(static_cast<size_t>(c.n_q * q_width), rng, 1.0f);
@@ -41,7 +42,8 @@ void expect_flash_matches_reference(const Case& c) {
   attention_reference(q.data(), c.n_q, pos0, k.data(), v.data(), c.n_kv, kv_width, shape, want.data());
   flash_attention(q.data(), c.n_q, pos0, k.data(), v.data(), c.n_kv, kv_width, shape, got.data());
   EXPECT_LT(relative_error(got, want), 1e-5)
-      << "n_kv " << c.n_kv << " n_q " << c.n_q << " head_dim " << c.head_dim << " group " << c.group;
+      << "n_kv " << c.n_kv << " n_q " << c.n_q << " head_dim " << c.head_dim << " group " << c.group << " window "
+      << c.window;
 }
 
 }  // namespace
@@ -62,6 +64,33 @@ TEST(FlashAttention, ChunkedPrefillAgainstLongContext) {
   // A chunk of queries continuing a long cached prefix (causal offset pos0 > 0).
   for (int64_t group : {1, 4, 8}) expect_flash_matches_reference({4097, 65, 64, 2, group});
   expect_flash_matches_reference({4097, 3, 128, 1, 8});
+}
+
+// Gemma 3's sliding layers: windows smaller and larger than a key tile (64)
+// and a key split (256), prefill, decode and a chunk after a long prefix.
+TEST(FlashAttention, SlidingWindowMatchesReference) {
+  for (int64_t window : {1, 5, 64, 100, 300, 512})
+    for (int64_t n : {1, 65, 700}) {
+      expect_flash_matches_reference({n, n, 64, 1, 4, window});
+      expect_flash_matches_reference({n, 1, 128, 2, 2, window});
+    }
+  expect_flash_matches_reference({4097, 65, 64, 2, 4, 512});
+  expect_flash_matches_reference({4097, 3, 256, 1, 4, 512});
+}
+
+TEST(FlashAttention, SlidingWindowSeesOnlyTheWindow) {
+  // Window 1: every query sees only its own key, so the output is its value row.
+  const AttentionShape shape{2, 1, 32, 1};
+  std::mt19937 rng(5);
+  const int64_t n = 80;
+  const auto q = random_vector(static_cast<size_t>(n * 64), rng, 1.0f);
+  const auto k = random_vector(static_cast<size_t>(n * 32), rng, 1.0f);
+  const auto v = random_vector(static_cast<size_t>(n * 32), rng, 1.0f);
+  std::vector<float> out(q.size());
+  flash_attention(q.data(), n, 0, k.data(), v.data(), n, 32, shape, out.data());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t d = 0; d < 32; ++d) ASSERT_FLOAT_EQ(out[static_cast<size_t>(i * 64 + h * 32 + d)], v[static_cast<size_t>(i * 32 + d)]);
 }
 
 TEST(FlashAttention, OnlineSoftmaxMatchesTwoPass) {

@@ -57,7 +57,11 @@ TEST_P(LlamaCppOracle, GreedyTokensAndTopLogprobsAgree) {
   test_util::write_synth_model(file.path(), c["preset"], type, c["seed"].get<uint64_t>());
   auto model = Model::load(file.path());
   const bool exact = type == DType::F32;
-  const double tolerance = exact ? 1e-4 : 0.1;  // measured: <= 7e-6 (f32), <= 0.066 (q8_0 weights)
+  // measured: <= 7e-6 (f32), <= 0.066 (q8_0 weights). llama.cpp's GELU
+  // (gemma3) reads a table indexed by the fp16-rounded input: 1.3e-3 here,
+  // 3.5e-4 once kvserve was made to round the same way (so the table is most of it).
+  const bool gelu = model->config().ffn_activation == ModelConfig::FfnActivation::kGeluTanh;
+  const double tolerance = exact ? (gelu ? 3e-3 : 1e-4) : 0.1;
 
   auto d = make_decoder("cached", *model, model->config().context_length);
   const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();

@@ -8,11 +8,20 @@ struct AttentionShape {
   int64_t n_heads;     // query heads
   int64_t n_kv_heads;  // K/V heads; query head h reads K/V head h / (n_heads / n_kv_heads)
   int64_t head_dim;
+  // Sliding window (Gemma 3's local layers): a query at position p sees keys
+  // p - window < j <= p. 0: every key up to p.
+  int64_t window = 0;
+  float scale = 0.0f;  // of q.k; 0: 1 / sqrt(head_dim)
+
+  float score_scale() const;
+  // The first key a query at `pos` sees.
+  int64_t first_key(int64_t pos) const { return window > 0 && pos >= window ? pos - window + 1 : 0; }
 };
 
 // q:   [n_q][n_heads * head_dim], query i sits at position pos0 + i.
 // k,v: key/value rows for positions 0..n_kv-1, row p at k + p * kv_stride
-//      ([n_kv_heads * head_dim] used). Query i attends to keys 0..pos0+i.
+//      ([n_kv_heads * head_dim] used). Query i attends to keys
+//      shape.first_key(pos0 + i) .. pos0 + i.
 // out: [n_q][n_heads * head_dim].
 // The plain materializing algorithm: each head's [n_q x n_kv] score matrix
 // is written to a buffer, soft-maxed row by row, then multiplied by V.

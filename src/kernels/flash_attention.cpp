@@ -20,7 +20,7 @@ struct HeadSource {
   const KVRows* v;
   size_t k_offset, v_offset;  // bytes of the head inside a token row
   int64_t head_dim;
-  float scale;                // 1 / sqrt(head_dim)
+  float scale;                // of q.k (AttentionShape::score_scale)
   const AttentionVectorOps* ops;
 };
 
@@ -38,13 +38,13 @@ void load_rows(const KVRows& rows, size_t offset, const AttentionVectorOps& ops,
   }
 }
 
-// Folds the tile's keys [t0, last) into one row's state.
+// Folds the tile's keys [begin, last) into one row's state (the tile starts at t0).
 void attend_tile_row(RowBlock& rows, int64_t r, const KVTile& tile, const HeadSource& src, int64_t t0,
-                     int64_t last) {
+                     int64_t begin, int64_t last) {
   const int64_t hd = src.head_dim;
   float scores[kKeyTile];
   float tile_max = -std::numeric_limits<float>::infinity();
-  for (int64_t j = t0; j < last; ++j) {
+  for (int64_t j = begin; j < last; ++j) {
     scores[j - t0] = src.ops->dot(rows.q[r], tile.k[j - t0], hd) * src.scale;
     tile_max = std::max(tile_max, scores[j - t0]);
   }
@@ -55,7 +55,7 @@ void attend_tile_row(RowBlock& rows, int64_t r, const KVTile& tile, const HeadSo
   if (rescale != 1.0f) src.ops->scale(rescale, o, hd);
   st.sum *= rescale;
   st.max = new_max;
-  for (int64_t j = t0; j < last; ++j) {
+  for (int64_t j = begin; j < last; ++j) {
     const float p = std::exp(scores[j - t0] - new_max);
     st.sum += p;
     src.ops->axpy(p, tile.v[j - t0], o, hd);
@@ -67,16 +67,22 @@ void attend_tile_row(RowBlock& rows, int64_t r, const KVTile& tile, const HeadSo
 // inlined: prefill and decode run one compiled copy of the per-row
 // arithmetic (no per-call-site contraction or vectorization differences).
 [[gnu::noinline]] void attend_keys(RowBlock& rows, const HeadSource& src, int64_t j0, int64_t j1, KVTile& tile) {
-  int64_t max_pos = -1;
-  for (int64_t r = 0; r < rows.n_rows; ++r) max_pos = std::max(max_pos, rows.pos[r]);
+  int64_t max_pos = -1, min_first = j1;
+  for (int64_t r = 0; r < rows.n_rows; ++r) {
+    max_pos = std::max(max_pos, rows.pos[r]);
+    min_first = std::min(min_first, rows.first[r]);
+  }
   j1 = std::min(j1, max_pos + 1);  // causal: no row sees keys past its position
-  for (int64_t t0 = j0; t0 < j1; t0 += kKeyTile) {
+  // Sliding window: tiles wholly before every row's window are skipped; the
+  // tile grid stays where it is (a row's arithmetic never depends on the others).
+  const int64_t start = min_first > j0 ? j0 + (min_first - j0) / kKeyTile * kKeyTile : j0;
+  for (int64_t t0 = start; t0 < j1; t0 += kKeyTile) {
     const int64_t t1 = std::min(j1, t0 + kKeyTile);
     load_rows(*src.k, src.k_offset, *src.ops, src.head_dim, t0, t1, tile.k_buf, tile.k);
     load_rows(*src.v, src.v_offset, *src.ops, src.head_dim, t0, t1, tile.v_buf, tile.v);
     for (int64_t r = 0; r < rows.n_rows; ++r) {
-      const int64_t last = std::min(t1, rows.pos[r] + 1);
-      if (last > t0) attend_tile_row(rows, r, tile, src, t0, last);  // else: tile above the diagonal
+      const int64_t begin = std::max(t0, rows.first[r]), last = std::min(t1, rows.pos[r] + 1);
+      if (last > begin) attend_tile_row(rows, r, tile, src, t0, begin, last);  // else: no key of the tile in view
     }
   }
 }
@@ -91,6 +97,7 @@ void reset_rows(RowBlock& rows, int64_t n_rows, int64_t head_dim) {
   rows.n_rows = n_rows;
   rows.q.resize(static_cast<size_t>(n_rows));
   rows.pos.resize(static_cast<size_t>(n_rows));
+  rows.first.resize(static_cast<size_t>(n_rows));
   rows.merged.assign(static_cast<size_t>(n_rows), OnlineSoftmax{});
   rows.merged_acc.assign(static_cast<size_t>(n_rows * head_dim), 0.0f);
   reset_split(rows, head_dim);
@@ -121,7 +128,7 @@ HeadSource head_source(const KVRows& k, const KVRows& v, int64_t kv_head, const 
           static_cast<size_t>(kv_head) * kv_head_bytes(k.type, s.head_dim),
           static_cast<size_t>(kv_head) * kv_head_bytes(v.type, s.head_dim),
           s.head_dim,
-          1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+          s.score_scale(),
           &attention_vector_ops()};
 }
 
@@ -163,6 +170,7 @@ void flash_decode(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, co
       for (int64_t r = 0; r < n_rows; ++r) {
         rows.q[r] = q + (r / group) * q_stride + (kvh * group + r % group) * hd;
         rows.pos[r] = pos0 + r / group;
+        rows.first[r] = s.first_key(rows.pos[r]);
       }
       attend_keys(rows, head_source(k, v, kvh, s), split * kKeySplit, std::min(n_kv, (split + 1) * kKeySplit),
                   scratch.tile);
@@ -198,11 +206,14 @@ void flash_query_tile(const float* q, int64_t i0, int64_t i1, int64_t pos0, cons
       const int64_t r = (i - i0) * group + g;
       rows.q[r] = q + i * q_stride + (kv_head * group + g) * hd;
       rows.pos[r] = pos0 + i;
+      rows.first[r] = s.first_key(pos0 + i);
     }
   const HeadSource src = head_source(k, v, kv_head, s);
   const int64_t n_kv = pos0 + i1;
-  for (int64_t j0 = 0; j0 < n_kv; j0 += kKeySplit) {
-    if (j0 > 0) reset_split(rows, hd);
+  // Splits wholly before every row's window hold nothing to merge.
+  const int64_t first_split = s.first_key(pos0 + i0) / kKeySplit * kKeySplit;
+  for (int64_t j0 = first_split; j0 < n_kv; j0 += kKeySplit) {
+    if (j0 > first_split) reset_split(rows, hd);
     attend_keys(rows, src, j0, std::min(n_kv, j0 + kKeySplit), scratch.tile);
     for (int64_t r = 0; r < rows.n_rows; ++r)
       merge_split(rows.merged[r], rows.merged_acc.data() + r * hd, rows.state[r], rows.acc.data() + r * hd, hd);

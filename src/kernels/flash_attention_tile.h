@@ -35,6 +35,7 @@ struct RowBlock {
   int64_t n_rows = 0;
   std::vector<const float*> q;  // [n_rows] -> head_dim floats
   std::vector<int64_t> pos;     // [n_rows] the row's position (sees keys <= pos)
+  std::vector<int64_t> first;   // [n_rows] the first key it sees (sliding window; else 0)
   std::vector<OnlineSoftmax> state;  // [n_rows] over the current key split
   std::vector<float> acc;            // [n_rows][head_dim] unnormalized output of the current split
   std::vector<OnlineSoftmax> merged;  // [n_rows] the splits before it, merged in order
@@ -49,7 +50,7 @@ struct FlashScratch {
 
 // Attention of query positions [i0, i1) of one sequence (query i at position
 // pos0 + i, row i of q / out with n_heads * head_dim floats) over K/V head
-// kv_head: every query head of the GQA group, keys 0 .. pos0 + i1 - 1 read
+// kv_head: every query head of the GQA group, keys up to pos0 + i1 - 1 read
 // from k / v one tile at a time. Writes those heads' output rows in out.
 void flash_query_tile(const float* q, int64_t i0, int64_t i1, int64_t pos0, const KVRows& k, const KVRows& v,
                       int64_t kv_head, const AttentionShape& s, FlashScratch& scratch, float* out);

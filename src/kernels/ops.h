@@ -1,6 +1,6 @@
 #pragma once
 // Element-wise and row-wise transformer ops (scalar; memory-light next to
-// matmul). silu_mul, add_inplace and rmsnorm_rows split long inputs (a batch)
+// matmul). The gated activations, add_inplace and rmsnorm_rows split long inputs (a batch)
 // over the OpenMP threads; results do not depend on the split.
 #include <cstdint>
 
@@ -19,6 +19,15 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dims, int64_t
 
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
+
+// gate[i] = gelu(gate[i]) * up[i], GELU's tanh approximation (Gemma's gelu_pytorch_tanh)
+void gelu_tanh_mul(float* gate, const float* up, int64_t n);
+
+// x[i] = cap * tanh(x[i] / cap) (Gemma's logit soft-capping)
+void softcap(float* x, int64_t n, float cap);
+
+// x[i] *= s
+void scale_inplace(float* x, int64_t n, float s);
 
 // x[i] = exp(x[i] - max) / sum, in place; -inf entries become 0.
 void softmax(float* x, int64_t n);

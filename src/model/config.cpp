@@ -43,14 +43,48 @@ void read_rope_scaling(const GGUFFile& file, const std::string& p, ModelConfig& 
   }
 }
 
+// Gemma 3 (llama.cpp's gemma3 graph): sliding layers in a pattern of 6 (the
+// sixth global) unless the file lists them, their own RoPE base (10000 by
+// default), embeddings scaled by sqrt(dim), GELU-gated FFN, optional final
+// logit soft-capping, and the 27B's query scale 1 / sqrt(dim / heads).
+void read_gemma3(const GGUFFile& file, const std::string& p, ModelConfig& c) {
+  const std::string& path = file.path();
+  c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+  c.ffn_activation = ModelConfig::FfnActivation::kGeluTanh;
+  c.final_logit_softcap = static_cast<float>(file.get_float(p + "final_logit_softcapping", 0.0));
+  if (!(c.final_logit_softcap >= 0.0f) || !std::isfinite(c.final_logit_softcap))
+    throw Error(path + ": final_logit_softcapping must be a non-negative number");
+  if (c.n_layers == 62)  // gemma_pytorch's config: the 27B scales queries by the model width per head
+    c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.dim / c.n_heads));
+  c.sliding_window = static_cast<int64_t>(file.get_uint(p + "attention.sliding_window", 0));
+  if (c.sliding_window <= 0) return;
+  c.rope_theta_sliding = static_cast<float>(file.get_float(p + "rope.freq_base_swa", 10000.0));
+  if (!(c.rope_theta_sliding > 0.0f)) throw Error(path + ": rope.freq_base_swa must be positive");
+  c.layer_is_sliding.assign(static_cast<size_t>(c.n_layers), false);
+  const std::string pattern_key = p + "attention.sliding_window_pattern";
+  if (const GGUFValue* v = file.find(pattern_key); v && v->type == GGUFType::ARRAY) {
+    const std::vector<double>& flags = file.get_number_array(pattern_key);
+    if (static_cast<int64_t>(flags.size()) != c.n_layers)
+      throw Error(path + ": " + pattern_key + " has " + std::to_string(flags.size()) + " entries for " +
+                  std::to_string(c.n_layers) + " layers");
+    for (size_t l = 0; l < flags.size(); ++l) c.layer_is_sliding[l] = flags[l] != 0.0;
+    return;
+  }
+  const auto period = static_cast<int64_t>(file.get_uint(pattern_key, 6));
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    c.layer_is_sliding[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   ModelConfig c;
   const std::string& path = file.path();
   c.arch = file.get_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "mistral" && c.arch != "phi3")
-    throw Error(path + ": architecture '" + c.arch + "' is not supported (supported: llama, qwen2, qwen3, mistral, phi3)");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "mistral" && c.arch != "phi3" &&
+      c.arch != "gemma3")
+    throw Error(path + ": architecture '" + c.arch +
+                "' is not supported (supported: llama, qwen2, qwen3, mistral, phi3, gemma3)");
   c.name = file.get_string("general.name", c.arch);
   const std::string p = c.arch + ".";
   c.n_layers = static_cast<int64_t>(file.get_uint(p + "block_count"));
@@ -81,12 +115,15 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   c.rope_theta = static_cast<float>(file.get_float(p + "rope.freq_base", 10000.0));
   c.norm_eps = static_cast<float>(file.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
   // llama.cpp's converter permutes Llama's Q/K rows for the interleaved layout; Qwen2 keeps NeoX halves.
-  c.rope_neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3";
-  // Sliding-window attention is not implemented: within the window it is
-  // plain causal attention, so the context stops there.
-  if (const auto window = static_cast<int64_t>(file.get_uint(p + "attention.sliding_window", 0));
-      window > 0 && window < c.context_length)
+  c.rope_neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" || c.arch == "gemma3";
+  if (c.arch == "gemma3") {
+    read_gemma3(file, p, c);
+  } else if (const auto window = static_cast<int64_t>(file.get_uint(p + "attention.sliding_window", 0));
+             window > 0 && window < c.context_length) {
+    // A window on every layer (Mistral 7B v0.1): within it that is plain
+    // causal attention, so the context stops there.
     c.context_length = window;
+  }
   if (file.find_tensor("rope_factors_long.weight") || file.find_tensor("rope_factors_short.weight"))
     throw Error(path + ": LongRoPE (rope_factors_long / rope_factors_short) is not supported");
   read_rope_scaling(file, p, c);

@@ -11,7 +11,7 @@ namespace kvserve {
 class GGUFFile;
 
 struct ModelConfig {
-  std::string arch;        // "llama", "qwen2", "qwen3", "mistral"
+  std::string arch;        // "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3"
   std::string name;        // general.name, for display
   int64_t n_layers = 0;
   int64_t dim = 0;         // embedding / residual width
@@ -30,8 +30,27 @@ struct ModelConfig {
   std::vector<float> rope_freq_factors;
   double rope_position_scale = 1.0;
   float norm_eps = 1e-5f;
+  // Gemma 3: interleaved sliding-window layers. A sliding layer's query at
+  // position p sees keys p - sliding_window < j <= p and rotates with its own
+  // RoPE base; the other layers are global (every key, rope_theta).
+  int64_t sliding_window = 0;             // 0: no sliding layers
+  std::vector<bool> layer_is_sliding;     // [n_layers] when sliding_window > 0
+  float rope_theta_sliding = 10000.0f;
+  float embedding_scale = 1.0f;           // token embeddings are multiplied by this (Gemma: sqrt(dim))
+  enum class FfnActivation { kSilu, kGeluTanh };
+  FfnActivation ffn_activation = FfnActivation::kSilu;  // of the gate, times up
+  float final_logit_softcap = 0.0f;       // > 0: logits = cap * tanh(logits / cap)
+  float attention_scale = 0.0f;           // 0: 1 / sqrt(head_dim)
 
   RopeParams rope_params() const { return {rope_dims, rope_theta, rope_neox, rope_freq_factors, rope_position_scale}; }
+  RopeParams sliding_rope_params() const {
+    return {rope_dims, rope_theta_sliding, rope_neox, rope_freq_factors, rope_position_scale};
+  }
+  bool is_sliding(int64_t layer) const {
+    return sliding_window > 0 && layer_is_sliding[static_cast<size_t>(layer)];
+  }
+  // Keys a query of `layer` sees behind itself, itself included; 0: all.
+  int64_t attention_window(int64_t layer) const { return is_sliding(layer) ? sliding_window : 0; }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t group_size() const { return n_heads / n_kv_heads; }

@@ -80,9 +80,14 @@ LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) 
   l.bq = w.optional_vector(p + "attn_q.bias", c.q_dim());
   l.bk = w.optional_vector(p + "attn_k.bias", c.kv_dim());
   l.bv = w.optional_vector(p + "attn_v.bias", c.kv_dim());
-  if (c.arch == "qwen3") {  // required: without them the heads would silently go unnormalized
+  // Required where the architecture has them: a missing one must not silently skip a norm.
+  if (c.arch == "qwen3" || c.arch == "gemma3") {
     l.q_norm = w.vector(p + "attn_q_norm.weight", c.head_dim);
     l.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
+  }
+  if (c.arch == "gemma3") {  // its converter already added Gemma's +1 to every norm weight
+    l.attn_post_norm = w.vector(p + "post_attention_norm.weight", c.dim);
+    l.ffn_post_norm = w.vector(p + "post_ffw_norm.weight", c.dim);
   }
   l.ffn_norm = w.vector(p + "ffn_norm.weight", c.dim);
   if (!w.has(p + "ffn_gate.weight") && w.has(p + "ffn_up.weight")) {  // phi3: gate rows, then up rows

@@ -23,7 +23,9 @@ struct LayerWeights {
   TensorView wo;                 // [dim, q_dim]
   std::vector<float> bq, bk, bv; // [q_dim], [kv_dim], [kv_dim]; empty when absent
   std::vector<float> q_norm, k_norm;  // [head_dim] RMSNorm of each Q / K head before RoPE (qwen3); empty when absent
+  std::vector<float> attn_post_norm;  // [dim] RMSNorm of the attention output before the residual add (gemma3); empty when absent
   std::vector<float> ffn_norm;   // [dim]
+  std::vector<float> ffn_post_norm;   // [dim] same for the FFN output (gemma3)
   TensorView w_gate;             // [ffn_dim, dim]
   TensorView w_up;               // [ffn_dim, dim]
   TensorView w_down;             // [dim, ffn_dim]

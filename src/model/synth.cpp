@@ -279,6 +279,7 @@ void add_block(ModelSynthesizer& synth, const SynthPreset& p, int layer) {
     synth.norm(prefix + "attn_k_norm.weight", p.head_dim());
   }
   synth.matrix(prefix + "attn_output.weight", q_dim, p.dim);
+  if (p.arch == "gemma3") synth.norm(prefix + "post_attention_norm.weight", p.dim);
   synth.ones(prefix + "ffn_norm.weight", p.dim);
   if (p.fused) {
     synth.matrix(prefix + "ffn_up.weight", p.dim, 2 * static_cast<int64_t>(p.ffn_dim));
@@ -287,6 +288,7 @@ void add_block(ModelSynthesizer& synth, const SynthPreset& p, int layer) {
     synth.matrix(prefix + "ffn_up.weight", p.dim, p.ffn_dim);
   }
   synth.matrix(prefix + "ffn_down.weight", p.ffn_dim, p.dim);
+  if (p.arch == "gemma3") synth.norm(prefix + "post_ffw_norm.weight", p.dim);
 }
 
 // Llama 3.1's RoPE scaling (low / high frequency factors 1 and 4 over an
@@ -325,6 +327,7 @@ void write_model_metadata(GGUFWriter& w, const SynthPreset& p, int layers, uint6
     w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(p.key_length));
   }
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", p.rms_eps);
+  if (p.sliding_window > 0) w.set_u32(a + ".attention.sliding_window", static_cast<uint32_t>(p.sliding_window));
   w.set_u32(a + ".vocab_size", static_cast<uint32_t>(p.vocab_size));
   w.set_bool("kvserve.synthetic", true);
   w.set_u64("kvserve.synth_seed", seed);
@@ -354,7 +357,7 @@ bool is_synth_type(DType t) {
 
 const std::vector<SynthPreset>& synth_presets() {
   // name, arch, dim, layers, heads, kv heads, ffn, vocab, context, theta, eps, tied, qkv bias, Llama 3 RoPE factor,
-  // head size (0: dim / heads), Q/K norms, fused QKV and gate+up
+  // head size (0: dim / heads), Q/K norms, fused QKV and gate+up, sliding window
   static const std::vector<SynthPreset> presets = {
       {"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false, 0.0f, 0, false, false},
       {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true, 0.0f, 0, false, false},
@@ -371,6 +374,9 @@ const std::vector<SynthPreset>& synth_presets() {
       // rows of 256 and 512: every matrix can hold K-quant super-blocks
       {"tiny-qwen2-256", "qwen2", 256, 2, 4, 2, 512, 384, 256, 1000000.0f, 1e-6f, true, true, 0.0f, 0, false, false},
       {"tiny-hd32", "llama", 128, 2, 4, 2, 128, 320, 256, 10000.0f, 1e-5f, false, false, 0.0f, 0, false, false},  // head size 32: every KV type
+      // + sliding window: layers 0-4 slide, layer 5 is global
+      {"gemma3-270m", "gemma3", 640, 18, 4, 1, 2048, 262144, 32768, 1000000.0f, 1e-6f, true, false, 0.0f, 256, true, false, 512},
+      {"tiny-gemma3", "gemma3", 64, 6, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, false, 0.0f, 32, true, false, 48},
   };
   return presets;
 }

@@ -16,7 +16,7 @@ namespace kvserve {
 
 struct SynthPreset {
   std::string name;
-  std::string arch;  // "llama", "qwen2", "qwen3" or "phi3" (also the metadata key prefix)
+  std::string arch;  // "llama", "qwen2", "qwen3", "phi3" or "gemma3" (also the metadata key prefix)
   int dim = 0;
   int n_layers = 0;
   int n_heads = 0;
@@ -32,6 +32,7 @@ struct SynthPreset {
   int key_length = 0;            // head size when not dim / n_heads (qwen3)
   bool qk_norm = false;          // attn_q_norm / attn_k_norm per head (qwen3)
   bool fused = false;            // attn_qkv and a gate+up ffn_up (phi3)
+  int sliding_window = 0;        // gemma3: the window of its sliding layers (five of every six)
 
   int head_dim() const { return key_length > 0 ? key_length : dim / n_heads; }
 };

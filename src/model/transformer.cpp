@@ -23,19 +23,37 @@ void add_bias(float* rows, int64_t n, const std::vector<float>& bias) {
 }  // namespace
 
 Transformer::Transformer(const Model& model, AttentionKernel attention)
-    : model_(model), cfg_(model.config()), attention_(attention), rope_(model.config().rope_params()) {}
+    : model_(model),
+      cfg_(model.config()),
+      attention_(attention),
+      rope_(model.config().rope_params()),
+      sliding_rope_(model.config().sliding_rope_params()) {}
 
 void Transformer::prepare_rope(std::span<const int64_t> positions) {
   const int64_t rot = cfg_.rope_dims, n = static_cast<int64_t>(positions.size());
+  const bool sliding = cfg_.sliding_window > 0;
   rope_angles_.resize(static_cast<size_t>(n * rot));
+  if (sliding) sliding_rope_angles_.resize(static_cast<size_t>(n * rot));
 #pragma omp parallel for schedule(static) if (n >= 64)
-  for (int64_t t = 0; t < n; ++t) rope_.angles(positions[static_cast<size_t>(t)], rope_angles_.data() + t * rot);
+  for (int64_t t = 0; t < n; ++t) {
+    rope_.angles(positions[static_cast<size_t>(t)], rope_angles_.data() + t * rot);
+    if (sliding) sliding_rope_.angles(positions[static_cast<size_t>(t)], sliding_rope_angles_.data() + t * rot);
+  }
 }
 
-void Transformer::rotate_qk(int64_t t) {
-  const float* cs = rope_angles_.data() + t * cfg_.rope_dims;
+void Transformer::rotate_qk(int64_t t, int64_t layer) {
+  const float* cs = (cfg_.is_sliding(layer) ? sliding_rope_angles_ : rope_angles_).data() + t * cfg_.rope_dims;
   rope_.apply(q_.data() + t * cfg_.q_dim(), cfg_.n_heads, cfg_.head_dim, cs);
   rope_.apply(k_.data() + t * cfg_.kv_dim(), cfg_.n_kv_heads, cfg_.head_dim, cs);
+}
+
+AttentionShape Transformer::attention_shape(int64_t layer) const {
+  return {cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim, cfg_.attention_window(layer), cfg_.attention_scale};
+}
+
+void Transformer::add_residual(const std::vector<float>& post_norm, int64_t n) {
+  if (!post_norm.empty()) rmsnorm_rows(proj_.data(), post_norm.data(), n, cfg_.dim, cfg_.norm_eps, proj_.data());
+  add_inplace(x_.data(), proj_.data(), n * cfg_.dim);
 }
 
 void Transformer::resize_scratch(int64_t n) {
@@ -61,6 +79,7 @@ void Transformer::embed(std::span<const int32_t> tokens) {
       throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                   std::to_string(cfg_.vocab_size) + ")");
     dequantize_row(emb.type, emb.row(id), x_.data() + t * cfg_.dim, cfg_.dim);
+    if (cfg_.embedding_scale != 1.0f) scale_inplace(x_.data() + t * cfg_.dim, cfg_.dim, cfg_.embedding_scale);
   }
 }
 
@@ -78,21 +97,21 @@ void Transformer::project_qkv(const LayerWeights& w, int64_t n) {
 
 void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache) {
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
-  const int64_t dim = cfg_.dim, kvd = cfg_.kv_dim();
+  const int64_t kvd = cfg_.kv_dim();
   const int64_t pos0 = cache.size();
   project_qkv(w, n);
 #pragma omp parallel for schedule(static) if (n > 1)
   for (int64_t t = 0; t < n; ++t) {
-    rotate_qk(t);
+    rotate_qk(t, layer);
     cache.write(layer, pos0 + t, k_.data() + t * kvd, v_.data() + t * kvd);
   }
   attend(layer, n, pos0, cache);
   matmul(w.wo, attn_.data(), n, proj_.data());
-  add_inplace(x_.data(), proj_.data(), n * dim);
+  add_residual(w.attn_post_norm, n);
 }
 
 void Transformer::attend(int64_t layer, int64_t n, int64_t pos0, const ContiguousKVCache& cache) {
-  const AttentionShape shape{cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim};
+  const AttentionShape shape = attention_shape(layer);
   const KVRows k = cache.k_rows(layer), v = cache.v_rows(layer);
   const int64_t n_kv = pos0 + n;
   if (attention_ == AttentionKernel::kFlash) return flash_attention(q_.data(), n, pos0, k, v, n_kv, shape, attn_.data());
@@ -118,9 +137,12 @@ void Transformer::ffn_block(int64_t layer, int64_t n) {
   rmsnorm_rows(x_.data(), w.ffn_norm.data(), n, dim, cfg_.norm_eps, xn_.data());
   const MatmulProduct gate_up[] = {{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}};
   matmul_shared_input(gate_up, xn_.data(), n);
-  silu_mul(gate_.data(), up_.data(), n * cfg_.ffn_dim);
+  if (cfg_.ffn_activation == ModelConfig::FfnActivation::kGeluTanh)
+    gelu_tanh_mul(gate_.data(), up_.data(), n * cfg_.ffn_dim);
+  else
+    silu_mul(gate_.data(), up_.data(), n * cfg_.ffn_dim);
   matmul(w.w_down, gate_.data(), n, proj_.data());
-  add_inplace(x_.data(), proj_.data(), n * dim);
+  add_residual(w.ffn_post_norm, n);
 }
 
 void Transformer::forward(std::span<const int32_t> tokens, ContiguousKVCache& cache, float* logits, bool all_logits) {
@@ -152,6 +174,7 @@ void Transformer::output_logits(int64_t n_rows, float* logits) {
   const TensorView& head = model_.weights().output;
   matmul(head, xn_.data(), n_rows, logits);
   const int64_t rows = head.rows(), vocab = cfg_.vocab_size;
+  if (cfg_.final_logit_softcap > 0.0f) softcap(logits, n_rows * rows, cfg_.final_logit_softcap);
   if (rows == vocab) return;
   // A truncated head wrote [n_rows][rows]: spread to [n_rows][vocab], last row
   // first (rows move up in place), the missing ids at -inf.

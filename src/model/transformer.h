@@ -1,6 +1,6 @@
 #pragma once
 // The transformer forward pass over a batch of consecutive tokens of one
-// sequence: embeddings -> n_layers x (attention, SwiGLU FFN) -> norm -> logits.
+// sequence: embeddings -> n_layers x (attention, gated FFN) -> norm -> logits.
 // Holds the per-step activations (scratch), not the weights (Model) nor the
 // KV memory (the cache passed in). Not thread-safe: one Transformer per
 // concurrent caller; the kernels inside use all OpenMP threads.
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "kernels/attention.h"
 #include "kernels/rope.h"
 #include "kv/contiguous_kv_cache.h"
 #include "kv/paged_kv_storage.h"
@@ -61,7 +62,10 @@ class Transformer {
   void embed(std::span<const int32_t> tokens);
   // cos / sin of every batch row's position into rope_angles_ (row t at t * rot_dims).
   void prepare_rope(std::span<const int64_t> positions);
-  void rotate_qk(int64_t t);
+  void rotate_qk(int64_t t, int64_t layer);
+  AttentionShape attention_shape(int64_t layer) const;
+  // x_ += proj_ of n rows, through the block's post-norm when it has one (gemma3).
+  void add_residual(const std::vector<float>& post_norm, int64_t n);
   // xn_ = rmsnorm(x_) of n rows, then q_, k_, v_ = its Q/K/V projections (+ biases),
   // in one shared-input matmul region; both forward paths use it.
   void project_qkv(const LayerWeights& w, int64_t n);
@@ -76,6 +80,7 @@ class Transformer {
   const ModelConfig& cfg_;
   AttentionKernel attention_;
   RopeTable rope_;
+  RopeTable sliding_rope_;  // the sliding-window layers' own base (gemma3); unused without them
   int64_t capacity_ = 0;
   int64_t attention_rows_ = 0;
   AlignedBuffer<float> x_;     // [n][dim] residual stream
@@ -88,6 +93,7 @@ class Transformer {
   AlignedBuffer<float> up_;    // [n][ffn_dim]
   AlignedBuffer<float> proj_;  // [n][dim] output of wo / w_down
   std::vector<float> rope_angles_;  // [n][rot_dims] cos / sin pairs of each row's position, for every layer
+  std::vector<float> sliding_rope_angles_;  // same with sliding_rope_, when the model has sliding layers
   std::vector<int64_t> positions_;  // [n] each row's position
   std::vector<BlockId> row_blocks_;  // forward_batch: [n] the KV block each row's K/V goes to
   // forward_batch only:

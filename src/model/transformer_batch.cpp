@@ -27,7 +27,7 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
 #pragma omp parallel for schedule(static) if (n > 1)
   for (int64_t t = 0; t < n; ++t) {
     const int64_t pos = positions_[static_cast<size_t>(t)];
-    rotate_qk(t);
+    rotate_qk(t, layer);
     kv.write(layer, row_blocks_[static_cast<size_t>(t)], pos % B, k_.data() + t * kvd, v_.data() + t * kvd);
   }
   int64_t row = 0, table_offset = 0;
@@ -38,9 +38,9 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
     row += cn;
     table_offset += static_cast<int64_t>(c.block_table.size());
   }
-  paged_attention(jobs, AttentionShape{cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim});
+  paged_attention(jobs, attention_shape(layer));
   matmul(w.wo, attn_.data(), n, proj_.data());
-  add_inplace(x_.data(), proj_.data(), n * cfg_.dim);
+  add_residual(w.attn_post_norm, n);
 }
 
 void Transformer::forward_batch(std::span<const SequenceChunk> chunks, PagedKVStorage& kv, float* logits) {

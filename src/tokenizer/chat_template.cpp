@@ -30,6 +30,18 @@ const char* const kChatMlSource =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+// Gemma's turn format (the template Gemma 3's instruction-tuned files carry,
+// without its image handling): a system message goes before the first user
+// turn, the assistant's role is "model".
+const char* const kGemmaSource =
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set first_user_prefix = messages[0]['content'] + "
+    "'\n\n' %}{% set loop_messages = messages[1:] %}{% else %}{% set first_user_prefix = '' %}"
+    "{% set loop_messages = messages %}{% endif %}{% for message in loop_messages %}"
+    "{% if message['role'] == 'assistant' %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}"
+    "{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
 bool truthy(const json& v) {
   if (is_undefined(v) || v.is_null()) return false;
   if (v.is_boolean()) return v.get<bool>();
@@ -630,12 +642,20 @@ ChatTemplate ChatTemplate::parse(std::string_view source) {
 
 ChatTemplate ChatTemplate::chatml() { return parse(kChatMlSource); }
 
+ChatTemplate ChatTemplate::gemma() { return parse(kGemmaSource); }
+
 ChatTemplate ChatTemplate::for_model(const GGUFFile& file, std::string* note) {
   const std::string key = "tokenizer.chat_template";
   auto say = [&](const std::string& text) {
     if (note) *note = text;
   };
   if (!file.has(key)) {
+    // A Gemma file without a template (the base models) still knows Gemma's
+    // turn tokens; ChatML's would be plain text to it.
+    if (file.get_string("general.architecture", "").starts_with("gemma")) {
+      say("the model has no " + key + "; using Gemma's turn format");
+      return gemma();
+    }
     say("the model has no " + key + "; using ChatML");
     return chatml();
   }

@@ -38,7 +38,10 @@ class ChatTemplate {
   static ChatTemplate parse(std::string_view source);
   // <|im_start|>role\ncontent<|im_end|>\n per message, then the assistant header.
   static ChatTemplate chatml();
-  // The file's tokenizer.chat_template, or ChatML when it has none or the
+  // <start_of_turn>role\ncontent<end_of_turn>\n, the assistant as "model" (Gemma).
+  static ChatTemplate gemma();
+  // The file's tokenizer.chat_template, or Gemma's format (gemma* files) or
+  // ChatML when it has none, or ChatML when the
   // template cannot be parsed; `note` (when given) says which and why.
   static ChatTemplate for_model(const GGUFFile& file, std::string* note = nullptr);
 

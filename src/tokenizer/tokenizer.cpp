@@ -159,7 +159,11 @@ void Tokenizer::collect_special_pieces() {
   for (size_t i = 0; i < pieces_.size(); ++i) {
     const bool special = types_[i] == TokenType::kControl || types_[i] == TokenType::kUserDefined;
     if (!special || pieces_[i].empty()) continue;
-    specials_by_first_byte_[static_cast<uint8_t>(pieces_[i][0])].push_back({pieces_[i], static_cast<int32_t>(i)});
+    // llama.cpp treats a user-defined token that reads like an end of turn
+    // (Gemma's "</s>") as a control token.
+    const bool control = types_[i] == TokenType::kControl || end_of_generation_[i];
+    specials_by_first_byte_[static_cast<uint8_t>(pieces_[i][0])].push_back(
+        {pieces_[i], static_cast<int32_t>(i), control});
   }
   for (auto& bucket : specials_by_first_byte_) {
     // Longest first, so "<|im_start|>" wins over a shorter piece it starts with.
@@ -168,9 +172,9 @@ void Tokenizer::collect_special_pieces() {
   }
 }
 
-const Tokenizer::SpecialPiece* Tokenizer::special_at(std::string_view text, size_t pos) const {
+const Tokenizer::SpecialPiece* Tokenizer::special_at(std::string_view text, size_t pos, bool parse_special) const {
   for (const SpecialPiece& special : specials_by_first_byte_[static_cast<uint8_t>(text[pos])]) {
-    if (text.substr(pos).starts_with(special.text)) return &special;
+    if ((parse_special || !special.control) && text.substr(pos).starts_with(special.text)) return &special;
   }
   return nullptr;
 }
@@ -185,8 +189,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
     encode_fragment(text.substr(fragment_begin, end - fragment_begin), after_special, ids);
     after_special = false;
   };
-  for (size_t pos = 0; parse_special && pos < text.size();) {
-    const SpecialPiece* special = special_at(text, pos);
+  for (size_t pos = 0; pos < text.size();) {
+    const SpecialPiece* special = special_at(text, pos, parse_special);
     if (!special) {
       ++pos;
       continue;

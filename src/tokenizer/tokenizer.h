@@ -7,8 +7,9 @@
 //  - "llama": SentencePiece BPE (Llama 1/2, TinyLlama): spaces become U+2581,
 //    adjacent pieces merge by highest score, and uncovered bytes fall back to
 //    <0xNN> tokens.
-// Control tokens (and user-defined ones) written literally in the text, such
-// as "<|im_start|>", become their id when parse_special is set.
+// Control tokens written literally in the text, such as "<|im_start|>",
+// become their id when parse_special is set; user-defined ones (Gemma's runs
+// of spaces and newlines, HTML tags) always do, as in llama.cpp.
 // A built Tokenizer is immutable; all methods are const and thread-safe.
 #include <cstdint>
 #include <functional>
@@ -49,8 +50,9 @@ class Tokenizer {
   // file and key on bad or missing data.
   static Tokenizer from_gguf(const GGUFFile& file);
 
-  // parse_special: text equal to a control or user-defined token's piece
-  // (e.g. "<|im_start|>") becomes that token instead of being split.
+  // parse_special: text equal to a control token's piece (e.g.
+  // "<|im_start|>") becomes that token instead of being split. User-defined
+  // pieces are matched either way.
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special = true) const;
   // The raw bytes this token decodes to ("" for control tokens such as BOS).
   std::string token_bytes(int32_t id) const;
@@ -84,6 +86,7 @@ class Tokenizer {
   struct SpecialPiece {
     std::string text;
     int32_t id;
+    bool control;  // matched only with parse_special
   };
 
   Tokenizer() = default;
@@ -103,7 +106,7 @@ class Tokenizer {
   void apply_merges(const std::vector<int32_t>& ids, std::vector<int32_t>& out) const;
   void encode_spm(std::string_view text, bool add_prefix, std::vector<int32_t>& out) const;
   // The longest special piece starting at text[pos], nullptr if none.
-  const SpecialPiece* special_at(std::string_view text, size_t pos) const;
+  const SpecialPiece* special_at(std::string_view text, size_t pos, bool parse_special) const;
 
   VocabKind kind_ = VocabKind::kBytePairGpt2;
   PreTokenizer pre_tokenizer_ = PreTokenizer::kGpt2;

@@ -8,6 +8,10 @@
    changes them a lot.
 3. HF `tokenizers` build == a pure-python byte-level BPE on assorted strings.
 4. Own Q4_1/Q8_0 dequant == gguf.quants.dequantize (all tensors).
+5. Gemma 3 (if GEMMA3_GGUF / models/gemma-3-270m-q4_k_m.gguf exists):
+   KV cache == full recomputation; a 600-token prefill in 3 chunks == one
+   chunk (sliding-window mask with a cache offset); own Q5_0/Q4_K/Q6_K/Q8_0
+   dequant == gguf.quants on every tensor.
 """
 import os
 import sys
@@ -18,6 +22,39 @@ import numpy as np  # noqa: E402
 
 GGUF = os.environ.get("SMOLLM2_GGUF", "/work/main/models/smollm2-135m-instruct-q4_1.gguf")
 L2C = os.environ.get("STORIES_BIN", "/work/shared/models/stories260K.bin")
+GEMMA3 = os.environ.get("GEMMA3_GGUF", "/work/main/models/gemma-3-270m-q4_k_m.gguf")
+
+
+def gemma3_checks():
+    import gemma3_reference as g3
+    import gguf
+    from gguf.quants import dequantize
+    ok = True
+    cfg, W, reader = g3.load_gemma3(GEMMA3)
+    prompt = [2, 14946, 3324, 496, 990]
+    rows = {True: [], False: []}
+    for use_cache in (True, False):
+        g3.greedy(cfg, W, prompt, 4, use_cache=use_cache, on_step=lambda s, l, i, u=use_cache: rows[u].append(l))
+    d = float(np.max(np.abs(np.array(rows[True]) - np.array(rows[False]))))
+    print(f"[5] gemma3 cache vs recompute max|dlogit| = {d:.3g}")
+    ok &= d < 1e-8
+    rng = np.random.default_rng(0)
+    long = [2] + [int(x) for x in rng.integers(300, 200000, size=599)]
+    one = g3.forward_hidden(cfg, W, long, ref.KVCache(cfg.n_layers))
+    cache = ref.KVCache(cfg.n_layers)
+    parts = [g3.forward_hidden(cfg, W, long[a:b], cache) for a, b in ((0, 250), (250, 520), (520, 600))]
+    d = float(np.max(np.abs(np.concatenate(parts) - one)))
+    print(f"[5] gemma3 600-token prefill in chunks 250/270/80 vs one chunk: max|dhidden| = {d:.3g}")
+    ok &= d < 1e-8
+    worst = 0.0
+    for t in reader.tensors:
+        if t.tensor_type != gguf.GGMLQuantizationType.F32:
+            mine = ref.tensor_to_f64(t)
+            theirs = dequantize(t.data, t.tensor_type).reshape(mine.shape).astype(np.float64)
+            worst = max(worst, float(np.max(np.abs(mine - theirs))))
+    print(f"[5] gemma3 max|own dequant - gguf.quants.dequantize| over all quantized tensors = {worst:.3g}")
+    ok &= worst == 0.0
+    return ok
 
 
 def rope_neox(x, positions, theta):
@@ -108,6 +145,11 @@ def main():
             worst = max(worst, float(np.max(np.abs(mine - theirs))))
     print(f"[4] max|own dequant - gguf.quants.dequantize| over all quantized tensors = {worst:.3g}")
     ok &= worst == 0.0
+
+    if os.path.exists(GEMMA3):
+        ok &= gemma3_checks()
+    else:
+        print(f"[5] skipped: no {GEMMA3}")
 
     print("ALL OK" if ok else "SOME CHECKS FAILED")
     return 0 if ok else 1
