@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 # The real OpenAI client for the server's compatibility test (tests/openai_client_test.py).
 python3 -c "import openai, jsonschema" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check openai jsonschema || \
   echo "warning: could not install the openai and jsonschema packages; their tests will be skipped" >&2
+# SGLang's router (PyPI `smg`, a prebuilt Rust binary) for the replicas test (tests/cluster_test.py, docs/scaling.md).
+python3 -c "import smg" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check smg || \
+  echo "warning: could not install the smg package (SGLang's router); the cluster test will be skipped" >&2
 
 echo "== tests (Release), ${SECONDS} s after the start ==" >&2
 ctest --test-dir build --output-on-failure -j2
@@ -18,8 +21,9 @@ echo "== fast tests under ASan + UBSan (clang), ${SECONDS} s after the start =="
 CC=clang CXX=clang++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVSERVE_SANITIZE=ON \
   -DKVSERVE_FUZZ=ON >/dev/null
 cmake --build build-sanitize -j"$(nproc)" --target kvserve_tests kvserve fuzz_targets
-# The real-model tests are slow without optimization; they ran above.
-KVSERVE_SKIP_SLOW=1 ctest --test-dir build-sanitize --output-on-failure -j2 -E 'RealModel|openai_client|structured_output_client|tool_calls_qwen'
+# The real-model tests are slow without optimization, and the client and cluster tests drive the same
+# server code through processes; they ran above.
+KVSERVE_SKIP_SLOW=1 ctest --test-dir build-sanitize --output-on-failure -j2 -E 'RealModel|openai_client|structured_output_client|tool_calls_qwen|^cluster$'
 
 echo "== fuzzing under ASan + UBSan, ${KVSERVE_FUZZ_SECONDS:-40} s per target, ${SECONDS} s after the start ==" >&2
 ./scripts/fuzz.sh build-sanitize "${KVSERVE_FUZZ_SECONDS:-40}"

@@ -173,6 +173,43 @@ TEST_F(ServerTest, UsageReportsThePromptTokensThePrefixCacheHeld) {
   EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], prompt_tokens / 16 * 16);
 }
 
+// What a router needs (docs/scaling.md): /version (smg registers an HTTP worker
+// only once it recognizes the engine) and vLLM's gauge names in /metrics next
+// to kvserve's, with the prefix cache's hits counted in tokens.
+TEST_F(ServerTest, VersionAndRouterMetrics) {
+  auto version = client().Get("/version");
+  ASSERT_TRUE(version);
+  EXPECT_EQ(version->status, 200);
+  EXPECT_FALSE(json::parse(version->body)["version"].get<std::string>().empty());
+  json body = greedy_completion(2);
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) prompt += "the cat sat on the mat and the dog ";
+  body["prompt"] = prompt;
+  post_ok("/v1/completions", body);
+  const json second = post_ok("/v1/completions", body);
+  const double cached = second["usage"]["prompt_tokens_details"]["cached_tokens"].get<double>();
+  ASSERT_GT(cached, 0);
+  auto m = metrics();
+  for (int i = 0; i < 400 && m.at("kvserve_requests_running") != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    m = metrics();
+  }
+  const std::string label = "{model_name=\"tiny\"}";
+  EXPECT_EQ(m.at("kvserve_prefix_cache_hit_tokens_total"), cached);
+  EXPECT_EQ(m.at("vllm:prefix_cache_hits_total" + label), cached);
+  EXPECT_EQ(m.at("kvserve_prefix_cache_query_tokens_total"), m.at("vllm:prefix_cache_queries_total" + label));
+  EXPECT_GE(m.at("kvserve_prefix_cache_query_tokens_total"), 2 * cached);
+  EXPECT_EQ(m.at("vllm:num_requests_running" + label), 0);
+  EXPECT_EQ(m.at("vllm:num_requests_waiting" + label), 0);
+  // Nothing runs, so no block is held (cached ones are reusable, not used).
+  EXPECT_EQ(m.at("vllm:kv_cache_usage_perc" + label), 0);
+  EXPECT_EQ(m.at("vllm:gpu_cache_usage_perc" + label), 0);
+  const std::string config = "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"" +
+                             std::to_string(static_cast<int64_t>(m.at("kvserve_kv_blocks_total"))) +
+                             "\",enable_prefix_caching=\"True\"}";
+  EXPECT_EQ(m.count(config), 1u) << config;
+}
+
 TEST_F(ServerTest, CompletionShapeAndUsage) {
   const json r = post_ok("/v1/completions", greedy_completion(6));
   EXPECT_EQ(r["object"], "text_completion");

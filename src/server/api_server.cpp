@@ -24,6 +24,7 @@ constexpr time_t kKeepAliveSeconds = 2;
 // httplib 0.11 listens with a backlog of 5: a burst of clients overflows it
 // and the kernel resets some of them. bind() widens it.
 constexpr int kListenBacklog = 1024;  // also bounds how long listen() waits on idle connections at shutdown
+constexpr const char* kServerVersion = "0.1.0";  // what GET /version reports
 
 // The one place an error becomes an HTTP response.
 void write_error(httplib::Response& res, const ApiError& error) {
@@ -96,7 +97,14 @@ void ApiServer::install_routes() {
     write_json(res, {{"status", draining_ ? "shutting down" : "ok"}});
   });
   s.Get("/metrics", [this](const auto&, auto& res) {
-    res.set_content(metrics_.render(engine_.metrics()), "text/plain; version=0.0.4");
+    res.set_content(metrics_.render(engine_.metrics(), options_.model_id, engine_.options().block_size),
+                    "text/plain; version=0.0.4");
+  });
+  // vLLM's endpoint: SGLang's router (smg) registers an HTTP worker only once
+  // /v1/models, /version or /server_info tells it the engine, and reads a
+  // "vllm" worker's load from the vllm: gauges in /metrics (docs/scaling.md).
+  s.Get("/version", [](const auto&, auto& res) {
+    write_json(res, {{"version", kServerVersion}, {"server", "kvserve"}});
   });
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // The OpenAI-compatible HTTP server over an Engine (see docs/server.md):
 // /v1/completions, /v1/chat/completions (both with SSE streaming),
-// /v1/models, /health, /tokenize, /detokenize and /metrics.
+// /v1/models, /health, /version, /tokenize, /detokenize and /metrics.
 #include <atomic>
 #include <chrono>
 #include <memory>

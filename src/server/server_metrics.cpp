@@ -31,6 +31,38 @@ void render_speculation(std::string& out, const EngineMetrics& e) {
          ratio(e.spec_accepted_tokens, e.spec_rounds));
 }
 
+// vLLM's names for the gauges and counters routers and the Gateway API
+// Inference Extension scrape (its model-server protocol): queue, running
+// requests, KV-cache use, prefix-cache hits and the cache's shape.
+void render_vllm_names(std::string& out, const EngineMetrics& e, const std::string& model_id, int64_t block_size) {
+  std::string quoted;  // a Prometheus label value: \, " and newlines escaped
+  for (char c : model_id) {
+    if (c == '\\' || c == '"') quoted += '\\';
+    if (c == '\n') quoted += "\\n";
+    else quoted += c;
+  }
+  const std::string label = "{model_name=\"" + quoted + "\"}";
+  auto labelled = [&](const std::string& name, const char* type, const std::string& help, double value) {
+    out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    out += name + label + " " + number(value) + "\n";
+  };
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  labelled("vllm:num_requests_running", "gauge", "Requests being decoded (kvserve_requests_running).", d(e.running));
+  labelled("vllm:num_requests_waiting", "gauge", "Requests queued in the engine (kvserve_requests_waiting).",
+           d(e.waiting));
+  const double usage = ratio(e.kv_blocks_used, e.kv_blocks_total);
+  labelled("vllm:kv_cache_usage_perc", "gauge", "KV blocks held by sequences / blocks in the pool (1 = full).", usage);
+  labelled("vllm:gpu_cache_usage_perc", "gauge", "The same as vllm:kv_cache_usage_perc (vLLM v0's name).", usage);
+  labelled("vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+           d(e.prefix_query_tokens));
+  labelled("vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
+           d(e.prefix_hit_tokens));
+  out += "# HELP vllm:cache_config_info The KV cache's block size (tokens) and size (blocks).\n"
+         "# TYPE vllm:cache_config_info gauge\n"
+         "vllm:cache_config_info{block_size=\"" + std::to_string(block_size) + "\",num_gpu_blocks=\"" +
+         std::to_string(e.kv_blocks_total) + "\",enable_prefix_caching=\"True\"} 1\n";
+}
+
 }  // namespace
 
 void LatencyHistogram::observe(double seconds) {
@@ -54,7 +86,7 @@ std::string LatencyHistogram::render(const std::string& name, const std::string&
   return out;
 }
 
-std::string ServerMetrics::render(const EngineMetrics& e) const {
+std::string ServerMetrics::render(const EngineMetrics& e, const std::string& model_id, int64_t block_size) const {
   std::string out;
   auto d = [](int64_t v) { return static_cast<double>(v); };
   sample(out, "kvserve_requests_running", "gauge", "Requests being decoded.", d(e.running));
@@ -65,6 +97,10 @@ std::string ServerMetrics::render(const EngineMetrics& e) const {
   sample(out, "kvserve_kv_blocks_cached", "gauge", "Unreferenced KV blocks kept for prefix reuse.", d(e.kv_blocks_cached));
   const double hit_rate = e.prefix_query_tokens > 0 ? d(e.prefix_hit_tokens) / d(e.prefix_query_tokens) : 0.0;
   sample(out, "kvserve_prefix_cache_hit_rate", "gauge", "Prompt tokens found in the prefix cache / looked up.", hit_rate);
+  sample(out, "kvserve_prefix_cache_query_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.",
+         d(e.prefix_query_tokens));
+  sample(out, "kvserve_prefix_cache_hit_tokens_total", "counter", "Prompt tokens found in the prefix cache.",
+         d(e.prefix_hit_tokens));
   sample(out, "kvserve_prompt_tokens_total", "counter", "Prompt tokens computed.", d(e.prompt_tokens_total));
   sample(out, "kvserve_generation_tokens_total", "counter", "Tokens generated.", d(e.generated_tokens_total));
   sample(out, "kvserve_requests_finished_total", "counter", "Engine requests finished.", d(e.requests_finished));
@@ -78,6 +114,7 @@ std::string ServerMetrics::render(const EngineMetrics& e) const {
                                     "Request arrival to first generated text, per choice, measured in the server.");
   out += inter_token_latency.render("kvserve_inter_token_latency_seconds",
                                     "Time between generated tokens of one choice, measured in the server.");
+  render_vllm_names(out, e, model_id, block_size);
   return out;
 }
 

@@ -32,7 +32,10 @@ struct ServerMetrics {
   std::atomic<int64_t> requests_rejected{0};  // 429: the engine queue was full
   std::atomic<int64_t> client_disconnects{0};  // requests (streaming or not) cancelled because the client left
 
-  std::string render(const EngineMetrics& engine) const;
+  // kvserve's own names, then the gauges the Gateway API Inference Extension's
+  // model-server protocol asks for under vLLM's names (routers such as SGLang's
+  // read them for load): labelled with the served model's id like vLLM's.
+  std::string render(const EngineMetrics& engine, const std::string& model_id, int64_t block_size) const;
 };
 
 }  // namespace kvserve::server

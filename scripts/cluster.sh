@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Data-parallel serving on one host: N `kvserve serve` replicas behind SGLang's
+# router (PyPI `smg`, or its predecessor `sglang-router`), which routes requests
+# that share a prefix to the replica holding it (--policy cache_aware) and
+# balances the rest (docs/scaling.md). Prints the router's URL, then runs until
+# Ctrl-C / SIGTERM and stops everything it started.
+#
+# Usage: scripts/cluster.sh [-n REPLICAS] [-m MODEL] [--host HOST] [--port PORT] [--policy POLICY]
+#                           [-t THREADS_PER_REPLICA] [--kvserve BIN] [--router-flags "FLAGS"] [-- SERVE_FLAGS...]
+#   -n REPLICAS     replicas to start (default 3)
+#   -m MODEL        GGUF file every replica serves (default models/smollm2-135m-instruct-q4_1.gguf)
+#   --host HOST     the one address everything listens on: replicas, router, router metrics (default 127.0.0.1)
+#   --port PORT     the router's port (default 30000; 0: a free one); replicas take free ports
+#   --policy P      cache_aware (default), round_robin, random, power_of_two (the router's policies)
+#   -t THREADS      threads per replica (default: the cores split between the replicas, at least 1)
+#   --kvserve BIN   the kvserve binary (default build/kvserve)
+#   --router-flags  more flags for the router, one string (e.g. "--cache-threshold 0.5")
+#   SERVE_FLAGS     go to every `kvserve serve` (e.g. --max-running 8 --kv-type q8_0)
+# Environment: PYTHON (default python3) has the router package; KVSERVE_CLUSTER_LOGS keeps the
+# logs in that folder (default: a temporary one, removed at exit).
+# Output lines: "replica I: URL pid PID", "router: URL pid PID (PACKAGE VERSION, policy P)", then "ready: URL".
+# Exits 77 when no router package is installed (pip install smg), 1 when something fails to start.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+replicas=3
+model=$root/models/smollm2-135m-instruct-q4_1.gguf
+host=127.0.0.1
+port=30000
+policy=cache_aware
+threads=0
+bin=$root/build/kvserve
+router_flags=""
+py=${PYTHON:-python3}
+while [ $# -gt 0 ]; do
+  case $1 in
+    -n) replicas=$2; shift 2 ;;
+    -m) model=$2; shift 2 ;;
+    --host) host=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    --policy) policy=$2; shift 2 ;;
+    -t) threads=$2; shift 2 ;;
+    --kvserve) bin=$2; shift 2 ;;
+    --router-flags) router_flags=$2; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "cluster.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+serve_flags=("$@")
+[[ $replicas =~ ^[1-9][0-9]*$ ]] || { echo "cluster.sh: -n must be a positive number, got $replicas" >&2; exit 2; }
+[ -x "$bin" ] || { echo "cluster.sh: $bin not found (build kvserve first)" >&2; exit 1; }
+[ -f "$model" ] || { echo "cluster.sh: $model not found (scripts/fetch_models.sh)" >&2; exit 1; }
+
+# The router: smg (the current name) or sglang-router; both take the same launch flags.
+if "$py" -c "import smg" 2>/dev/null; then router_pkg=smg; router_mod=smg.launch_router
+elif "$py" -c "import sglang_router" 2>/dev/null; then router_pkg=sglang-router; router_mod=sglang_router.launch_router
+else
+  echo "cluster.sh: no router: install SGLang's router with '$py -m pip install smg' (or sglang-router)" >&2
+  exit 77
+fi
+router_version=$("$py" -c "import importlib.metadata as m; print(m.version('$router_pkg'))" 2>/dev/null || echo "?")
+
+if [ "$threads" -le 0 ] 2>/dev/null; then threads=$(( $(nproc) / replicas )); [ "$threads" -ge 1 ] || threads=1; fi
+
+logs=${KVSERVE_CLUSTER_LOGS:-}
+keep_logs=1
+[ -n "$logs" ] || { logs=$(mktemp -d); keep_logs=0; }
+mkdir -p "$logs"
+
+pids=()
+router_pid=""
+cleanup() {
+  trap - EXIT INT TERM
+  # The router first (no new requests), then the replicas: each finishes what it runs (kvserve's grace).
+  if [ -n "$router_pid" ]; then
+    kill -TERM "$router_pid" 2>/dev/null
+    for _ in $(seq 10); do kill -0 "$router_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$router_pid" 2>/dev/null  # smg keeps its listener open 5 s for load balancers; nothing to drain here
+    wait "$router_pid" 2>/dev/null
+  fi
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+  [ "$keep_logs" = 1 ] || rm -rf "$logs"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+  "$py" -c "import socket,sys; s=socket.socket(socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])" "$host"
+}
+url_host=$host
+[[ $host == *:* ]] && url_host="[$host]"
+
+# Replicas on free ports of the one address; each prints its URL once it listens.
+urls=()
+for i in $(seq "$replicas"); do
+  "$bin" serve -m "$model" --host "$host" --port 0 -t "$threads" "${serve_flags[@]}" >"$logs/replica-$i.log" 2>&1 &
+  pids+=($!)
+done
+for i in $(seq "$replicas"); do
+  pid=${pids[$((i - 1))]}
+  url=""
+  for _ in $(seq 600); do
+    url=$(grep -o 'on http://[^ ]*' "$logs/replica-$i.log" | head -1 | sed 's/^on //')
+    [ -n "$url" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$url" ]; then
+    echo "cluster.sh: replica $i did not start:" >&2; cat "$logs/replica-$i.log" >&2; exit 1
+  fi
+  urls+=("$url")
+  echo "replica $i: $url pid $pid"
+done
+
+[ "$port" != 0 ] || port=$(free_port)
+metrics_port=$(free_port)
+# Health checked every 2 s, out after 2 misses: a dead replica leaves the pool within ~4 s; until then
+# the router retries a failed request on another replica.
+# shellcheck disable=SC2086  # router_flags is split on purpose
+"$py" -m "$router_mod" --host "$host" --port "$port" --worker-urls "${urls[@]}" --policy "$policy" \
+  --prometheus-host "$host" --prometheus-port "$metrics_port" \
+  --health-check-interval-secs 2 --health-failure-threshold 2 --worker-startup-timeout-secs 120 \
+  --log-level warn $router_flags >"$logs/router.log" 2>&1 &
+router_pid=$!
+router_url="http://$url_host:$port"
+echo "router: $router_url pid $router_pid ($router_pkg $router_version, policy $policy, metrics on $url_host:$metrics_port)"
+
+# Ready once the router lists every replica as healthy.
+healthy=0
+for _ in $(seq 600); do
+  kill -0 "$router_pid" 2>/dev/null || { echo "cluster.sh: the router exited:" >&2; cat "$logs/router.log" >&2; exit 1; }
+  healthy=$(curl -s -m 2 "$router_url/workers" 2>/dev/null | grep -o '"is_healthy":true' | wc -l)
+  [ "$healthy" -ge "$replicas" ] && break
+  sleep 0.1
+done
+if [ "$healthy" -lt "$replicas" ]; then
+  echo "cluster.sh: the router registered $healthy of $replicas replicas within 60 s:" >&2
+  cat "$logs/router.log" >&2
+  exit 1
+fi
+echo "ready: $router_url (logs in $logs; Ctrl-C stops everything)"
+
+# Until the router exits or a signal arrives (the traps then stop the rest).
+wait "$router_pid"
+status=$?
+router_pid=""
+echo "cluster.sh: the router exited ($status):" >&2
+tail -20 "$logs/router.log" >&2
+exit 1
