@@ -38,6 +38,7 @@ struct BenchOptions {
   int concurrency = 16;
   double request_rate = 0;                 // Poisson arrivals per second (0: all at once)
   int64_t shared_prefix = 0;               // tokens of system prompt shared by every request
+  int prefix_groups = 1;                   // distinct shared prefixes, each request draws one
   std::string schema;                      // a JSON schema file every request follows ("builtin": an order list)
   std::string kv_type = "f32";             // KV pool element type
   int64_t kv_mem_mib = 0;                  // KV pool budget (0: room for every running sequence at its longest)

@@ -31,6 +31,7 @@ bench::WorkloadOptions workload_options(const BenchOptions& o) {
   w.max_prompt = o.n_prompt.front();
   w.max_output = o.n_gen.front();
   w.shared_prefix = o.shared_prefix;
+  w.prefix_groups = o.prefix_groups;
   w.seed = o.seed;
   return w;
 }

@@ -40,6 +40,10 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--shared-prefix", opt->shared_prefix, "With --serving: shared system-prompt tokens")
       ->capture_default_str();
+  cmd->add_option("--prefix-groups", opt->prefix_groups,
+                  "With --serving: distinct shared system prompts, each request draws one at random")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--schema", opt->schema,
                   "With --serving (in-process): a JSON schema file every request's output follows, compared with "
                   "free output (\"builtin\": a list of order lines)");

@@ -3,11 +3,13 @@
 // loopback port: counts, the CLI, and clear failures (unreachable server,
 // HTTP error, malformed or cut stream, a server that never answers).
 #include <gtest/gtest.h>
+
 #include <httplib.h>
 #include <signal.h>
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "bench/engine_runner.h"
@@ -134,6 +136,32 @@ TEST(Workload, SharedSystemPromptStartsEveryPrompt) {
   EXPECT_GE(std::count(shared.begin(), shared.end(), ' '), 20) << shared;
   WorkloadOptions bad = small_workload(0);
   EXPECT_THROW(make_workload(bad, nullptr), Error);
+}
+
+// --prefix-groups: each prompt starts with one of G system prompts, drawn at
+// random (not in turn, which a round-robin router would follow by chance);
+// one group leaves the workload as it was.
+TEST(Workload, PrefixGroupsDrawOneOfSeveralSystemPrompts) {
+  WorkloadOptions w = small_workload(40);
+  const std::vector<WorkItem> one = make_workload(w, nullptr);
+  w.prefix_groups = 1;
+  EXPECT_EQ(make_workload(w, nullptr)[7].prompt, one[7].prompt);
+  w.prefix_groups = 3;
+  const std::vector<WorkItem> items = make_workload(w, nullptr);
+  std::map<std::string, std::vector<size_t>> by_group;  // the first 20 words -> requests
+  for (size_t i = 0; i < items.size(); ++i) {
+    size_t end = 0;
+    for (int k = 0; k < 20; ++k) end = items[i].prompt.find(' ', end) + 1;
+    by_group[items[i].prompt.substr(0, end)].push_back(i);
+    EXPECT_EQ(items[i].output_tokens, one[i].output_tokens);
+  }
+  ASSERT_EQ(by_group.size(), 3u);
+  bool in_turn = true;
+  for (const auto& [prefix, members] : by_group)
+    for (size_t k = 1; k < members.size(); ++k) in_turn = in_turn && members[k] - members[k - 1] == 3;
+  EXPECT_FALSE(in_turn);
+  w.prefix_groups = 0;
+  EXPECT_THROW(make_workload(w, nullptr), Error);
 }
 
 TEST(SseParser, SplitsEventsAcrossPiecesLineEndingsAndComments) {

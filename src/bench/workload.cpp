@@ -69,6 +69,7 @@ void validate(const WorkloadOptions& o) {
   if (o.requests <= 0) throw Error("--requests must be positive, got " + std::to_string(o.requests));
   if (o.max_prompt <= 0 || o.max_output <= 0) throw Error("-p and -n must be positive");
   if (o.shared_prefix < 0) throw Error("--shared-prefix must be >= 0, got " + std::to_string(o.shared_prefix));
+  if (o.prefix_groups < 1) throw Error("--prefix-groups must be >= 1, got " + std::to_string(o.prefix_groups));
   if (!(o.request_rate >= 0)) throw Error("--request-rate must be >= 0 (0: all at once)");
 }
 
@@ -80,8 +81,12 @@ std::vector<WorkItem> make_workload(const WorkloadOptions& o, const Tokenizer* t
   // seed gives the same arrivals and lengths with or without a tokenizer.
   std::mt19937_64 rng(o.seed);
   TextBuilder words(tokenizer, o.seed ^ 0x9e3779b97f4a7c15ull);
-  std::string system_prompt;
-  const int64_t system_words = words.append(system_prompt, o.shared_prefix);
+  std::vector<std::string> system_prompts(o.prefix_groups);
+  std::vector<int64_t> system_words(o.prefix_groups);
+  for (int g = 0; g < o.prefix_groups; ++g) system_words[g] = words.append(system_prompts[g], o.shared_prefix);
+  // Groups from a generator of their own: one group leaves the arrivals, lengths and words as they were.
+  std::mt19937_64 group_rng(o.seed ^ 0x2545f4914f6cdd1dull);
+  std::uniform_int_distribution<int> pick_group(0, o.prefix_groups - 1);
   std::exponential_distribution<double> gap(o.request_rate > 0 ? o.request_rate : 1.0);
   std::vector<WorkItem> items;
   double t = 0;
@@ -89,11 +94,12 @@ std::vector<WorkItem> make_workload(const WorkloadOptions& o, const Tokenizer* t
     WorkItem w;
     if (o.request_rate > 0) t += gap(rng);
     w.arrival_s = t;
-    w.prompt = system_prompt;
+    const int g = o.prefix_groups > 1 ? pick_group(group_rng) : 0;
+    w.prompt = system_prompts[g];
     const int64_t own = words.append(w.prompt, log_uniform(rng, o.max_prompt));
     w.output_tokens = log_uniform(rng, o.max_output);
     if (tokenizer) w.prompt_ids = tokenizer->encode(w.prompt, tokenizer->add_bos());
-    w.prompt_tokens = tokenizer ? static_cast<int64_t>(w.prompt_ids.size()) : system_words + own;
+    w.prompt_tokens = tokenizer ? static_cast<int64_t>(w.prompt_ids.size()) : system_words[g] + own;
     items.push_back(std::move(w));
   }
   return items;
@@ -111,9 +117,11 @@ WorkloadTotals totals_of(const std::vector<WorkItem>& items) {
 std::string describe_workload(const WorkloadOptions& o, const std::vector<WorkItem>& items, int concurrency) {
   const WorkloadTotals t = totals_of(items);
   char line[256];
-  std::snprintf(line, sizeof line, "%d requests, rate %s/s, concurrency %d | prompt tokens %lld (shared prefix %lld), output %lld",
+  std::snprintf(line, sizeof line,
+                "%d requests, rate %s/s, concurrency %d | prompt tokens %lld (shared prefix %lld%s), output %lld",
                 o.requests, o.request_rate > 0 ? std::to_string(o.request_rate).c_str() : "inf", concurrency,
                 static_cast<long long>(t.prompt_tokens), static_cast<long long>(o.shared_prefix),
+                o.prefix_groups > 1 ? (" in " + std::to_string(o.prefix_groups) + " groups").c_str() : "",
                 static_cast<long long>(t.output_tokens));
   return line;
 }

@@ -5,7 +5,9 @@
 // over [max/16, max], and an optional system prompt shared by every request.
 //
 // Prompts are text (a remote server tokenizes them itself), built from a list
-// of common English words. With a tokenizer their lengths are measured exactly
+// of common English words. With prefix_groups > 1 there are that many system
+// prompts and each request draws one (the workload of a router that should
+// keep each group on one replica, docs/scaling.md). With a tokenizer their lengths are measured exactly
 // (and their token ids kept for the in-process engine); without one a word is
 // counted as one token, an approximation.
 #include <cstdint>
@@ -21,7 +23,8 @@ struct WorkloadOptions {
   double request_rate = 0;     // Poisson arrivals per second (0: all at once)
   int64_t max_prompt = 512;    // prompt tokens (after the shared prefix) log-uniform in [max/16, max]
   int64_t max_output = 128;    // output tokens log-uniform in [max/16, max], generated exactly
-  int64_t shared_prefix = 0;   // tokens of system prompt shared by every request
+  int64_t shared_prefix = 0;   // tokens of system prompt shared by every request (of a group)
+  int prefix_groups = 1;       // distinct system prompts of shared_prefix tokens; each request draws one at random
   uint64_t seed = 1;
 };
 
