@@ -50,7 +50,38 @@ const char* const kMistral =
     "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}"
     "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}";
 
+// The template Gemma 3's instruction-tuned files carry (Hugging Face's
+// tokenizer_config.json of gemma-3-*-it): string or list-of-parts content.
+const char* const kGemma3It =
+    "{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\n    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}\n    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n{%- endif -%}\n{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+    "    {%- endif -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model\" -%}\n"
+    "    {%- else -%}\n        {%- set role = message['role'] -%}\n    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n                {{ item['text'] | trim }}\n"
+    "            {%- endif -%}\n        {%- endfor -%}\n    {%- else -%}\n"
+    "        {{ raise_exception(\"Invalid content type\") }}\n    {%- endif -%}\n    {{ '<end_of_turn>\n' }}\n"
+    "{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\n'}}\n{%- endif -%}\n";
+
 }  // namespace
+
+TEST(ChatTemplate, Gemma3InstructTemplate) {
+  EXPECT_EQ(render(kGemma3It, conversation()),
+            "<s><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  const json parts = json::array({{{"role", "user"},
+                                   {"content", json::array({{{"type", "text"}, {"text", " What is this? "}}})}}});
+  EXPECT_EQ(render(kGemma3It, parts), "<s><start_of_turn>user\nWhat is this?<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_THROW(render(kGemma3It, json::array({{{"role", "assistant"}, {"content", "x"}}})), Error);
+}
 
 TEST(ChatTemplate, SmolLmAddsTheDefaultSystemPromptOnlyWithoutOne) {
   EXPECT_EQ(render(kSmolLm, json::array({{{"role", "user"}, {"content", "Hi"}}})),
