@@ -6,13 +6,16 @@
 # Ctrl-C / SIGTERM and stops everything it started.
 #
 # Usage: scripts/cluster.sh [-n REPLICAS] [-m MODEL] [--host HOST] [--port PORT] [--policy POLICY]
-#                           [-t THREADS_PER_REPLICA] [--kvserve BIN] [--router-flags "FLAGS"] [-- SERVE_FLAGS...]
+#                           [-t THREADS_PER_REPLICA] [--request-timeout S] [--kvserve BIN] [--router-flags "FLAGS"]
+#                           [-- SERVE_FLAGS...]
 #   -n REPLICAS     replicas to start (default 3)
 #   -m MODEL        GGUF file every replica serves (default models/smollm2-135m-instruct-q4_1.gguf)
 #   --host HOST     the one address everything listens on: replicas, router, router metrics (default 127.0.0.1)
 #   --port PORT     the router's port (default 30000; 0: a free one); replicas take free ports
 #   --policy P      cache_aware (default), round_robin, random, power_of_two (the router's policies)
 #   -t THREADS      threads per replica (default: the cores split between the replicas, at least 1)
+#   --request-timeout S  the router ends any request after S seconds, streams included (default 600; the
+#                   router's own is 1800): how long a client can wait on a replica that hangs without dying
 #   --kvserve BIN   the kvserve binary (default build/kvserve)
 #   --router-flags  more flags for the router, one string (e.g. "--cache-threshold 0.5")
 #   SERVE_FLAGS     go to every `kvserve serve` (e.g. --max-running 8 --kv-type q8_0)
@@ -28,6 +31,7 @@ host=127.0.0.1
 port=30000
 policy=cache_aware
 threads=0
+request_timeout=600
 bin=$root/build/kvserve
 router_flags=""
 py=${PYTHON:-python3}
@@ -39,6 +43,7 @@ while [ $# -gt 0 ]; do
     --port) port=$2; shift 2 ;;
     --policy) policy=$2; shift 2 ;;
     -t) threads=$2; shift 2 ;;
+    --request-timeout) request_timeout=$2; shift 2 ;;
     --kvserve) bin=$2; shift 2 ;;
     --router-flags) router_flags=$2; shift 2 ;;
     --) shift; break ;;
@@ -120,12 +125,14 @@ done
 
 [ "$port" != 0 ] || port=$(free_port)
 metrics_port=$(free_port)
-# Health checked every 2 s, out after 2 misses: a dead replica leaves the pool within ~4 s; until then
-# the router retries a failed request on another replica.
+# Health checked every 2 s (2 s to answer), out after 2 misses: a dead or hung replica leaves the pool
+# within ~4-8 s; until then the router retries a refused request on another replica, and a request
+# already sent to a hung one ends after --request-timeout.
 # shellcheck disable=SC2086  # router_flags is split on purpose
 "$py" -m "$router_mod" --host "$host" --port "$port" --worker-urls "${urls[@]}" --policy "$policy" \
   --prometheus-host "$host" --prometheus-port "$metrics_port" \
-  --health-check-interval-secs 2 --health-failure-threshold 2 --worker-startup-timeout-secs 120 \
+  --health-check-interval-secs 2 --health-check-timeout-secs 2 --health-failure-threshold 2 \
+  --request-timeout-secs "$request_timeout" --worker-startup-timeout-secs 120 \
   --log-level warn $router_flags >"$logs/router.log" 2>&1 &
 router_pid=$!
 router_url="http://$url_host:$port"

@@ -8,8 +8,9 @@ scripts/cluster.sh starts 3 `kvserve serve` replicas of a tiny model and the rou
   - requests sharing a long prefix land on one replica (its prefix-hit counter in /metrics
     grows, the others' do not) while unrelated ones spread over the replicas;
   - a replica killed mid-run: the requests in flight and the new ones still succeed through
-    the others (the router retries); with every replica down the client gets an HTTP error
-    at once, not a hang; SIGTERM to cluster.sh stops every process it started.
+    the others (the router retries); one that hangs (SIGSTOP) delays a request by the router's
+    request timeout at most, then it is retried; with every replica down the client gets an
+    HTTP error at once, not a hang; SIGTERM to cluster.sh stops every process it started.
 
 Usage: cluster_test.py KVSERVE_BINARY [MODEL]   (default models/stories260k.gguf)
 Exits 77 (skipped) without the model or the router package (pip install smg; $PYTHON, default python3).
@@ -28,6 +29,7 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKIP = 77
+REQUEST_TIMEOUT = 5  # the router's, for a replica that hangs (every answer here takes well under a second)
 T0 = time.monotonic()
 
 
@@ -94,7 +96,8 @@ class Cluster:
         env = dict(os.environ, KVSERVE_CLUSTER_LOGS=logs)
         self.proc = subprocess.Popen(
             [os.path.join(ROOT, "scripts/cluster.sh"), "-n", "3", "-m", model, "--port", "0", "-t", "1",
-             "--policy", policy, "--kvserve", kvserve, "--", "--max-running", "4"],
+             "--policy", policy, "--kvserve", kvserve, "--request-timeout", str(REQUEST_TIMEOUT),
+             "--", "--max-running", "4"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
         self.replicas = []  # (url, pid)
         self.router = None
@@ -280,10 +283,34 @@ def main():
             assert completion(cluster.router, model_id, p, 8) == completion(single_url, model_id, p, 8)
         log(f"{len(jobs)} requests in flight and {len(after_kill)} new ones all answered after the kill")
 
+        # A replica that hangs without dying (SIGSTOP): requests sent to it end at the router's request
+        # timeout and are retried on the other one; the health checks then take it out of the pool.
+        # Stopped: the survivor that served an anchor prompt, so that the router's tree sends its followers there.
+        anchor = "Zebra " + " ".join(random.Random(300).sample(WORDS, 12))
+        before = [metrics(u) if i != holder else {} for i, u in enumerate(urls)]
+        completion(cluster.router, model_id, anchor, 4)
+        served = [metrics(u)["kvserve_requests_finished_total"] - b["kvserve_requests_finished_total"]
+                  if i != holder else 0 for i, (u, b) in enumerate(zip(urls, before))]
+        stopped = served.index(1)
+        os.kill(cluster.replicas[stopped][1], signal.SIGSTOP)
+        start = time.monotonic()
+        slowest = 0.0
+        for w in WORDS[:4]:
+            p = f"{anchor} and {w}"
+            t = time.monotonic()
+            assert completion(cluster.router, model_id, p, 6) == completion(single_url, model_id, p, 6), p
+            slowest = max(slowest, time.monotonic() - t)
+        log(f"replica {stopped + 1} stopped (SIGSTOP): 4 requests that follow its prefix answered in "
+            f"{time.monotonic() - start:.1f} s, the slowest in {slowest:.1f} s (router timeout {REQUEST_TIMEOUT} s)")
+        # The first went to the stopped replica (its prefix), waited out the timeout and was retried.
+        assert REQUEST_TIMEOUT - 0.5 <= slowest < 6 * REQUEST_TIMEOUT, slowest
+        assert slowest < 6 * REQUEST_TIMEOUT, slowest
+
         # Every replica down: an HTTP error at once, not a hang.
         for i, (_, pid) in enumerate(cluster.replicas):
             if i != holder:
                 os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)  # the stopped one dies too
         start = time.monotonic()
         status, text = http("POST", cluster.router + "/v1/completions",
                             {"model": model_id, "prompt": "hello", "max_tokens": 4}, timeout=30)
