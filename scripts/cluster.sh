@@ -6,8 +6,8 @@
 # Ctrl-C / SIGTERM and stops everything it started.
 #
 # Usage: scripts/cluster.sh [-n REPLICAS] [-m MODEL] [--host HOST] [--port PORT] [--policy POLICY]
-#                           [-t THREADS_PER_REPLICA] [--request-timeout S] [--kvserve BIN] [--router-flags "FLAGS"]
-#                           [-- SERVE_FLAGS...]
+#                           [-t THREADS_PER_REPLICA] [--request-timeout S] [--api-key KEY] [--kvserve BIN]
+#                           [--router-flags "FLAGS"] [-- SERVE_FLAGS...]
 #   -n REPLICAS     replicas to start (default 3)
 #   -m MODEL        GGUF file every replica serves (default models/smollm2-135m-instruct-q4_1.gguf)
 #   --host HOST     the one address everything listens on: replicas, router, router metrics (default 127.0.0.1)
@@ -16,6 +16,7 @@
 #   -t THREADS      threads per replica (default: the cores split between the replicas, at least 1)
 #   --request-timeout S  the router ends any request after S seconds, streams included (default 600; the
 #                   router's own is 1800): how long a client can wait on a replica that hangs without dying
+#   --api-key KEY   every replica requires it, the router sends it to them and requires it of clients
 #   --kvserve BIN   the kvserve binary (default build/kvserve)
 #   --router-flags  more flags for the router, one string (e.g. "--cache-threshold 0.5")
 #   SERVE_FLAGS     go to every `kvserve serve` (e.g. --max-running 8 --kv-type q8_0)
@@ -32,6 +33,7 @@ port=30000
 policy=cache_aware
 threads=0
 request_timeout=600
+api_key=""
 bin=$root/build/kvserve
 router_flags=""
 py=${PYTHON:-python3}
@@ -44,6 +46,7 @@ while [ $# -gt 0 ]; do
     --policy) policy=$2; shift 2 ;;
     -t) threads=$2; shift 2 ;;
     --request-timeout) request_timeout=$2; shift 2 ;;
+    --api-key) api_key=$2; shift 2 ;;
     --kvserve) bin=$2; shift 2 ;;
     --router-flags) router_flags=$2; shift 2 ;;
     --) shift; break ;;
@@ -52,6 +55,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 serve_flags=("$@")
+key_flags=()
+auth=()
+if [ -n "$api_key" ]; then key_flags=(--api-key "$api_key"); auth=(-H "Authorization: Bearer $api_key"); fi
 [[ $replicas =~ ^[1-9][0-9]*$ ]] || { echo "cluster.sh: -n must be a positive number, got $replicas" >&2; exit 2; }
 [ -x "$bin" ] || { echo "cluster.sh: $bin not found (build kvserve first)" >&2; exit 1; }
 [ -f "$model" ] || { echo "cluster.sh: $model not found (scripts/fetch_models.sh)" >&2; exit 1; }
@@ -104,7 +110,8 @@ url_host=$host
 # Replicas on free ports of the one address; each prints its URL once it listens.
 urls=()
 for i in $(seq "$replicas"); do
-  "$bin" serve -m "$model" --host "$host" --port 0 -t "$threads" "${serve_flags[@]}" >"$logs/replica-$i.log" 2>&1 &
+  "$bin" serve -m "$model" --host "$host" --port 0 -t "$threads" "${key_flags[@]}" "${serve_flags[@]}" \
+    >"$logs/replica-$i.log" 2>&1 &
   pids+=($!)
 done
 for i in $(seq "$replicas"); do
@@ -133,7 +140,7 @@ metrics_port=$(free_port)
   --prometheus-host "$host" --prometheus-port "$metrics_port" \
   --health-check-interval-secs 2 --health-check-timeout-secs 2 --health-failure-threshold 2 \
   --request-timeout-secs "$request_timeout" --worker-startup-timeout-secs 120 \
-  --log-level warn $router_flags >"$logs/router.log" 2>&1 &
+  --log-level warn "${key_flags[@]}" $router_flags >"$logs/router.log" 2>&1 &
 router_pid=$!
 router_url="http://$url_host:$port"
 echo "router: $router_url pid $router_pid ($router_pkg $router_version, policy $policy, metrics on $url_host:$metrics_port)"
@@ -142,7 +149,7 @@ echo "router: $router_url pid $router_pid ($router_pkg $router_version, policy $
 healthy=0
 for _ in $(seq 600); do
   kill -0 "$router_pid" 2>/dev/null || { echo "cluster.sh: the router exited:" >&2; cat "$logs/router.log" >&2; exit 1; }
-  healthy=$(curl -s -m 2 "$router_url/workers" 2>/dev/null | grep -o '"is_healthy":true' | wc -l)
+  healthy=$(curl -s -m 2 "${auth[@]}" "$router_url/workers" 2>/dev/null | grep -o '"is_healthy":true' | wc -l)
   [ "$healthy" -ge "$replicas" ] && break
   sleep 0.1
 done
