@@ -269,7 +269,8 @@ def main():
         threads = [threading.Thread(target=worker, args=(jobs[i::3],)) for i in range(3)]
         for t in threads:
             t.start()
-        while len(results) + len(failures) < 4:
+        deadline = time.monotonic() + 60
+        while len(results) + len(failures) < 4 and time.monotonic() < deadline:
             time.sleep(0.005)
         victim_url, victim_pid = cluster.replicas[holder]
         os.kill(victim_pid, signal.SIGKILL)
