@@ -234,7 +234,8 @@ TEST(KernelQuantize, Q8ActivationsAvx512EqualsScalarByteForByte) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelTypes, KernelMatmul,
-                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1),
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                           DType::Q5_1),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
 // The real model's weights (when present): SmolLM2's Q4_1 blocks and its Q8_0
@@ -375,6 +376,22 @@ TEST(KernelQuantize, Q4_1BlockOfZeroTo31) {
   }
 }
 
+TEST(KernelQuantize, Q5_1BlockOfZeroTo31) {
+  // min 0, d = 31 / 31 = 1, q = min(31, int(x / d + 0.5)) = j: low nibbles j & 15,
+  // fifth bits set for j >= 16; decodes back to 0..31 exactly.
+  BlockQ5_1 block{};
+  quantize_row(DType::Q5_1, zero_to_31().data(), &block, 32);
+  EXPECT_EQ(block.d, 0x3c00);  // 1.0
+  EXPECT_EQ(block.m, 0x0000);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(block.qs[j], j | j << 4) << j;
+  uint32_t qh;
+  std::memcpy(&qh, block.qh, 4);
+  EXPECT_EQ(qh, 0xffff0000u);
+  float out[32];
+  dequantize_row(DType::Q5_1, &block, out, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(out[j], static_cast<float>(j)) << j;
+}
+
 TEST(KernelQuantize, DequantizeHandBuiltBlocksBitExactly) {
   BlockQ4_0 q4_0{};
   q4_0.d = 0x3800;  // 0.5
@@ -430,7 +447,7 @@ TEST(KernelQuantize, RandomRoundTripsStayWithinHalfAStep) {
   const int64_t n = 32 * 64;
   const std::vector<float> x = random_floats(n, 7, -3.0f, 3.0f);
   std::vector<float> back(n);
-  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_1}) {
     std::vector<uint8_t> bytes(dtype_row_bytes(type, n));
     quantize_row(type, x.data(), bytes.data(), n);
     dequantize_row(type, bytes.data(), back.data(), n);
@@ -443,7 +460,10 @@ TEST(KernelQuantize, RandomRoundTripsStayWithinHalfAStep) {
       }
       // One quantization step, plus slack for the fp16 scale; Q4_0 can clamp a
       // full step at the end opposite the max.
-      const float step = type == DType::Q8_0 ? amax / 127 : type == DType::Q4_0 ? amax / 8 : (hi - lo) / 15;
+      const float step = type == DType::Q8_0   ? amax / 127
+                         : type == DType::Q4_0 ? amax / 8
+                         : type == DType::Q5_1 ? (hi - lo) / 31
+                                               : (hi - lo) / 15;
       const float limit = type == DType::Q4_0 ? 1.01f * step : 0.51f * step + 2e-3f * amax;
       for (int j = 0; j < 32; ++j)
         ASSERT_LE(std::fabs(back[b * 32 + j] - x[b * 32 + j]), limit) << dtype_name(type) << " block " << b;
