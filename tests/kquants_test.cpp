@@ -1,4 +1,4 @@
-// Q5_0 and K-quant (Q4_K, Q5_K, Q6_K) blocks: hand-built blocks decoded to
+// Q5_0, Q5_1 and K-quant (Q4_K, Q5_K, Q6_K) blocks: hand-built blocks decoded to
 // hand-computed values, quantize round trips, and every matmul path (both
 // activation precisions) against the scalar reference on random blocks.
 #include <gtest/gtest.h>
@@ -35,6 +35,9 @@ using Guards = test_util::IsaAndPrecisionGuard;
 
 TEST(KQuantBlocks, SizesMatchGgml) {
   EXPECT_EQ(dtype_info(DType::Q5_0).block_bytes, 22);
+  EXPECT_EQ(dtype_info(DType::Q5_1).block_bytes, 24);
+  EXPECT_TRUE(dtype_info(DType::Q5_1).supported);
+  EXPECT_EQ(parse_dtype("q5_1"), DType::Q5_1);
   EXPECT_EQ(dtype_info(DType::Q4_K).block_bytes, 144);
   EXPECT_EQ(dtype_info(DType::Q5_K).block_bytes, 176);
   EXPECT_EQ(dtype_info(DType::Q6_K).block_bytes, 210);
@@ -65,6 +68,29 @@ TEST(KQuantBlocks, Q5_0DecodesHandComputedValues) {
   EXPECT_EQ(y[1], 0.5f);     // q 17
   EXPECT_EQ(y[16], 7.5f);    // q 31
   EXPECT_EQ(y[31], -8.0f);   // q 0
+}
+
+// Q5_1: the same bits as the Q5_0 block above, d = 0.25, m = -1, w = d q + m.
+TEST(KQuantBlocks, Q5_1DecodesHandComputedValues) {
+  BlockQ5_1 b{};
+  b.d = 0x3400;  // 0.25
+  b.m = 0xbc00;  // -1.0
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    b.qs[j] = static_cast<uint8_t>(j | (15 - j) << 4);
+    if (j % 2) qh |= 1u << j;
+    if (j < 4) qh |= 1u << (16 + j);
+  }
+  std::memcpy(b.qh, &qh, 4);
+  float y[32];
+  dequantize_row(DType::Q5_1, &b, y, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(q5_1_value(b, j), j + (j % 2 ? 16 : 0)) << j;
+    EXPECT_EQ(y[j], 0.25f * static_cast<float>(j + (j % 2 ? 16 : 0)) - 1.0f) << j;
+    EXPECT_EQ(y[16 + j], 0.25f * static_cast<float>(15 - j + (j < 4 ? 16 : 0)) - 1.0f) << 16 + j;
+  }
+  EXPECT_EQ(y[16], 6.75f);   // q 31
+  EXPECT_EQ(y[31], -1.0f);   // q 0
 }
 
 // Scales and mins written as the 12 packed bytes by hand: sub-blocks 0..3
@@ -171,7 +197,7 @@ TEST(KQuantBlocks, Q6_KDecodesHandComputedValues) {
 // and the encoding idempotent (re-quantizing decoded values gives them back).
 TEST(KQuantBlocks, QuantizeRoundTripsWithinOneStep) {
   std::mt19937 rng(5);
-  for (DType type : {DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType type : {DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const int64_t n = 512;
     std::vector<float> x = test_util::random_vector(n, rng, 1.0f), y(n), z(n);
     x[3] = 4.0f;  // an outlier
@@ -211,8 +237,9 @@ struct Shape {
 // small-batch token count (1..9: one or two token groups per call), 13 and 16
 // (the largest small batches), 17 (the prefill tiles).
 std::vector<Shape> shapes_for(DType type) {
-  const std::vector<int64_t> cols = type == DType::Q5_0 ? std::vector<int64_t>{32, 96, 288, 2080}
-                                                        : std::vector<int64_t>{256, 768, 1280};
+  const bool small_blocks = type == DType::Q5_0 || type == DType::Q5_1;
+  const std::vector<int64_t> cols = small_blocks ? std::vector<int64_t>{32, 96, 288, 2080}
+                                                 : std::vector<int64_t>{256, 768, 1280};
   std::vector<Shape> shapes;
   for (int64_t rows : {1, 7, 33})
     for (int64_t c : cols)
@@ -294,7 +321,7 @@ TEST_P(KQuantMatmul, SimdPathsAgreeWithScalarPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KQuantTypes, KQuantMatmul,
-                         ::testing::Values(DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         ::testing::Values(DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(dtype_name(info.param));
                          });

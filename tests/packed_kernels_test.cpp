@@ -26,7 +26,7 @@ namespace {
 using test_util::make_matrix;
 using test_util::TestMatrix;
 
-const DType kPackedTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0,
+const DType kPackedTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
                               DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 struct PackedMatrix {

@@ -29,6 +29,12 @@ inline void randomize_block(DType type, uint8_t* block, std::mt19937& rng) {
       std::memcpy(block, &d, 2);
       std::memcpy(block + 2, &dmin, 2);
       break;
+    case DType::Q5_1: {  // a negative m, as real weights mostly have
+      const uint16_t m = static_cast<uint16_t>(dmin | 0x8000);
+      std::memcpy(block, &d, 2);
+      std::memcpy(block + 2, &m, 2);
+      break;
+    }
     case DType::Q4_K:
     case DType::Q5_K:
       std::memcpy(block, &d, 2);

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <random>
+#include <span>
 
 #include "core/error.h"
 #include "engine/decoder.h"
@@ -79,10 +81,41 @@ TEST(Quantize, Q8CopyOfStories260KGeneratesTheSameGreedyText) {
   greedy(*c, prompt, 8);  // q4_0 text differs; its cost is measured as perplexity in docs/performance.md
 }
 
+// Q5_0 and Q5_1 whole models: llama.cpp's file types 8 and 9, every matrix
+// converted, and the result closer to the f32 model than Q4_1 (random weights,
+// so the first step's logits are far from any trained model's).
+TEST(Quantize, Q5ModelsComputeWhatTheF32ModelDoes) {
+  TempFile src(".gguf");
+  ::kvserve::test_util::write_synth_model(src.path(), "tiny-qwen2", DType::F32);
+  auto f32 = Model::load(src.path());
+  const std::vector<int32_t> prompt = {5, 17, 99, 3, 250, 7};
+  auto a = make_decoder("cached", *f32, 64);
+  const std::span<const float> logits = a->append(prompt);
+  const std::vector<float> la(logits.begin(), logits.end());
+  auto error_of = [&](const char* name, DType type, uint32_t file_type) {
+    TempFile dst(".gguf");
+    const QuantizeReport r = quantize_model(src.path(), dst.path(), parse_quantize_recipe(name));
+    EXPECT_GT(r.converted, 0) << name;
+    EXPECT_TRUE(r.kept.empty()) << name;
+    const GGUFFile g(dst.path());
+    EXPECT_EQ(g.get_uint("general.file_type"), file_type) << name;
+    for (const TensorView& t : g.tensors()) EXPECT_EQ(t.type, t.n_dims == 2 ? type : DType::F32) << name << " " << t.name;
+    auto q = Model::load(dst.path());
+    auto b = make_decoder("cached", *q, 64);
+    return test_util::relative_error(std::span<const float>(la), b->append(prompt));
+  };
+  const double q4_1 = error_of("q4_1", DType::Q4_1, 3), q5_0 = error_of("q5_0", DType::Q5_0, 8),
+               q5_1 = error_of("q5_1", DType::Q5_1, 9);
+  std::printf("relative logit error: q4_1 %.3f, q5_0 %.3f, q5_1 %.3f\n", q4_1, q5_0, q5_1);
+  EXPECT_LT(q5_1, q4_1);
+  EXPECT_LT(q5_1, 0.25);
+  EXPECT_LT(q5_0, 0.3);
+}
+
 TEST(Quantize, RejectsUnsupportedTargets) {
   TempFile src(".gguf"), dst(".gguf");
   ::kvserve::test_util::write_synth_model(src.path(), "tiny-llama");
-  EXPECT_THROW(quantize_model(src.path(), dst.path(), DType::Q5_0), Error);
+  EXPECT_THROW(quantize_model(src.path(), dst.path(), DType::Q8_1), Error);
   EXPECT_THROW(parse_quantize_recipe("q3_k_m"), Error);
   EXPECT_THROW(quantize_model("/nonexistent.gguf", dst.path(), DType::Q8_0), Error);
 }

@@ -19,7 +19,7 @@ constexpr Entry kTypes[] = {
     {2, {"q4_0", 32, 18, true}},
     {3, {"q4_1", 32, 20, true}},
     {6, {"q5_0", 32, 22, true}},
-    {7, {"q5_1", 32, 24, false}},
+    {7, {"q5_1", 32, 24, true}},
     {8, {"q8_0", 32, 34, true}},
     {9, {"q8_1", 32, 36, false}},
     {10, {"q2_k", 256, 84, false}},
@@ -61,7 +61,7 @@ DType parse_dtype(const std::string& name) {
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   for (const auto& e : kTypes)
     if (lower == e.info.name) return static_cast<DType>(e.id);
-  throw Error("unknown type '" + name + "' (expected one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q5_k, q6_k)");
+  throw Error("unknown type '" + name + "' (expected one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)");
 }
 
 size_t dtype_row_bytes(DType t, int64_t n) {

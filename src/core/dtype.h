@@ -73,6 +73,14 @@ struct BlockQ5_0 {
   uint8_t qh[4];          // bit j: fifth bit of element j (little-endian uint32)
   uint8_t qs[kQK4_0 / 2]; // low 4 bits, as in Q4_0
 };
+// Q5_1: w = d * q + m, q = low nibble | (bit of qh) << 4 in 0..31, laid out as
+// Q5_0 (element j < 16: qs[j] low nibble, qh bit j; j + 16: high nibble, bit j + 16).
+struct BlockQ5_1 {
+  uint16_t d;             // fp16 scale
+  uint16_t m;             // fp16 min
+  uint8_t qh[4];          // bit j: fifth bit of element j (little-endian uint32)
+  uint8_t qs[kQK4_1 / 2]; // low 4 bits, as in Q4_1
+};
 
 // K-quants: super-blocks of 256 values.
 //
@@ -122,6 +130,7 @@ static inline KScaleMin kquant_scale_min(const uint8_t* scales, int j) {
 
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);

@@ -107,7 +107,19 @@ struct DqQ5_0 {
     return {_mm256_set1_ps(d), _mm256_set1_ps(-16.0f * d)};
   }
   static void dequant(const Block& b, const Scales& sc, int, __m256 w[4]) {
-    bytes_to_floats(kquants_simd::q5_0_bytes(b), w);
+    bytes_to_floats(kquants_simd::q5_bytes(b), w);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) w[k] = _mm256_fmadd_ps(w[k], sc.d, sc.offset);
+  }
+};
+
+struct DqQ5_1 {
+  using Block = BlockQ5_1;
+  using Scales = ScaleOffset;
+  static constexpr int kValues = 32;
+  static Scales scales(const Block& b) { return {_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_set1_ps(_cvtsh_ss(b.m))}; }
+  static void dequant(const Block& b, const Scales& sc, int, __m256 w[4]) {
+    bytes_to_floats(kquants_simd::q5_bytes(b), w);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) w[k] = _mm256_fmadd_ps(w[k], sc.d, sc.offset);
   }

@@ -1,5 +1,5 @@
 #pragma once
-// Internal to src/kernels: AVX2-level helpers shared by the Q5_0 / K-quant
+// Internal to src/kernels: AVX2-level helpers shared by the Q5_0 / Q5_1 / K-quant
 // kernels of the avx2 and avx512 translation units. Everything here is
 // `static` or a template, so each TU gets its own copy compiled with its own
 // instruction set (see kernel_table.h); each TU instantiates Q8RowDot with
@@ -44,8 +44,9 @@ static inline __m256i bits_to_0x10_bytes(uint32_t bits) {
   return mask_bytes(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), 0x10);
 }
 
-// The 32 unsigned 5-bit q of a Q5_0 block as bytes in element order.
-static inline __m256i q5_0_bytes(const BlockQ5_0& b) {
+// The 32 unsigned 5-bit q of a Q5_0 or Q5_1 block as bytes in element order.
+template <typename Block>
+static inline __m256i q5_bytes(const Block& b) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
   const __m256i nibbles = mask_bytes(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), 0x0f);
   uint32_t qh;
@@ -203,13 +204,34 @@ struct Q8Q5_0 {
   [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc,
                                               float* offset) {
     const float d = _cvtsh_ss(b.d);
-    const __m256i q = q5_0_bytes(b);
+    const __m256i q = q5_bytes(b);
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
       const Q8ActScale s = act_scale<kValues>(a[i], block, 0);
       const __m256 dot = _mm256_cvtepi32_ps(Dot::u8_s8(q, act_bytes<kValues>(a[i], block, 0)));
       acc[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * s.d), acc[i]);
       offset[i] -= 16.0f * d * s.s;
+    }
+  }
+};
+
+// Q5_1 with 8-bit activations: w = d q + m (q <= 31 unsigned), Q8Q5_0 with
+// the offset m s instead of -16 d s.
+template <typename Dot>
+struct Q8Q5_1 {
+  using Block = BlockQ5_1;
+  static constexpr int kValues = kQK4_1;
+  template <int N>
+  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc,
+                                              float* offset) {
+    const float d = _cvtsh_ss(b.d), m = _cvtsh_ss(b.m);
+    const __m256i q = q5_bytes(b);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const Q8ActScale s = act_scale<kValues>(a[i], block, 0);
+      const __m256 dot = _mm256_cvtepi32_ps(Dot::u8_s8(q, act_bytes<kValues>(a[i], block, 0)));
+      acc[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * s.d), acc[i]);
+      offset[i] += m * s.s;
     }
   }
 };

@@ -1,20 +1,22 @@
-// AVX2 + FMA + F16C kernels for Q5_0 and the K-quants (Q4_K, Q5_K, Q6_K).
+// AVX2 + FMA + F16C kernels for Q5_0, Q5_1 and the K-quants (Q4_K, Q5_K, Q6_K).
 //
 // f32 activations (the scalar reference dequantizes, then dots; these differ
 // from it only in float rounding and summation order):
 //  - Q4_K / Q5_K: offset form, d sc_j sum(q x) - dmin m_j sum(x_j), with q
 //    widened to exact floats and sum(x_j) from job.x_block_sums;
 //  - Q6_K: sum((q - 32) x) per 16-value scale group, times d * scale;
-//  - Q5_0: the block dequantized in registers (d q - 16 d), then FMA'd with x.
+//  - Q5_0 / Q5_1: the block dequantized in registers (d q - 16 d, d q + m), then
+//    FMA'd with x.
 //
 // 8-bit activations (Q8Order::Plain, blocks of 32): per 32 values an exact
 // integer dot (maddubs u8 x s8 -> s16 pairs, madd -> s32); the K-quants sum
 // a block's dots across lanes and scale them in float (LaneSumK /
-// LaneSumQ6_K in kquants_simd.h), Q5_0 scales each dot by d * dx. Every s16
+// LaneSumQ6_K in kquants_simd.h), Q5_0 / Q5_1 scale each dot by d * dx. Every s16
 // intermediate is bounded below 32767 (see each format).
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "core/half.h"
@@ -49,14 +51,18 @@ template <typename Block>
 
 // ---- f32 activations --------------------------------------------------------
 
-struct ExactQ5_0 {
-  using Block = BlockQ5_0;
-  static constexpr int kValues = kQK4_0;
+// Q5_0 (w = d q - 16 d) and Q5_1 (w = d q + m).
+template <typename BlockT>
+struct ExactQ5 {
+  using Block = BlockT;
+  static constexpr int kValues = 32;
   static void dequantize(const Block& b, __m256* w) {
     alignas(32) uint8_t q[32];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(q), q5_0_bytes(b));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q), q5_bytes(b));
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
-    const __m256 offset = _mm256_set1_ps(-16.0f * _cvtsh_ss(b.d));
+    __m256 offset;
+    if constexpr (std::is_same_v<Block, BlockQ5_1>) offset = _mm256_set1_ps(_cvtsh_ss(b.m));
+    else offset = _mm256_set1_ps(-16.0f * _cvtsh_ss(b.d));
     for (int k = 0; k < 4; ++k) w[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(widen8(q + 8 * k)), d, offset);
   }
 };
@@ -246,7 +252,7 @@ struct KOffsetRowDot {
 // tokens (see Q8RowDot).
 
 // The integer dots of Q8Q5_0 / LaneSumK / LaneSumQ6_K (kquants_simd.h):
-// maddubs pairs stay within int16 (<= 2 * 31 * 127 for Q5_0 / Q4_K / Q5_K; for Q6_K each
+// maddubs pairs stay within int16 (<= 2 * 31 * 127 for Q5_0 / Q5_1 / Q4_K / Q5_K; for Q6_K each
 // of q x and 32 x is <= 2 * 63 * 127, their difference <= 2 * 32 * 127).
 struct Avx2Dot {
   static __m256i u8_s8(__m256i w, __m256i a) { return dot_u8_s8(w, a); }
@@ -267,7 +273,8 @@ template <typename Format>
 using Many = exact_dq::DequantRowDot<Format, exact_dq::kRegsAvx2>;
 
 constexpr KQuantKernels kAvx2KQuants = {
-    {run_row_tiles<Q8RowDot<Q8Q5_0<Avx2Dot>, kQ8Tokens>>, exact_kernel<ExactRowDot<ExactQ5_0>, Many<exact_dq::DqQ5_0>>},
+    {run_row_tiles<Q8RowDot<Q8Q5_0<Avx2Dot>, kQ8Tokens>>, exact_kernel<ExactRowDot<ExactQ5<BlockQ5_0>>, Many<exact_dq::DqQ5_0>>},
+    {run_row_tiles<Q8RowDot<Q8Q5_1<Avx2Dot>, kQ8Tokens>>, exact_kernel<ExactRowDot<ExactQ5<BlockQ5_1>>, Many<exact_dq::DqQ5_1>>},
     // Q4_K / Q5_K: the offset form also for two tokens (1.50 vs 1.72 ms on 8960x1536).
     {run_row_tiles<Q8RowDot<LaneSumK<BlockQ4_K, 4, Avx2Dot>, kQ8Tokens>>,
      exact_kernel<KOffsetRowDot<BlockQ4_K, 4>, Many<exact_dq::DqK<BlockQ4_K, 4>>, 2>},

@@ -1,9 +1,9 @@
-// AVX-512 VNNI kernels for Q5_0 and the K-quants with 8-bit activations:
+// AVX-512 VNNI kernels for Q5_0, Q5_1 and the K-quants with 8-bit activations:
 // vpdpbusd (u8 x s8, four products summed per int32 lane, no s16
 // intermediate) replaces AVX2's maddubs + madd. 256-bit registers, as for
 // the other Q4 types (faster than 512-bit on Zen 4, see docs/kernels.md).
 // f32 activations: exact_simd.h with 32 registers for several tokens (and
-// one, for Q5_0 and Q6_K), else the AVX2 kernels (FMA-bound; 512-bit gains
+// one, for Q5_0, Q5_1 and Q6_K), else the AVX2 kernels (FMA-bound; 512-bit gains
 // nothing here).
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized (see matmul_avx512.cpp).
 #pragma GCC diagnostic push
@@ -30,7 +30,7 @@ __m256i dpbusd(__m256i w, __m256i a) { return _mm256_dpbusd_epi32(_mm256_setzero
 // K-quant row's eight unpacked weight vectors.
 constexpr int kQ8Tokens = 8;
 
-// The integer dots of Q8Q5_0 / LaneSumK / LaneSumQ6_K (kquants_simd.h).
+// The integer dots of Q8Q5_0 / Q8Q5_1 / LaneSumK / LaneSumQ6_K (kquants_simd.h).
 struct VnniDot {
   static __m256i u8_s8(__m256i w, __m256i a) { return dpbusd(w, a); }
   static __m256i q6(__m256i q, __m256i a) { return _mm256_sub_epi32(dpbusd(q, a), dpbusd(_mm256_set1_epi8(32), a)); }
@@ -45,7 +45,8 @@ struct VnniDot {
 template <typename Format, QuantKernels KQuantKernels::*kType>
 void exact_kernel(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
   constexpr bool kDequantOneToken =
-      std::is_same_v<Format, exact_dq::DqQ6_K> || std::is_same_v<Format, exact_dq::DqQ5_0>;
+      std::is_same_v<Format, exact_dq::DqQ6_K> || std::is_same_v<Format, exact_dq::DqQ5_0> ||
+      std::is_same_v<Format, exact_dq::DqQ5_1>;
   // Q4_K / Q5_K: the offset form also for two tokens (see matmul_kquants_avx2.cpp).
   constexpr int64_t kAvx2UpTo = kDequantOneToken ? 0 : 2;
   if (job.n_tokens <= kAvx2UpTo) (avx2_kquant_kernels().*kType).exact(job, row_begin, row_end);
@@ -57,6 +58,7 @@ void exact_kernel(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
 const KQuantKernels& avx512_kquant_kernels() {
   static const KQuantKernels kernels = {
       {run_row_tiles<Q8RowDot<Q8Q5_0<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqQ5_0, &KQuantKernels::q5_0>},
+      {run_row_tiles<Q8RowDot<Q8Q5_1<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqQ5_1, &KQuantKernels::q5_1>},
       {run_row_tiles<Q8RowDot<LaneSumK<BlockQ4_K, 4, VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqK<BlockQ4_K, 4>, &KQuantKernels::q4_k>},
       {run_row_tiles<Q8RowDot<LaneSumK<BlockQ5_K, 5, VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqK<BlockQ5_K, 5>, &KQuantKernels::q5_k>},
       {run_row_tiles<Q8RowDot<LaneSumQ6_K<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqQ6_K, &KQuantKernels::q6_k>},

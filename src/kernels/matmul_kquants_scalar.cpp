@@ -1,4 +1,4 @@
-// Portable Q5_0 / K-quant kernels: the reference every SIMD path of these
+// Portable Q5_0 / Q5_1 / K-quant kernels: the reference every SIMD path of these
 // types is tested against. 8-bit activations come in Q8Order::Plain (blocks of
 // 32 in element order); each weight block's contribution is an exact integer
 // dot per 32 values, scaled in float. f32 activations: dequantize a block
@@ -24,6 +24,18 @@ struct Q5_0Format {
     return d * sc[0].d * static_cast<float>(dot) - 16.0f * d * sc[0].s;
   }
   static void dequantize(const Block& b, float* w) { dequantize_block_q5_0(b, w); }
+};
+
+struct Q5_1Format {
+  using Block = BlockQ5_1;
+  static constexpr int kValues = kQK4_1;
+  // w = d * q + m: d * dx * dot(q, qx) + m * s
+  static float q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc) {
+    int32_t dot = 0;
+    for (int i = 0; i < 32; ++i) dot += q5_1_value(b, i) * qx[i];
+    return fp16_to_f32(b.d) * sc[0].d * static_cast<float>(dot) + fp16_to_f32(b.m) * sc[0].s;
+  }
+  static void dequantize(const Block& b, float* w) { dequantize_block_q5_1(b, w); }
 };
 
 // Q4_K / Q5_K: sub-block j contributes d sc_j dx_j dot_j - dmin m_j s_j.
@@ -118,6 +130,7 @@ constexpr QuantKernels kernels_for() {
 
 constexpr KQuantKernels kScalarKQuants = {
     kernels_for<Q5_0Format>(),
+    kernels_for<Q5_1Format>(),
     kernels_for<Q4_KFormat>(),
     kernels_for<Q5_KFormat>(),
     kernels_for<Q6_KFormat>(),

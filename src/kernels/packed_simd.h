@@ -83,12 +83,14 @@ static inline __m256i top_bits(__m256i h) {
 static inline void pin(__m256i& v) { __asm__("" : "+x"(v)); }
 
 constexpr bool is_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
-constexpr bool has_fifth_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_K; }
+constexpr bool has_fifth_bit(DType t) { return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K; }
+// Types with an fp16 m[8] after d[8] in the header (w = d q + m).
+constexpr bool has_min(DType t) { return t == DType::Q4_1 || t == DType::Q5_1; }
 
 template <DType T>
 struct Layout {
   static constexpr int kValues = is_kquant(T) ? 256 : 32;
-  static constexpr size_t kHeader = T == DType::Q4_1 ? 32 : (T == DType::Q4_K || T == DType::Q5_K) ? 160
+  static constexpr size_t kHeader = has_min(T) ? 32 : (T == DType::Q4_K || T == DType::Q5_K) ? 160
                                     : T == DType::Q6_K ? 144 : 16;
   static constexpr size_t kSubBytes = T == DType::Q8_0 ? 256 : has_fifth_bit(T) ? 160 : T == DType::Q6_K ? 192 : 128;
   static constexpr size_t kBytes = kHeader + kValues / 32 * kSubBytes;
@@ -158,7 +160,7 @@ static inline void sub_block_dots(const uint8_t* q, const int8_t* const (&x)[N],
   });
 }
 
-// One 32-value super-block of Q4_0 / Q4_1 / Q5_0 / Q8_0 for N tokens.
+// One 32-value super-block of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 for N tokens.
 template <DType T, int N>
 static inline void block32(const uint8_t* sb, const int8_t* const (&x)[N], const PackedAct32* const (&a)[N],
                            __m256 (&acc)[N]) {
@@ -173,7 +175,7 @@ static inline void block32(const uint8_t* sb, const int8_t* const (&x)[N], const
     if constexpr (T == DType::Q4_0) isum[t] = _mm256_sub_epi32(isum[t], _mm256_set1_epi32(8 * a[t]->sum));
     if constexpr (T == DType::Q5_0) isum[t] = _mm256_sub_epi32(isum[t], _mm256_set1_epi32(16 * a[t]->sum));
     acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, _mm256_set1_ps(a[t]->d)), acc[t]);
-    if constexpr (T == DType::Q4_1) acc[t] = _mm256_fmadd_ps(load_f16x8(sb + 16), _mm256_set1_ps(a[t]->s), acc[t]);
+    if constexpr (has_min(T)) acc[t] = _mm256_fmadd_ps(load_f16x8(sb + 16), _mm256_set1_ps(a[t]->s), acc[t]);
   }
 }
 
@@ -296,7 +298,7 @@ static void packed_rows(const PackedJob& job, int64_t g0, int64_t g1) {
 template <int kMaxN>
 static PackedKernels make_packed_kernels() {
   return {packed_rows<DType::Q4_0, kMaxN>, packed_rows<DType::Q4_1, kMaxN>, packed_rows<DType::Q5_0, kMaxN>,
-          packed_rows<DType::Q8_0, kMaxN>, packed_rows<DType::Q4_K, kMaxN>, packed_rows<DType::Q5_K, kMaxN>,
+          packed_rows<DType::Q5_1, kMaxN>, packed_rows<DType::Q8_0, kMaxN>, packed_rows<DType::Q4_K, kMaxN>, packed_rows<DType::Q5_K, kMaxN>,
           packed_rows<DType::Q6_K, kMaxN>};
 }
 

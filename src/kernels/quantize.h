@@ -10,7 +10,7 @@ namespace kvserve {
 
 // dst[0..n) = the n values encoded in src. n is a multiple of the block size.
 void dequantize_row(DType type, const void* src, float* dst, int64_t n);
-// Encodes n floats as `type`: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 with
+// Encodes n floats as `type`: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 with
 // ggml's rounding; q4_k, q5_k, q6_k with a simple min/max rule (valid blocks
 // that decode as in ggml, not llama.cpp's searched scales; see quantize_kquants.h).
 void quantize_row(DType type, const float* src, void* dst, int64_t n);

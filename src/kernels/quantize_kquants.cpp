@@ -9,7 +9,8 @@
 namespace kvserve {
 namespace {
 
-uint32_t load_qh(const BlockQ5_0& b) {
+template <typename Block>  // BlockQ5_0 or BlockQ5_1
+uint32_t load_qh(const Block& b) {
   uint32_t qh;
   std::memcpy(&qh, b.qh, sizeof(qh));  // little-endian, as ggml stores it
   return qh;
@@ -134,6 +135,12 @@ int q5_0_value(const BlockQ5_0& b, int i) {
   return low | static_cast<int>((load_qh(b) >> i) & 1) << 4;
 }
 
+int q5_1_value(const BlockQ5_1& b, int i) {
+  const int j = i % 16;
+  const int low = i < 16 ? b.qs[j] & 15 : b.qs[j] >> 4;
+  return low | static_cast<int>((load_qh(b) >> i) & 1) << 4;
+}
+
 int q4_k_value(const BlockQ4_K& b, int i) {
   const int k = i / 64, l = i % 64;
   const uint8_t byte = b.qs[32 * k + l % 32];
@@ -158,6 +165,12 @@ int q6_k_value(const BlockQ6_K& b, int i) {
 void dequantize_block_q5_0(const BlockQ5_0& b, float* y) {
   const float d = fp16_to_f32(b.d);
   for (int i = 0; i < kQK4_0; ++i) y[i] = static_cast<float>(q5_0_value(b, i) - 16) * d;
+}
+
+// As ggml's dequantize_row_q5_1 (and kvserve's Q4_1): float(q) * d + m.
+void dequantize_block_q5_1(const BlockQ5_1& b, float* y) {
+  const float d = fp16_to_f32(b.d), m = fp16_to_f32(b.m);
+  for (int i = 0; i < kQK4_1; ++i) y[i] = static_cast<float>(q5_1_value(b, i)) * d + m;
 }
 
 void dequantize_block_q4_k(const BlockQ4_K& b, float* y) {
@@ -200,6 +213,26 @@ void quantize_block_q5_0(const float* x, BlockQ5_0& b) {
   for (int j = 0; j < kQK4_0 / 2; ++j) {
     const int q0 = std::min(31, static_cast<int>(x[j] * id + 16.5f));
     const int q1 = std::min(31, static_cast<int>(x[j + 16] * id + 16.5f));
+    b.qs[j] = static_cast<uint8_t>((q0 & 15) | ((q1 & 15) << 4));
+    qh |= static_cast<uint32_t>(q0 >> 4) << j | static_cast<uint32_t>(q1 >> 4) << (j + 16);
+  }
+  std::memcpy(b.qh, &qh, sizeof(qh));
+}
+
+void quantize_block_q5_1(const float* x, BlockQ5_1& b) {
+  float min = x[0], max = x[0];
+  for (int j = 1; j < kQK4_1; ++j) {
+    min = std::fmin(min, x[j]);
+    max = std::fmax(max, x[j]);
+  }
+  const float d = (max - min) / 31.0f;
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  b.d = f32_to_fp16(d);
+  b.m = f32_to_fp16(min);
+  uint32_t qh = 0;
+  for (int j = 0; j < kQK4_1 / 2; ++j) {
+    const int q0 = std::min(31, static_cast<int>((x[j] - min) * id + 0.5f));
+    const int q1 = std::min(31, static_cast<int>((x[j + 16] - min) * id + 0.5f));
     b.qs[j] = static_cast<uint8_t>((q0 & 15) | ((q1 & 15) << 4));
     qh |= static_cast<uint32_t>(q0 >> 4) << j | static_cast<uint32_t>(q1 >> 4) << (j + 16);
   }

@@ -1,5 +1,5 @@
 #pragma once
-// Scalar reference (de)quantization of single blocks of Q5_0 and the
+// Scalar reference (de)quantization of single blocks of Q5_0, Q5_1 and the
 // K-quants (Q4_K, Q5_K, Q6_K), bit-exact with ggml's block layouts (see
 // core/dtype.h). dequantize_row() in quantize.h and the scalar kernels are
 // built on these.
@@ -14,11 +14,14 @@
 namespace kvserve {
 
 void dequantize_block_q5_0(const BlockQ5_0& b, float* y);  // y[32]
+void dequantize_block_q5_1(const BlockQ5_1& b, float* y);  // y[32]
 void dequantize_block_q4_k(const BlockQ4_K& b, float* y);  // y[256]
 void dequantize_block_q5_k(const BlockQ5_K& b, float* y);  // y[256]
 void dequantize_block_q6_k(const BlockQ6_K& b, float* y);  // y[256]
 
 void quantize_block_q5_0(const float* x, BlockQ5_0& b);  // x[32]
+// ggml's quantize_row_q5_1_ref: d = (max - min) / 31, m = min.
+void quantize_block_q5_1(const float* x, BlockQ5_1& b);  // x[32]
 void quantize_block_q4_k(const float* x, BlockQ4_K& b);  // x[256]
 void quantize_block_q5_k(const float* x, BlockQ5_K& b);  // x[256]
 void quantize_block_q6_k(const float* x, BlockQ6_K& b);  // x[256]
@@ -41,5 +44,7 @@ int q5_k_value(const BlockQ5_K& b, int i);
 int q6_k_value(const BlockQ6_K& b, int i);
 // The unsigned 5-bit q (0..31) of Q5_0 value i; w = d * (q - 16).
 int q5_0_value(const BlockQ5_0& b, int i);
+// The unsigned 5-bit q (0..31) of Q5_1 value i; w = d * q + m.
+int q5_1_value(const BlockQ5_1& b, int i);
 
 }  // namespace kvserve

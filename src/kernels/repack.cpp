@@ -21,7 +21,7 @@ int64_t sb_values(DType type) { return is_kquant(type) ? kQK_K : 32; }
 
 size_t header_bytes(DType type) {
   switch (type) {
-    case DType::Q4_1: return 32;
+    case DType::Q4_1: case DType::Q5_1: return 32;
     case DType::Q4_K: case DType::Q5_K: return 16 + 16 + 64 + 64;
     case DType::Q6_K: return 16 + 128;
     default: return 16;
@@ -31,7 +31,7 @@ size_t header_bytes(DType type) {
 size_t sub_block_bytes(DType type) {
   switch (type) {
     case DType::Q8_0: return 256;
-    case DType::Q5_0: case DType::Q5_K: return 128 + 32;
+    case DType::Q5_0: case DType::Q5_1: case DType::Q5_K: return 128 + 32;
     case DType::Q6_K: return 128 + 64;
     default: return 128;
   }
@@ -56,13 +56,13 @@ void block_values(DType type, const uint8_t* block, int* q) {
       for (int i = 0; i < 32; ++i) q[i] = b.qs[i];
       return;
     }
-    case DType::Q5_0: {
-      const auto& b = *reinterpret_cast<const BlockQ5_0*>(block);
+    case DType::Q5_0: case DType::Q5_1: {
+      const uint8_t* qs = block + (type == DType::Q5_0 ? offsetof(BlockQ5_0, qs) : offsetof(BlockQ5_1, qs));
       uint32_t qh;
-      std::memcpy(&qh, b.qh, sizeof(qh));
+      std::memcpy(&qh, block + (type == DType::Q5_0 ? offsetof(BlockQ5_0, qh) : offsetof(BlockQ5_1, qh)), sizeof(qh));
       for (int i = 0; i < 16; ++i) {
-        q[i] = (b.qs[i] & 15) | static_cast<int>((qh >> i) & 1) << 4;
-        q[i + 16] = (b.qs[i] >> 4) | static_cast<int>((qh >> (i + 16)) & 1) << 4;
+        q[i] = (qs[i] & 15) | static_cast<int>((qh >> i) & 1) << 4;
+        q[i + 16] = (qs[i] >> 4) | static_cast<int>((qh >> (i + 16)) & 1) << 4;
       }
       return;
     }
@@ -104,7 +104,7 @@ uint16_t block_d_bits(DType type, const uint8_t* block) {
     case DType::Q4_K: return reinterpret_cast<const BlockQ4_K*>(block)->d;
     case DType::Q5_K: return reinterpret_cast<const BlockQ5_K*>(block)->d;
     case DType::Q6_K: return reinterpret_cast<const BlockQ6_K*>(block)->d;
-    default: {  // Q4_0, Q4_1, Q5_0, Q8_0 all start with the fp16 d
+    default: {  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 all start with the fp16 d
       uint16_t d;
       std::memcpy(&d, block, sizeof(d));
       return d;
@@ -125,7 +125,7 @@ void pack_sub_block(DType type, const int* const (&q)[kRows], uint8_t* out) {
       for (int k = 0; k < 4; ++k)
         out[32 * p + 4 * r + k] = static_cast<uint8_t>((q[r][8 * p + k] & 15) | (q[r][8 * p + 4 + k] & 15) << 4);
   uint8_t* high = out + 128;
-  if (type == DType::Q5_0 || type == DType::Q5_K) {
+  if (type == DType::Q5_0 || type == DType::Q5_1 || type == DType::Q5_K) {
     for (int r = 0; r < kRows; ++r)
       for (int k = 0; k < 4; ++k) {
         int bits = 0;
@@ -151,11 +151,13 @@ void pack_header(DType type, const uint8_t* const (&blocks)[kRows], uint8_t* out
     if (blocks[r] == nullptr) continue;
     d[r] = block_d_bits(type, blocks[r]);
     if (type == DType::Q4_1) second[r] = reinterpret_cast<const BlockQ4_1*>(blocks[r])->m;
+    if (type == DType::Q5_1) second[r] = reinterpret_cast<const BlockQ5_1*>(blocks[r])->m;
     if (type == DType::Q4_K) second[r] = reinterpret_cast<const BlockQ4_K*>(blocks[r])->dmin ^ 0x8000;
     if (type == DType::Q5_K) second[r] = reinterpret_cast<const BlockQ5_K*>(blocks[r])->dmin ^ 0x8000;
   }
   std::memcpy(out, d, sizeof(d));
-  if (type == DType::Q4_1 || type == DType::Q4_K || type == DType::Q5_K) std::memcpy(out + 16, second, sizeof(second));
+  if (type == DType::Q4_1 || type == DType::Q5_1 || type == DType::Q4_K || type == DType::Q5_K)
+    std::memcpy(out + 16, second, sizeof(second));
   if (type == DType::Q4_K || type == DType::Q5_K) {
     uint8_t* scale = out + 32;
     uint8_t* min = out + 96;
@@ -181,7 +183,7 @@ void pack_header(DType type, const uint8_t* const (&blocks)[kRows], uint8_t* out
 
 bool packable_type(DType type) {
   switch (type) {
-    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q8_0:
+    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
     default: return false;
   }
@@ -306,6 +308,7 @@ float q8_row_dot(DType type, const uint8_t* row, int64_t cols, const PackedActRo
       const float d = fp16_to_f32(block_d_bits(type, block));
       acc = std::fma(static_cast<float>(isum), d * act[b].d, acc);
       if (type == DType::Q4_1) acc = std::fma(fp16_to_f32(reinterpret_cast<const BlockQ4_1*>(block)->m), act[b].s, acc);
+      if (type == DType::Q5_1) acc = std::fma(fp16_to_f32(reinterpret_cast<const BlockQ5_1*>(block)->m), act[b].s, acc);
     }
     return acc;
   }

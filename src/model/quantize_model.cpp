@@ -11,7 +11,7 @@
 namespace kvserve {
 namespace {
 
-constexpr const char* kRecipes = "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m";
+constexpr const char* kRecipes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m";
 
 // llama.cpp's general.file_type values (LLAMA_FTYPE_*) of the whole-model types we write.
 uint32_t file_type_of(DType t) {
@@ -21,6 +21,8 @@ uint32_t file_type_of(DType t) {
     case DType::Q4_0: return 2;
     case DType::Q4_1: return 3;
     case DType::Q8_0: return 7;
+    case DType::Q5_0: return 8;
+    case DType::Q5_1: return 9;
     case DType::Q4_K: return 14;  // Q4_K_S
     case DType::Q5_K: return 16;  // Q5_K_S
     case DType::Q6_K: return 18;

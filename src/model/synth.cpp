@@ -348,7 +348,7 @@ void write_vocab_metadata(GGUFWriter& w, const ByteBpeVocab& vocab) {
 bool is_synth_type(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0: case DType::Q4_1:
-    case DType::Q5_0: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    case DType::Q5_0: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
     default: return false;
   }
 }
@@ -437,7 +437,7 @@ void synthesize_model(const SynthOptions& options) {
   SynthPreset preset = find_synth_preset(options.preset);
   if (!is_synth_type(options.type))
     throw Error(std::string("synth: type ") + dtype_name(options.type) +
-                " is not supported (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q5_k, q6_k are)");
+                " is not supported (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k are)");
   if (options.layers < 0 || options.layers > 1024)
     throw Error("synth: --layers " + std::to_string(options.layers) + " is out of range 1..1024");
   if (options.layers > 0) preset.n_layers = options.layers;
