@@ -222,6 +222,23 @@ void expect_rows_equal(AttentionFixture& f, const std::vector<float>& want, int6
       }
 }
 
+// The target's rows from one call on one thread (contiguous) against the same
+// rows from calls of every size, threads and mode (expect_rows_equal).
+void expect_every_call_gives_the_rows_of_one(AttentionFixture& f, int64_t len) {
+  std::vector<float> want;
+  {
+    const ScopedThreads one(1);
+    want = f.run(0, len, AttentionFixture::Mode::kContiguous);
+  }
+  const std::vector<int64_t> probes = probe_rows(len);
+  // The whole sequence in one call: 1 and 2 threads, every mode.
+  expect_rows_equal(f, want, 0, probes, {len}, {1, 2});
+  // 2 threads matter most for 1-4 rows (flash-decoding's choice); a busy
+  // host makes every 2-thread call slow, so chunks of 16 run on one.
+  expect_rows_equal(f, want, 0, probes, {1, 3}, {1, 2});
+  expect_rows_equal(f, want, 0, probes, {16}, {1});
+}
+
 }  // namespace
 
 // Row i in calls of 1, 3, 16 and all rows, aligned or not, 1 or 2 threads,
@@ -237,18 +254,7 @@ TEST(BatchInvariance, AttentionRowDoesNotDependOnChunkThreadsOrBatch) {
     for (int64_t len : {1, 31, 33, 100, 257, 520}) {
       if (slow_build && len > 100 && type != KVType::F32 && type != KVType::Q8_0) continue;
       AttentionFixture f(type, len);
-      std::vector<float> want;
-      {
-        const ScopedThreads one(1);
-        want = f.run(0, len, AttentionFixture::Mode::kContiguous);
-      }
-      const std::vector<int64_t> probes = probe_rows(len);
-      // The whole sequence in one call: 1 and 2 threads, every mode.
-      expect_rows_equal(f, want, 0, probes, {len}, {1, 2});
-      // 2 threads matter most for 1-4 rows (flash-decoding's choice); a busy
-      // host makes every 2-thread call slow, so chunks of 16 run on one.
-      expect_rows_equal(f, want, 0, probes, {1, 3}, {1, 2});
-      expect_rows_equal(f, want, 0, probes, {16}, {1});
+      expect_every_call_gives_the_rows_of_one(f, len);
       if (HasFatalFailure()) return;
     }
 }
@@ -262,15 +268,7 @@ TEST(BatchInvariance, SlidingWindowRowDoesNotDependOnChunkThreadsOrBatch) {
         if (test_util::skip_slow() && type == KVType::F32) continue;  // the sanitizer build: the dequantizing path only
         AttentionFixture f(type, len);
         f.shape.window = window;
-        std::vector<float> want;
-        {
-          const ScopedThreads one(1);
-          want = f.run(0, len, AttentionFixture::Mode::kContiguous);
-        }
-        const std::vector<int64_t> probes = probe_rows(len);
-        expect_rows_equal(f, want, 0, probes, {len}, {1, 2});
-        expect_rows_equal(f, want, 0, probes, {1, 3}, {1, 2});
-        expect_rows_equal(f, want, 0, probes, {16}, {1});
+        expect_every_call_gives_the_rows_of_one(f, len);
         if (HasFatalFailure()) return;
       }
 }
