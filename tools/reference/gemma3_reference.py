@@ -174,23 +174,8 @@ def last_logits(cfg, W, tokens, cache, window_override=None):
 def greedy(cfg, W, prompt_ids, n, use_cache=True, on_step=None, window_override=None):
     """Same contract as llama_reference.greedy: exactly n ids, argmax (ties ->
     lowest id), on_step(step, logits, chosen) with step 0 = last prompt position."""
-    cache = ref.KVCache(cfg.n_layers)
-    logits = last_logits(cfg, W, list(prompt_ids), cache, window_override)
-    seq = list(prompt_ids)
-    out = []
-    for step in range(n):
-        nxt = int(np.argmax(logits))
-        if on_step:
-            on_step(step, logits, nxt)
-        out.append(nxt)
-        seq.append(nxt)
-        if step == n - 1:
-            break
-        if use_cache:
-            logits = last_logits(cfg, W, [nxt], cache, window_override)
-        else:
-            logits = last_logits(cfg, W, seq, ref.KVCache(cfg.n_layers), window_override)
-    return out
+    return ref.greedy_loop(lambda tokens, cache: last_logits(cfg, W, tokens, cache, window_override), cfg.n_layers,
+                           prompt_ids, n, use_cache, on_step)
 
 
 # ----------------------------------------------------------------------------

@@ -395,11 +395,12 @@ def topk(logits, k):
     return [[int(i), float(logits[i])] for i in idx]
 
 
-def greedy(cfg, W, prompt_ids, n, use_cache=True, on_step=None):
-    """Greedy decode n tokens. on_step(step, logits_of_last_position, chosen_id).
-    Step 0's logits are those of the last prompt position."""
-    cache = KVCache(cfg.n_layers)
-    logits = forward(cfg, W, list(prompt_ids), cache)[-1]
+def greedy_loop(last_logits, n_layers, prompt_ids, n, use_cache=True, on_step=None):
+    """Greedy decode n tokens with last_logits(tokens, cache) -> logits of the
+    last token. on_step(step, logits_of_last_position, chosen_id); step 0's
+    logits are those of the last prompt position; ties go to the lowest id."""
+    cache = KVCache(n_layers)
+    logits = last_logits(list(prompt_ids), cache)
     seq = list(prompt_ids)
     out = []
     for step in range(n):
@@ -411,10 +412,16 @@ def greedy(cfg, W, prompt_ids, n, use_cache=True, on_step=None):
         if step == n - 1:
             break
         if use_cache:
-            logits = forward(cfg, W, [nxt], cache)[-1]
+            logits = last_logits([nxt], cache)
         else:
-            logits = forward(cfg, W, seq, KVCache(cfg.n_layers))[-1]
+            logits = last_logits(seq, KVCache(n_layers))
     return out
+
+
+def greedy(cfg, W, prompt_ids, n, use_cache=True, on_step=None):
+    """Greedy decode n tokens of the Llama-family forward (greedy_loop)."""
+    return greedy_loop(lambda tokens, cache: forward(cfg, W, tokens, cache)[-1], cfg.n_layers, prompt_ids, n,
+                       use_cache, on_step)
 
 
 # ----------------------------------------------------------------------------
