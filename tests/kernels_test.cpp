@@ -22,6 +22,7 @@
 #include "kernels/ops.h"
 #include "kernels/quantize.h"
 #include "model/gguf.h"
+#include "test_util.h"
 
 namespace kvserve {
 namespace {
@@ -108,8 +109,12 @@ constexpr int64_t kTokenCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17};
 std::vector<Shape> awkward_shapes() {
   std::vector<Shape> shapes;
   for (int64_t rows : {1, 7, 33, 100})
-    for (int64_t cols : {32, 64, 96, 4128})
+    for (int64_t cols : {32, 64, 96, 4128}) {
+      // Under the sanitizer the 100 x 4128 shapes were half of this file's time; 33 x 4128 and
+      // 100 x 96 still cover long rows and many row groups.
+      if (test_util::skip_slow() && rows == 100 && cols == 4128) continue;
       for (int64_t n_tokens : kTokenCounts) shapes.push_back({rows, cols, n_tokens});
+    }
   return shapes;
 }
 
