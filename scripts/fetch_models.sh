@@ -25,7 +25,7 @@ for arg in "$@"; do
   case "$arg" in
     --qwen-coder) FETCH_QWEN=1 ;;
     --gemma3) FETCH_GEMMA3=1 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "fetch_models.sh: unknown argument '$arg' (expected --qwen-coder or --gemma3)" >&2; exit 2 ;;
   esac
 done
