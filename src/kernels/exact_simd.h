@@ -98,13 +98,14 @@ struct DqQ8_0 {
   }
 };
 
-struct DqQ5_0 {
-  using Block = BlockQ5_0;
+// Q5_0 (w = d q - 16 d) and Q5_1 (w = d q + m): kquants_simd::q5_offset.
+template <typename BlockT>
+struct DqQ5 {
+  using Block = BlockT;
   using Scales = ScaleOffset;
   static constexpr int kValues = 32;
   static Scales scales(const Block& b) {
-    const float d = _cvtsh_ss(b.d);
-    return {_mm256_set1_ps(d), _mm256_set1_ps(-16.0f * d)};
+    return {_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_set1_ps(kquants_simd::q5_offset(b))};
   }
   static void dequant(const Block& b, const Scales& sc, int, __m256 w[4]) {
     bytes_to_floats(kquants_simd::q5_bytes(b), w);
@@ -112,18 +113,8 @@ struct DqQ5_0 {
     for (int k = 0; k < 4; ++k) w[k] = _mm256_fmadd_ps(w[k], sc.d, sc.offset);
   }
 };
-
-struct DqQ5_1 {
-  using Block = BlockQ5_1;
-  using Scales = ScaleOffset;
-  static constexpr int kValues = 32;
-  static Scales scales(const Block& b) { return {_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_set1_ps(_cvtsh_ss(b.m))}; }
-  static void dequant(const Block& b, const Scales& sc, int, __m256 w[4]) {
-    bytes_to_floats(kquants_simd::q5_bytes(b), w);
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) w[k] = _mm256_fmadd_ps(w[k], sc.d, sc.offset);
-  }
-};
+using DqQ5_0 = DqQ5<BlockQ5_0>;
+using DqQ5_1 = DqQ5<BlockQ5_1>;
 
 // Q4_K / Q5_K: sub-block s (32 values) has w = d sc_s q - dmin m_s; its
 // values 32 s + l come from byte 32 (s / 2) + l of qs, low nibble for even

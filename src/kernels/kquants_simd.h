@@ -54,6 +54,10 @@ static inline __m256i q5_bytes(const Block& b) {
   return _mm256_or_si256(nibbles, bits_to_0x10_bytes(qh));
 }
 
+// The offset w = d q + offset adds: -16 d for Q5_0, m for Q5_1.
+static inline float q5_offset(const BlockQ5_0& b) { return -16.0f * _cvtsh_ss(b.d); }
+static inline float q5_offset(const BlockQ5_1& b) { return _cvtsh_ss(b.m); }
+
 // The fifth bits of Q5_K chunk k (values 64k .. 64k + 63), as 0x10 per byte:
 // qh[l] bit 2k for value 64k + l, bit 2k + 1 for 64k + 32 + l. Shifting 16-bit
 // lanes keeps bit 4 of each byte within its byte for these shift counts.
@@ -194,47 +198,31 @@ static inline Q8ActScale act_scale(const Q8ActRow& a, int64_t b, int j) { return
 // the same for (q - 32) with q unsigned 6-bit.
 
 // Q4_K / Q5_K: sub-block j adds d sc_j dx_j dot_j - dmin m_j s_j.
-// Q5_0 with 8-bit activations: w = d q - 16 d (q <= 31 unsigned), the block
-// unpacked once for the call's N tokens; Dot::u8_s8 is the ISA's integer dot.
-template <typename Dot>
-struct Q8Q5_0 {
-  using Block = BlockQ5_0;
-  static constexpr int kValues = kQK4_0;
+// Q5_0 / Q5_1 with 8-bit activations: w = d q + q5_offset (q <= 31
+// unsigned), the block unpacked once for the call's N tokens; Dot::u8_s8 is
+// the ISA's integer dot.
+template <typename BlockT, typename Dot>
+struct Q8Q5 {
+  using Block = BlockT;
+  static constexpr int kValues = 32;
   template <int N>
   [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc,
                                               float* offset) {
-    const float d = _cvtsh_ss(b.d);
+    const float d = _cvtsh_ss(b.d), o = q5_offset(b);
     const __m256i q = q5_bytes(b);
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
       const Q8ActScale s = act_scale<kValues>(a[i], block, 0);
       const __m256 dot = _mm256_cvtepi32_ps(Dot::u8_s8(q, act_bytes<kValues>(a[i], block, 0)));
       acc[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * s.d), acc[i]);
-      offset[i] -= 16.0f * d * s.s;
+      offset[i] += o * s.s;
     }
   }
 };
-
-// Q5_1 with 8-bit activations: w = d q + m (q <= 31 unsigned), Q8Q5_0 with
-// the offset m s instead of -16 d s.
 template <typename Dot>
-struct Q8Q5_1 {
-  using Block = BlockQ5_1;
-  static constexpr int kValues = kQK4_1;
-  template <int N>
-  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc,
-                                              float* offset) {
-    const float d = _cvtsh_ss(b.d), m = _cvtsh_ss(b.m);
-    const __m256i q = q5_bytes(b);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      const Q8ActScale s = act_scale<kValues>(a[i], block, 0);
-      const __m256 dot = _mm256_cvtepi32_ps(Dot::u8_s8(q, act_bytes<kValues>(a[i], block, 0)));
-      acc[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * s.d), acc[i]);
-      offset[i] += m * s.s;
-    }
-  }
-};
+using Q8Q5_0 = Q8Q5<BlockQ5_0, Dot>;
+template <typename Dot>
+using Q8Q5_1 = Q8Q5<BlockQ5_1, Dot>;
 
 template <typename BlockT, int kBits, typename Dot>
 struct LaneSumK {

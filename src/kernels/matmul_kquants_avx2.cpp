@@ -59,10 +59,7 @@ struct ExactQ5 {
   static void dequantize(const Block& b, __m256* w) {
     alignas(32) uint8_t q[32];
     _mm256_store_si256(reinterpret_cast<__m256i*>(q), q5_bytes(b));
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
-    __m256 offset;
-    if constexpr (std::is_same_v<Block, BlockQ5_1>) offset = _mm256_set1_ps(_cvtsh_ss(b.m));
-    else offset = _mm256_set1_ps(-16.0f * _cvtsh_ss(b.d));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), offset = _mm256_set1_ps(q5_offset(b));
     for (int k = 0; k < 4; ++k) w[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(widen8(q + 8 * k)), d, offset);
   }
 };
