@@ -77,6 +77,32 @@ TEST(HostileInput, GgufTruncatedOrCorrupted) {
   }
 }
 
+// Gemma 3's window and layer pattern: values that would wrap to negative
+// int64 (a window of 2^63, a period of 2^64 - 1) are refused, not computed with.
+TEST(HostileInput, Gemma3SlidingWindowOutOfRange) {
+  const auto gemma_writer = [] {
+    GGUFWriter w = test_util::tiny_model_writer();
+    w.set_string("general.architecture", "gemma3");
+    w.set_u32("gemma3.context_length", 64);
+    w.set_u32("gemma3.embedding_length", 4);
+    w.set_u32("gemma3.block_count", 1);
+    w.set_u32("gemma3.feed_forward_length", 8);
+    w.set_u32("gemma3.attention.head_count", 1);
+    w.set_u32("gemma3.attention.head_count_kv", 1);
+    return w;
+  };
+  for (uint64_t value : {uint64_t{1} << 63, ~uint64_t{0}, (uint64_t{1} << 40) + 1}) {
+    GGUFWriter window = gemma_writer();
+    window.set_u64("gemma3.attention.sliding_window", value);
+    expect_clean("sliding_window " + std::to_string(value), [&] { load_everything(window.serialize()); });
+    EXPECT_THROW(ModelConfig::from_gguf(GGUFFile(test_util::MemoryFile(window.serialize()).path())), Error);
+    GGUFWriter pattern = gemma_writer();
+    pattern.set_u32("gemma3.attention.sliding_window", 16);
+    pattern.set_u64("gemma3.attention.sliding_window_pattern", value);
+    expect_clean("sliding_window_pattern " + std::to_string(value), [&] { load_everything(pattern.serialize()); });
+  }
+}
+
 TEST(HostileInput, GgufOutOfRangeConfig) {
   for (const char* key : {"llama.embedding_length", "llama.attention.head_count", "llama.block_count",
                           "llama.attention.key_length", "llama.context_length", "llama.rope.dimension_count"}) {

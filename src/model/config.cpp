@@ -56,8 +56,13 @@ void read_gemma3(const GGUFFile& file, const std::string& p, ModelConfig& c) {
     throw Error(path + ": final_logit_softcapping must be a non-negative number");
   if (c.n_layers == 62)  // gemma_pytorch's config: the 27B scales queries by the model width per head
     c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.dim / c.n_heads));
-  c.sliding_window = static_cast<int64_t>(file.get_uint(p + "attention.sliding_window", 0));
-  if (c.sliding_window <= 0) return;
+  // Bounded before any arithmetic: a hostile value must not wrap to a negative window or period.
+  constexpr uint64_t kMaxWindow = uint64_t{1} << 40;
+  const uint64_t window = file.get_uint(p + "attention.sliding_window", 0);
+  if (window > kMaxWindow)
+    throw Error(path + ": attention.sliding_window " + std::to_string(window) + " is out of range");
+  c.sliding_window = static_cast<int64_t>(window);
+  if (c.sliding_window == 0) return;
   c.rope_theta_sliding = static_cast<float>(file.get_float(p + "rope.freq_base_swa", 10000.0));
   if (!(c.rope_theta_sliding > 0.0f)) throw Error(path + ": rope.freq_base_swa must be positive");
   c.layer_is_sliding.assign(static_cast<size_t>(c.n_layers), false);
@@ -70,7 +75,9 @@ void read_gemma3(const GGUFFile& file, const std::string& p, ModelConfig& c) {
     for (size_t l = 0; l < flags.size(); ++l) c.layer_is_sliding[l] = flags[l] != 0.0;
     return;
   }
-  const auto period = static_cast<int64_t>(file.get_uint(pattern_key, 6));
+  const uint64_t pattern = file.get_uint(pattern_key, 6);
+  if (pattern > kMaxWindow) throw Error(path + ": " + pattern_key + " " + std::to_string(pattern) + " is out of range");
+  const auto period = static_cast<int64_t>(pattern);
   for (int64_t l = 0; l < c.n_layers; ++l)
     c.layer_is_sliding[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
 }
