@@ -26,11 +26,11 @@ void quantize(const QuantizeArgs& a) {
 
 void register_quantize(CLI::App& app) {
   auto a = std::make_shared<QuantizeArgs>();
-  auto* cmd = app.add_subcommand("quantize", "Re-encode a model's weight matrices (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, "
+  auto* cmd = app.add_subcommand("quantize", "Re-encode a model's weight matrices (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q4_k, q5_k, q6_k, "
                                    "and the mixes q4_k_m, q5_k_m)");
   cmd->add_option("input", a->input, "Input GGUF model")->required();
   cmd->add_option("output", a->output, "Output GGUF file")->required();
-  cmd->add_option("type", a->type, "Target: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m or q5_k_m (llama.cpp's mixes: "
+  cmd->add_option("type", a->type, "Target: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q4_k, q5_k, q6_k, q4_k_m or q5_k_m (llama.cpp's mixes: "
                                      "Q6_K for output and some attn_v / ffn_down)")->required();
   cmd->callback([a] { quantize(*a); });
 }

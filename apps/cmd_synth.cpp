@@ -46,8 +46,8 @@ void register_synth(CLI::App& app) {
   auto* cmd = app.add_subcommand("synth", "Write a random-weight GGUF model with a well-known model's shapes");
   auto args = std::make_shared<SynthArgs>();
   cmd->add_option("--preset", args->preset, "model shape (see --list)");
-  cmd->add_option("--type", args->type, "matrix type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"}));
+  cmd->add_option("--type", args->type, "matrix type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "iq4_xs", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}));
   cmd->add_option("-o,--output", args->output, "GGUF file to write");
   cmd->add_option("--seed", args->seed, "random seed (same seed, same bytes)");
   cmd->add_option("--layers", args->layers, "override the preset's layer count")->check(CLI::Range(1, 1024));

@@ -240,7 +240,7 @@ TEST(KernelQuantize, Q8ActivationsAvx512EqualsScalarByteForByte) {
 
 INSTANTIATE_TEST_SUITE_P(KernelTypes, KernelMatmul,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                                           DType::Q5_1),
+                                           DType::Q5_1, DType::IQ4_NL),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
 // The real model's weights (when present): SmolLM2's Q4_1 blocks and its Q8_0

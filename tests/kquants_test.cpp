@@ -1,4 +1,4 @@
-// Q5_0, Q5_1 and K-quant (Q4_K, Q5_K, Q6_K) blocks: hand-built blocks decoded to
+// Q5_0, Q5_1, IQ4_NL and K-quant (Q4_K, Q5_K, Q6_K) blocks: hand-built blocks decoded to
 // hand-computed values, quantize round trips, and every matmul path (both
 // activation precisions) against the scalar reference on random blocks.
 #include <gtest/gtest.h>
@@ -38,6 +38,20 @@ TEST(KQuantBlocks, SizesMatchGgml) {
   EXPECT_EQ(dtype_info(DType::Q5_1).block_bytes, 24);
   EXPECT_TRUE(dtype_info(DType::Q5_1).supported);
   EXPECT_EQ(parse_dtype("q5_1"), DType::Q5_1);
+  EXPECT_EQ(dtype_info(DType::IQ4_NL).block_bytes, 18);
+  EXPECT_EQ(dtype_info(DType::IQ4_NL).block_size, 32);
+  EXPECT_EQ(static_cast<uint32_t>(DType::IQ4_NL), 20u);  // GGML_TYPE_IQ4_NL
+  EXPECT_TRUE(dtype_info(DType::IQ4_NL).supported);
+  EXPECT_EQ(parse_dtype("IQ4_NL"), DType::IQ4_NL);
+  EXPECT_EQ(dtype_info(DType::IQ4_XS).block_bytes, 136);
+  EXPECT_EQ(dtype_info(DType::IQ4_XS).block_size, 256);
+  EXPECT_EQ(static_cast<uint32_t>(DType::IQ4_XS), 23u);  // GGML_TYPE_IQ4_XS
+  EXPECT_TRUE(dtype_info(DType::IQ4_XS).supported);
+  EXPECT_EQ(dtype_info(DType::Q2_K).block_bytes, 84);
+  EXPECT_EQ(dtype_info(DType::Q3_K).block_bytes, 110);
+  EXPECT_TRUE(dtype_info(DType::Q2_K).supported);
+  EXPECT_TRUE(dtype_info(DType::Q3_K).supported);
+  EXPECT_EQ(parse_dtype("q3_k"), DType::Q3_K);
   EXPECT_EQ(dtype_info(DType::Q4_K).block_bytes, 144);
   EXPECT_EQ(dtype_info(DType::Q5_K).block_bytes, 176);
   EXPECT_EQ(dtype_info(DType::Q6_K).block_bytes, 210);
@@ -91,6 +105,96 @@ TEST(KQuantBlocks, Q5_1DecodesHandComputedValues) {
   }
   EXPECT_EQ(y[16], 6.75f);   // q 31
   EXPECT_EQ(y[31], -1.0f);   // q 0
+}
+
+// IQ4_NL: d = 0.5, element j < 16 has index j, element 16 + j index 15 - j;
+// w = d * ggml's kvalues_iq4nl[index], written out here.
+TEST(KQuantBlocks, IQ4_NLDecodesHandComputedValues) {
+  const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  BlockIQ4_NL b{};
+  b.d = 0x3800;  // 0.5
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | (15 - j) << 4);
+  float y[32];
+  dequantize_row(DType::IQ4_NL, &b, y, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(iq4_nl_index(b, j), j);
+    EXPECT_EQ(y[j], 0.5f * static_cast<float>(levels[j])) << j;
+    EXPECT_EQ(y[16 + j], 0.5f * static_cast<float>(levels[15 - j])) << 16 + j;
+  }
+  EXPECT_EQ(y[0], -63.5f);
+  EXPECT_EQ(y[16], 56.5f);
+  EXPECT_EQ(y[8], 0.5f);
+}
+
+// IQ4_XS: d = 0.25, sub-block scales ls = {0, 63, 32, 33, 17, 40, 5, 50}
+// written by hand as low nibbles (scales_l) and top two bits (scales_h);
+// sub-block j's element i < 16 has index (i + j) % 16, element 16 + i index 15 - i.
+TEST(KQuantBlocks, IQ4_XSDecodesHandComputedValues) {
+  const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const int ls[8] = {0, 63, 32, 33, 17, 40, 5, 50};
+  BlockIQ4_XS b{};
+  b.d = 0x3400;  // 0.25
+  const uint8_t low[4] = {0xf0, 0x10, 0x81, 0x25};
+  std::memcpy(b.scales_l, low, 4);
+  b.scales_h = 0xc9ac;  // top bits 0, 3, 2, 2, 1, 2, 0, 3
+  for (int j = 0; j < 8; ++j)
+    for (int i = 0; i < 16; ++i) b.qs[16 * j + i] = static_cast<uint8_t>((i + j) % 16 | (15 - i) << 4);
+  std::vector<float> y(256);
+  dequantize_row(DType::IQ4_XS, &b, y.data(), 256);
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_EQ(iq4_xs_scale(b, j), ls[j] - 32) << j;
+    const float dl = 0.25f * static_cast<float>(ls[j] - 32);
+    for (int i = 0; i < 16; ++i) {
+      EXPECT_EQ(y[32 * j + i], dl * static_cast<float>(levels[(i + j) % 16])) << 32 * j + i;
+      EXPECT_EQ(y[32 * j + 16 + i], dl * static_cast<float>(levels[15 - i])) << 32 * j + 16 + i;
+    }
+  }
+  EXPECT_EQ(y[0], -8.0f * -127.0f);  // ls 0: scale -32
+  EXPECT_EQ(y[64], 0.0f);            // ls 32: scale 0
+  EXPECT_EQ(y[32 + 16], 7.75f * 113.0f);  // ls 63, index 15
+}
+
+// Q2_K: d = 0.5, dmin = 0.25, group g's scale byte g | (15 - g) << 4; every
+// qs byte 0b11100100, so value i's q is its 32-value column k = i % 128 / 32.
+TEST(KQuantBlocks, Q2_KDecodesHandComputedValues) {
+  BlockQ2_K b{};
+  b.d = 0x3800;     // 0.5
+  b.dmin = 0x3400;  // 0.25
+  for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<uint8_t>(g | (15 - g) << 4);
+  std::memset(b.qs, 0xe4, sizeof(b.qs));
+  std::vector<float> y(256);
+  dequantize_row(DType::Q2_K, &b, y.data(), 256);
+  for (int i = 0; i < 256; ++i) {
+    const int g = i / 16, q = i % 128 / 32;
+    EXPECT_EQ(q2_k_value(b, i), q) << i;
+    EXPECT_EQ(y[i], 0.5f * static_cast<float>(g) * static_cast<float>(q) - 0.25f * static_cast<float>(15 - g)) << i;
+  }
+  EXPECT_EQ(y[0], -3.75f);               // g 0: scale 0, min 15
+  EXPECT_EQ(y[255], 0.5f * 15 * 3);      // g 15: scale 15, min 0, q 3
+}
+
+// Q3_K: d = 0.5; scale bytes 0..7 = 0x21 (low four bits 1 for groups 0..7,
+// 2 for 8..15), bytes 8..11 = 0b11100100 (top two bits g / 4), so
+// sc - 32 = {-31, -15, 2, 18} for g / 4 = 0..3; qs bytes 0b11100100 (low
+// bits k = i % 128 / 32); hmask bytes 0x0f: bit 4h + k set for the first
+// 128 values only, the second 128 subtract 4.
+TEST(KQuantBlocks, Q3_KDecodesHandComputedValues) {
+  BlockQ3_K b{};
+  b.d = 0x3800;  // 0.5
+  std::memset(b.scales, 0x21, 8);
+  std::memset(b.scales + 8, 0xe4, 4);
+  std::memset(b.qs, 0xe4, sizeof(b.qs));
+  std::memset(b.hmask, 0x0f, sizeof(b.hmask));
+  const int scale[4] = {-31, -15, 2, 18};
+  std::vector<float> y(256);
+  dequantize_row(DType::Q3_K, &b, y.data(), 256);
+  for (int i = 0; i < 256; ++i) {
+    const int g = i / 16, q = i % 128 / 32 - (i < 128 ? 0 : 4);
+    EXPECT_EQ(q3_k_scale(b.scales, g), scale[g / 4]) << i;
+    EXPECT_EQ(q3_k_value(b, i), q) << i;
+    EXPECT_EQ(y[i], 0.5f * static_cast<float>(scale[g / 4]) * static_cast<float>(q)) << i;
+  }
+  EXPECT_EQ(y[128], 0.5f * 2 * -4);  // g 8, q -4
 }
 
 // Scales and mins written as the 12 packed bytes by hand: sub-blocks 0..3
@@ -197,15 +301,23 @@ TEST(KQuantBlocks, Q6_KDecodesHandComputedValues) {
 // and the encoding idempotent (re-quantizing decoded values gives them back).
 TEST(KQuantBlocks, QuantizeRoundTripsWithinOneStep) {
   std::mt19937 rng(5);
-  for (DType type : {DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType type : {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                     DType::Q5_K, DType::Q6_K}) {
     const int64_t n = 512;
     std::vector<float> x = test_util::random_vector(n, rng, 1.0f), y(n), z(n);
     x[3] = 4.0f;  // an outlier
     std::vector<uint8_t> bytes(dtype_row_bytes(type, n));
     quantize_row(type, x.data(), bytes.data(), n);
     dequantize_row(type, bytes.data(), y.data(), n);
-    const int64_t group = type == DType::Q6_K ? 16 : 32;
-    const float levels = type == DType::Q4_K ? 15.0f : type == DType::Q6_K ? 62.0f : 31.0f;
+    const int64_t group = type == DType::Q6_K || type == DType::Q2_K || type == DType::Q3_K ? 16 : 32;
+    // IQ4: 254 units of max|x| / 127 with gaps of up to 24 between levels
+    const bool iq4 = type == DType::IQ4_NL || type == DType::IQ4_XS;
+    const float levels = type == DType::Q4_K   ? 15.0f
+                         : type == DType::Q6_K ? 62.0f
+                         : type == DType::Q2_K ? 3.0f
+                         : type == DType::Q3_K ? 8.0f
+                         : iq4                 ? 254.0f / 24.0f
+                                               : 31.0f;
     for (int64_t g = 0; g < n / group; ++g) {
       float lo = 0, hi = 0;
       for (int64_t i = g * group; i < (g + 1) * group; ++i) {
@@ -222,7 +334,9 @@ TEST(KQuantBlocks, QuantizeRoundTripsWithinOneStep) {
       err += (y[i] - x[i]) * (y[i] - x[i]);
       mag += x[i] * x[i];
     }
-    EXPECT_LT(std::sqrt(err / mag), type == DType::Q4_K ? 0.15 : 0.08) << dtype_name(type);
+    const bool four_bit = type == DType::Q4_K || iq4;
+    const double bound = type == DType::Q2_K ? 0.45 : type == DType::Q3_K ? 0.25 : four_bit ? 0.15 : 0.08;
+    EXPECT_LT(std::sqrt(err / mag), bound) << dtype_name(type);
   }
 }
 
@@ -237,7 +351,7 @@ struct Shape {
 // small-batch token count (1..9: one or two token groups per call), 13 and 16
 // (the largest small batches), 17 (the prefill tiles).
 std::vector<Shape> shapes_for(DType type) {
-  const bool small_blocks = type == DType::Q5_0 || type == DType::Q5_1;
+  const bool small_blocks = dtype_info(type).block_size == 32;
   const std::vector<int64_t> cols = small_blocks ? std::vector<int64_t>{32, 96, 288, 2080}
                                                  : std::vector<int64_t>{256, 768, 1280};
   std::vector<Shape> shapes;
@@ -321,7 +435,8 @@ TEST_P(KQuantMatmul, SimdPathsAgreeWithScalarPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KQuantTypes, KQuantMatmul,
-                         ::testing::Values(DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         ::testing::Values(DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS, DType::Q2_K,
+                                           DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(dtype_name(info.param));
                          });

@@ -26,7 +26,7 @@ namespace {
 using test_util::make_matrix;
 using test_util::TestMatrix;
 
-const DType kPackedTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
+const DType kPackedTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL, DType::IQ4_XS, DType::Q2_K, DType::Q3_K,
                               DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 struct PackedMatrix {
@@ -60,8 +60,7 @@ int64_t first_difference(const std::vector<float>& a, const std::vector<float>& 
 }
 
 std::vector<int64_t> cols_for(DType type) {
-  const bool k = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K;
-  return k ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 2080};
+  return dtype_info(type).block_size == 256 ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 2080};
 }
 
 class PackedMatmul : public ::testing::TestWithParam<DType> {};
@@ -98,7 +97,7 @@ TEST_P(PackedMatmul, PrefillTilesAndThreadsChangeNoBit) {
   if (simd_isas().empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
   test_util::IsaAndPrecisionGuard restore;
   set_activation_precision(ActivationPrecision::kQ8);
-  const int64_t rows = 75, cols = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K ? 4096 : 2080,
+  const int64_t rows = 75, cols = dtype_info(type).block_size == 256 ? 4096 : 2080,
                 n = 150;
   const PackedMatrix p = make_packed(type, rows, cols, 99);
   std::mt19937 rng(7);

@@ -24,7 +24,9 @@ inline void randomize_block(DType type, uint8_t* block, std::mt19937& rng) {
   for (int64_t i = 0; i < nbytes; ++i) block[i] = static_cast<uint8_t>(byte(rng));
   const uint16_t d = f32_to_fp16(scale(rng)), dmin = f32_to_fp16(scale(rng));
   switch (type) {
-    case DType::Q4_0: case DType::Q8_0: case DType::Q5_0: std::memcpy(block, &d, 2); break;
+    case DType::Q4_0: case DType::Q8_0: case DType::Q5_0: case DType::IQ4_NL: case DType::IQ4_XS:
+      std::memcpy(block, &d, 2);
+      break;
     case DType::Q4_1:
       std::memcpy(block, &d, 2);
       std::memcpy(block + 2, &dmin, 2);
@@ -41,6 +43,11 @@ inline void randomize_block(DType type, uint8_t* block, std::mt19937& rng) {
       std::memcpy(block + 2, &dmin, 2);
       break;
     case DType::Q6_K: std::memcpy(block + 208, &d, 2); break;
+    case DType::Q3_K: std::memcpy(block + 108, &d, 2); break;
+    case DType::Q2_K:
+      std::memcpy(block + 80, &d, 2);
+      std::memcpy(block + 82, &dmin, 2);
+      break;
     default: break;
   }
 }

@@ -81,7 +81,7 @@ TEST(Quantize, Q8CopyOfStories260KGeneratesTheSameGreedyText) {
   greedy(*c, prompt, 8);  // q4_0 text differs; its cost is measured as perplexity in docs/performance.md
 }
 
-// Q5_0 and Q5_1 whole models: llama.cpp's file types 8 and 9, every matrix
+// Q5_0, Q5_1 and IQ4_NL whole models: llama.cpp's file types 8, 9 and 25, every matrix
 // converted, and the result closer to the f32 model than Q4_1 (random weights,
 // so the first step's logits are far from any trained model's).
 TEST(Quantize, Q5ModelsComputeWhatTheF32ModelDoes) {
@@ -105,11 +105,12 @@ TEST(Quantize, Q5ModelsComputeWhatTheF32ModelDoes) {
     return test_util::relative_error(std::span<const float>(la), b->append(prompt));
   };
   const double q4_1 = error_of("q4_1", DType::Q4_1, 3), q5_0 = error_of("q5_0", DType::Q5_0, 8),
-               q5_1 = error_of("q5_1", DType::Q5_1, 9);
-  std::printf("relative logit error: q4_1 %.3f, q5_0 %.3f, q5_1 %.3f\n", q4_1, q5_0, q5_1);
+               q5_1 = error_of("q5_1", DType::Q5_1, 9), iq4_nl = error_of("iq4_nl", DType::IQ4_NL, 25);
+  std::printf("relative logit error: q4_1 %.3f, q5_0 %.3f, q5_1 %.3f, iq4_nl %.3f\n", q4_1, q5_0, q5_1, iq4_nl);
   EXPECT_LT(q5_1, q4_1);
   EXPECT_LT(q5_1, 0.25);
   EXPECT_LT(q5_0, 0.3);
+  EXPECT_LT(iq4_nl, 1.2 * q4_1);  // 4.5 bits per weight as Q4_0, fewer than Q4_1's 5
 }
 
 TEST(Quantize, RejectsUnsupportedTargets) {

@@ -247,7 +247,7 @@ TEST_F(SynthTest, RejectsBadRequests) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("smollm2-135m"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(synthesize_model({"tiny-llama", DType::Q2_K, path("x.gguf"), 1, 0}), Error);
+  EXPECT_THROW(synthesize_model({"tiny-llama", DType::Q8_1, path("x.gguf"), 1, 0}), Error);
   EXPECT_THROW(build_synth_vocab(100), Error);
 }
 

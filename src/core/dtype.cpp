@@ -22,12 +22,14 @@ constexpr Entry kTypes[] = {
     {7, {"q5_1", 32, 24, true}},
     {8, {"q8_0", 32, 34, true}},
     {9, {"q8_1", 32, 36, false}},
-    {10, {"q2_k", 256, 84, false}},
-    {11, {"q3_k", 256, 110, false}},
+    {10, {"q2_k", 256, 84, true}},
+    {11, {"q3_k", 256, 110, true}},
     {12, {"q4_k", 256, 144, true}},
     {13, {"q5_k", 256, 176, true}},
     {14, {"q6_k", 256, 210, true}},
     {15, {"q8_k", 256, 292, false}},
+    {20, {"iq4_nl", 32, 18, true}},
+    {23, {"iq4_xs", 256, 136, true}},
     {24, {"i8", 1, 1, false}},
     {25, {"i16", 1, 2, false}},
     {26, {"i32", 1, 4, false}},
@@ -61,7 +63,7 @@ DType parse_dtype(const std::string& name) {
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   for (const auto& e : kTypes)
     if (lower == e.info.name) return static_cast<DType>(e.id);
-  throw Error("unknown type '" + name + "' (expected one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)");
+  throw Error("unknown type '" + name + "' (expected one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k)");
 }
 
 size_t dtype_row_bytes(DType t, int64_t n) {

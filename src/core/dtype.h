@@ -22,6 +22,8 @@ enum class DType : uint32_t {
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   I8 = 24,
   I16 = 25,
   I32 = 26,
@@ -82,6 +84,57 @@ struct BlockQ5_1 {
   uint8_t qs[kQK4_1 / 2]; // low 4 bits, as in Q4_1
 };
 
+// IQ4_NL: w = d * kIQ4NLValues[index], 4-bit indices laid out as Q4_0's
+// nibbles (element j < 16: qs[j] low nibble; j + 16: its high nibble).
+constexpr int kQK4_NL = 32;
+struct BlockIQ4_NL {
+  uint16_t d;               // fp16 scale
+  uint8_t qs[kQK4_NL / 2];  // indices into kIQ4NLValues
+};
+// ggml's kvalues_iq4nl: the 16 signed levels IQ4_NL and IQ4_XS index.
+inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+// Q2_K: 16 sub-blocks of 16, w = d * (scales[g] & 15) * q - dmin * (scales[g] >> 4),
+// q in 0..3. Value i (h = i / 128, k = i % 128 / 32, l = i % 32) is bits
+// 2k, 2k + 1 of qs[32h + l]; its group g = i / 16.
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];  // low nibble: scale, high nibble: min, per 16 values
+  uint8_t qs[kQK_K / 4];
+  uint16_t d;     // fp16 super-block scale of the scales
+  uint16_t dmin;  // fp16 super-block scale of the mins
+};
+// Q3_K: 16 sub-blocks of 16, w = d * (sc_g - 32) * q, q in -4..3: the low two
+// bits as Q2_K's, minus 4 unless bit 4h + k of hmask[l] is set; sc_g 6-bit
+// (q3_k_scale).
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+// Group g's signed scale sc_g - 32 (-32..31): the low four bits are nibble
+// g / 8 of byte g % 8, the top two bits 2 (g / 4), 2 (g / 4) + 1 of byte 8 + g % 4.
+static inline int q3_k_scale(const uint8_t* scales, int g) {
+  const int low = (scales[g % 8] >> (4 * (g / 8))) & 15, high = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+  return (low | high << 4) - 32;
+}
+
+// IQ4_XS: 8 sub-blocks of 32, w = d * (ls_j - 32) * kIQ4NLValues[index]
+// with 6-bit ls_j (see iq4_xs_scale); sub-block j's indices are qs[16j ..
+// 16j + 15] in IQ4_NL's nibble order.
+struct BlockIQ4_XS {
+  uint16_t d;            // fp16 super-block scale
+  uint16_t scales_h;     // bits 2j, 2j + 1: the top two bits of ls_j
+  uint8_t scales_l[4];   // nibble j % 2 of byte j / 2: the low four bits of ls_j
+  uint8_t qs[kQK_K / 2];
+};
+// Sub-block j's signed scale ls_j - 32 (-32..31). `static`, as kquant_scale_min.
+static inline int iq4_xs_scale(const BlockIQ4_XS& b, int j) {
+  const int low = (b.scales_l[j / 2] >> (4 * (j % 2))) & 15, high = (b.scales_h >> (2 * j)) & 3;
+  return (low | high << 4) - 32;
+}
+
 // K-quants: super-blocks of 256 values.
 //
 // Q4_K / Q5_K: 8 sub-blocks of 32, w = d * sc[j] * q - dmin * m[j] with 6-bit
@@ -129,8 +182,12 @@ static inline KScaleMin kquant_scale_min(const uint8_t* scales, int j) {
 }
 
 static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockIQ4_XS) == 136);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);

@@ -116,6 +116,40 @@ struct DqQ5 {
 using DqQ5_0 = DqQ5<BlockQ5_0>;
 using DqQ5_1 = DqQ5<BlockQ5_1>;
 
+// IQ4_NL: w = d * level, the levels looked up in registers.
+struct DqIQ4_NL {
+  using Block = BlockIQ4_NL;
+  using Scales = __m256;
+  static constexpr int kValues = kQK4_NL;
+  static Scales scales(const Block& b) { return _mm256_set1_ps(_cvtsh_ss(b.d)); }
+  static void dequant(const Block& b, const Scales& d, int, __m256 w[4]) {
+    bytes_to_floats(kquants_simd::iq4_levels(b.qs), w);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) w[k] = _mm256_mul_ps(w[k], d);
+  }
+};
+
+// IQ4_XS: sub-block s has w = d (ls_s - 32) level.
+struct DqIQ4_XS {
+  using Block = BlockIQ4_XS;
+  struct Scales {
+    float d;
+    int8_t scale[8];  // ls - 32
+  };
+  static constexpr int kValues = kQK_K;
+  static Scales scales(const Block& b) {
+    Scales out{_cvtsh_ss(b.d), {}};
+    for (int j = 0; j < 8; ++j) out.scale[j] = static_cast<int8_t>(iq4_xs_scale(b, j));
+    return out;
+  }
+  static void dequant(const Block& b, const Scales& sc, int s, __m256 w[4]) {
+    const __m256 dl = _mm256_set1_ps(sc.d * static_cast<float>(sc.scale[s]));
+    bytes_to_floats(kquants_simd::iq4_levels(b.qs + 16 * s), w);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) w[k] = _mm256_mul_ps(w[k], dl);
+  }
+};
+
 // Q4_K / Q5_K: sub-block s (32 values) has w = d sc_s q - dmin m_s; its
 // values 32 s + l come from byte 32 (s / 2) + l of qs, low nibble for even
 // s, high for odd (and, for Q5_K, bit s of qh[l]).
@@ -175,6 +209,52 @@ struct DqQ6_K {
     w[1] = _mm256_mul_ps(w[1], first);
     w[2] = _mm256_mul_ps(w[2], second);
     w[3] = _mm256_mul_ps(w[3], second);
+  }
+};
+
+// Q3_K: sub-block s (32 values) spans groups 2s, 2s + 1, w = d (sc_g - 32) q
+// with q in -4..3.
+struct DqQ3_K {
+  using Block = BlockQ3_K;
+  struct Scales {
+    float d;
+    int8_t scale[16];  // sc_g - 32
+  };
+  static constexpr int kValues = kQK_K;
+  static Scales scales(const Block& b) {
+    Scales out{_cvtsh_ss(b.d), {}};
+    for (int g = 0; g < 16; ++g) out.scale[g] = static_cast<int8_t>(q3_k_scale(b.scales, g));
+    return out;
+  }
+  static void dequant(const Block& b, const Scales& sc, int s, __m256 w[4]) {
+    bytes_to_floats(kquants_simd::q3_k_values(b, s), w);
+    const __m256 first = _mm256_set1_ps(sc.d * static_cast<float>(sc.scale[2 * s]));
+    const __m256 second = _mm256_set1_ps(sc.d * static_cast<float>(sc.scale[2 * s + 1]));
+    w[0] = _mm256_mul_ps(w[0], first);
+    w[1] = _mm256_mul_ps(w[1], first);
+    w[2] = _mm256_mul_ps(w[2], second);
+    w[3] = _mm256_mul_ps(w[3], second);
+  }
+};
+
+// Q2_K: group g has w = d (sc_g & 15) q - dmin (sc_g >> 4), q in 0..3.
+struct DqQ2_K {
+  using Block = BlockQ2_K;
+  struct Scales {
+    float d, dmin;
+  };
+  static constexpr int kValues = kQK_K;
+  static Scales scales(const Block& b) { return {_cvtsh_ss(b.d), _cvtsh_ss(b.dmin)}; }
+  static void dequant(const Block& b, const Scales& sc, int s, __m256 w[4]) {
+    bytes_to_floats(kquants_simd::two_bit_values(b.qs, s), w);
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t packed = b.scales[2 * s + half];
+      const __m256 dl = _mm256_set1_ps(sc.d * static_cast<float>(packed & 15));
+      const __m256 ml = _mm256_set1_ps(sc.dmin * static_cast<float>(packed >> 4));
+      w[2 * half] = _mm256_fmsub_ps(w[2 * half], dl, ml);
+      w[2 * half + 1] = _mm256_fmsub_ps(w[2 * half + 1], dl, ml);
+    }
   }
 };
 

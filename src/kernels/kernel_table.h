@@ -104,9 +104,9 @@ struct QuantKernels {
   MatmulRowsFn q8;
   MatmulRowsFn exact;
 };
-// Q5_0, Q5_1 and the K-quants, defined per ISA in matmul_kquants_<isa>.cpp.
+// Q5_0, Q5_1, the IQ4 types and the K-quants, defined per ISA in matmul_kquants_<isa>.cpp.
 struct KQuantKernels {
-  QuantKernels q5_0, q5_1, q4_k, q5_k, q6_k;
+  QuantKernels q5_0, q5_1, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k;
 };
 const KQuantKernels& scalar_kquant_kernels();
 #if KVSERVE_HAVE_SIMD
@@ -125,7 +125,7 @@ struct KernelTable {
   MatmulRowsFn q4_0_exact;  // f32 activations (job.x): weights dequantized in registers
   MatmulRowsFn q4_1_exact;
   MatmulRowsFn q8_0_exact;
-  KQuantKernels kquants;  // Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
+  KQuantKernels kquants;  // Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K..Q6_K
 };
 
 // Which activations a weight type's kernels read (the same for every ISA, so

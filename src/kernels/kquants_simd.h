@@ -54,6 +54,15 @@ static inline __m256i q5_bytes(const Block& b) {
   return _mm256_or_si256(nibbles, bits_to_0x10_bytes(qh));
 }
 
+// The 32 signed levels of 16 bytes of IQ4 indices (Q4_0's nibble order:
+// element j < 16 low nibble of qs[j], j + 16 its high nibble) in element order.
+static inline __m256i iq4_levels(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i index = mask_bytes(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), 0x0f);
+  const __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
+  return _mm256_shuffle_epi8(levels, index);
+}
+
 // The offset w = d q + offset adds: -16 d for Q5_0, m for Q5_1.
 static inline float q5_offset(const BlockQ5_0& b) { return -16.0f * _cvtsh_ss(b.d); }
 static inline float q5_offset(const BlockQ5_1& b) { return _cvtsh_ss(b.m); }
@@ -90,6 +99,20 @@ static inline void q6_k_half(const BlockQ6_K& b, int h, __m256i q[4]) {
   q[1] = _mm256_or_si256(mask_bytes(c, 0x0f), mask_bytes(_mm256_slli_epi16(qh, 2), 0x30));
   q[2] = _mm256_or_si256(mask_bytes(_mm256_srli_epi16(a, 4), 0x0f), mask_bytes(qh, 0x30));
   q[3] = _mm256_or_si256(mask_bytes(_mm256_srli_epi16(c, 4), 0x0f), mask_bytes(_mm256_srli_epi16(qh, 2), 0x30));
+}
+
+// Values 32 j .. 32 j + 31 of a Q2_K / Q3_K block's low two bits as bytes:
+// bits 2 (j % 4), 2 (j % 4) + 1 of qs[32 (j / 4) .. + 31].
+static inline __m256i two_bit_values(const uint8_t* qs, int j) {
+  return mask_bytes(_mm256_srl_epi16(load32(qs + 32 * (j / 4)), _mm_cvtsi32_si128(2 * (j % 4))), 3);
+}
+
+// Q3_K values 32 j .. 32 j + 31 as signed bytes (-4..3): the low two bits,
+// minus 4 where bit j of hmask[l] is clear.
+static inline __m256i q3_k_values(const BlockQ3_K& b, int j) {
+  const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(load32(b.hmask), bit), bit);
+  return _mm256_sub_epi8(two_bit_values(b.qs, j), _mm256_andnot_si256(set, _mm256_set1_epi8(4)));
 }
 
 // ---- Per-super-block vectors, one lane per 32-value sub-block ----------
@@ -224,6 +247,62 @@ using Q8Q5_0 = Q8Q5<BlockQ5_0, Dot>;
 template <typename Dot>
 using Q8Q5_1 = Q8Q5<BlockQ5_1, Dot>;
 
+// IQ4_NL with 8-bit activations: w = d * level (signed levels, no offset);
+// Dot::s8_s8 is the ISA's signed x signed dot (|level|, |a| <= 127).
+template <typename Dot>
+struct Q8IQ4_NL {
+  using Block = BlockIQ4_NL;
+  static constexpr int kValues = kQK4_NL;
+  template <int N>
+  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc, float*) {
+    const float d = _cvtsh_ss(b.d);
+    const __m256i w = iq4_levels(b.qs);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const Q8ActScale s = act_scale<kValues>(a[i], block, 0);
+      const __m256 dot = _mm256_cvtepi32_ps(Dot::s8_s8(w, act_bytes<kValues>(a[i], block, 0)));
+      acc[i] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * s.d), acc[i]);
+    }
+  }
+};
+
+// The sum of each of eight int32 vectors' lanes in kSubBlockOrder, as
+// sum_sub_blocks but with 32-bit adds (hadd): IQ4 dots (4 * 127 * 127 per
+// lane) do not fit the int16 packs.
+static inline __m256i sum_sub_blocks32(const __m256i dot[8]) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(dot[0], dot[1]), _mm256_hadd_epi32(dot[4], dot[5]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(dot[2], dot[3]), _mm256_hadd_epi32(dot[6], dot[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// IQ4_XS: sub-block j adds d (ls_j - 32) dx_j dot_j; the eight dots summed
+// across lanes (sum_sub_blocks32) and scaled with one multiply-add per token.
+template <typename Dot>
+struct LaneSumIQ4_XS {
+  using Block = BlockIQ4_XS;
+  static constexpr int kValues = kQK_K;
+  template <int N>
+  [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc, float*) {
+    __m256i q[8];  // q[j]: sub-block j's signed levels
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) q[j] = iq4_levels(b.qs + 16 * j);
+    const __m256 scale = _mm256_mul_ps(
+        _mm256_set1_ps(_cvtsh_ss(b.d)),
+        _mm256_setr_ps(static_cast<float>(iq4_xs_scale(b, 0)), static_cast<float>(iq4_xs_scale(b, 1)),
+                       static_cast<float>(iq4_xs_scale(b, 4)), static_cast<float>(iq4_xs_scale(b, 5)),
+                       static_cast<float>(iq4_xs_scale(b, 2)), static_cast<float>(iq4_xs_scale(b, 3)),
+                       static_cast<float>(iq4_xs_scale(b, 6)), static_cast<float>(iq4_xs_scale(b, 7))));
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      __m256i dot[8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) dot[j] = Dot::s8_s8(q[j], act_bytes<kValues>(a[i], block, j));
+      const ActSubScales x = act_sub_scales(a[i].scales + block * 8);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_sub_blocks32(dot)), _mm256_mul_ps(scale, x.d), acc[i]);
+    }
+  }
+};
+
 template <typename BlockT, int kBits, typename Dot>
 struct LaneSumK {
   using Block = BlockT;
@@ -248,48 +327,114 @@ struct LaneSumK {
   }
 };
 
-// Q6_K: per 32 values j, lanes 0..3 of the dot belong to 16-value group 2j
-// and lanes 4..7 to group 2j + 1, each with its own 8-bit scale. Per token
-// the groups' dots are summed across lanes into two vectors, [g0 g2 g4 g6 |
-// g1 g3 g5 g7] for j < 4 and likewise for groups 8..15, then scaled by
-// d scale_g dx_j.
+// The types of 16 sub-blocks of 16 values with signed 8-bit group scales:
+// unpack(b, q) gives q[j] = values 32 j .. 32 j + 31, scales(b) the 16 group
+// scales (int8), dot(q, a) the ISA's integer dot; Q2_K also subtracts
+// dmin m_g sum(a)_g (kHasMins, mins(b) the 16 m_g).
 template <typename Dot>
-struct LaneSumQ6_K {
+struct Q6Groups {
   using Block = BlockQ6_K;
+  static constexpr bool kHasMins = false;
+  static void unpack(const Block& b, __m256i q[8]) {  // unsigned 6-bit, dot subtracts 32
+    q6_k_half(b, 0, q);
+    q6_k_half(b, 1, q + 4);
+  }
+  static __m128i scales(const Block& b) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)); }
+  static __m256i dot(__m256i q, __m256i a) { return Dot::q6(q, a); }
+};
+template <typename Dot>
+struct Q3Groups {
+  using Block = BlockQ3_K;
+  static constexpr bool kHasMins = false;
+  static void unpack(const Block& b, __m256i q[8]) {  // signed -4..3
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) q[j] = q3_k_values(b, j);
+  }
+  static __m128i scales(const Block& b) {
+    alignas(16) int8_t s[16];
+    for (int g = 0; g < 16; ++g) s[g] = static_cast<int8_t>(q3_k_scale(b.scales, g));
+    return _mm_load_si128(reinterpret_cast<const __m128i*>(s));
+  }
+  static __m256i dot(__m256i q, __m256i a) { return Dot::s8_s8(q, a); }
+};
+template <typename Dot>
+struct Q2Groups {
+  using Block = BlockQ2_K;
+  static constexpr bool kHasMins = true;
+  static void unpack(const Block& b, __m256i q[8]) {  // unsigned 0..3
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) q[j] = two_bit_values(b.qs, j);
+  }
+  static __m128i packed(const Block& b) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)); }
+  static __m128i scales(const Block& b) { return _mm_and_si128(packed(b), _mm_set1_epi8(15)); }
+  static __m128i mins(const Block& b) { return _mm_and_si128(_mm_srli_epi16(packed(b), 4), _mm_set1_epi8(15)); }
+  static __m256i dot(__m256i q, __m256i a) { return Dot::u8_s8(q, a); }
+};
+
+// Per 32 values j, lanes 0..3 of the dot belong to 16-value group 2j and
+// lanes 4..7 to group 2j + 1, each with its own 8-bit scale. Per token the
+// groups' dots are summed across lanes into two vectors, [g0 g2 g4 g6 | g1
+// g3 g5 g7] for j < 4 and likewise for groups 8..15, then scaled by
+// d scale_g dx_j (Q2_K: minus dmin m_g dx_j times the same sums of a).
+template <typename Groups>
+struct LaneSumGroups16 {
+  using Block = typename Groups::Block;
   static constexpr int kValues = kQK_K;
   // |lane| <= 4 * 32 * 127, as sum_sub_blocks needs.
   static __m256i sum_groups(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
     return add_pairs(add_pairs(v0, v1), add_pairs(v2, v3));
   }
+  // Sixteen int8 per-group factors times f, in the lane order of sum_groups.
+  struct GroupFactors {
+    __m256 first, second;
+  };
+  static GroupFactors group_factors(__m128i bytes, float f) {
+    const __m128i ordered = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
+    const __m256 factor = _mm256_set1_ps(f);
+    return {_mm256_mul_ps(factor, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(ordered))),
+            _mm256_mul_ps(factor, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(ordered, ordered))))};
+  }
+  // acc += sums of the eight 32-value dots, group-wise, times factors * dx.
+  static __m256 add_scaled(const __m256i dot[8], const GroupFactors& f, __m256 dx_first, __m256 dx_second,
+                           __m256 acc) {
+    const __m256 first = _mm256_cvtepi32_ps(sum_groups(dot[0], dot[1], dot[2], dot[3]));
+    const __m256 second = _mm256_cvtepi32_ps(sum_groups(dot[4], dot[5], dot[6], dot[7]));
+    acc = _mm256_fmadd_ps(first, _mm256_mul_ps(f.first, dx_first), acc);
+    return _mm256_fmadd_ps(second, _mm256_mul_ps(f.second, dx_second), acc);
+  }
   template <int N>
   [[gnu::always_inline]] static void q8_block(const Block& b, const Q8ActRow* a, int64_t block, __m256* acc, float*) {
-    __m256i q[8];  // q[j]: values 32 j .. 32 j + 31, unsigned 6-bit
-    q6_k_half(b, 0, q);
-    q6_k_half(b, 1, q + 4);
-    // d * scales[g] in the lane order of sum_groups.
-    const __m128i scales = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)),
-                                            _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
-    const __m256 first_scales = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scales)));
-    const __m256 second_scales =
-        _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(scales, scales))));
+    __m256i q[8];
+    Groups::unpack(b, q);
+    const GroupFactors scales = group_factors(Groups::scales(b), _cvtsh_ss(b.d));
+    GroupFactors mins{};
+    if constexpr (Groups::kHasMins) mins = group_factors(Groups::mins(b), -_cvtsh_ss(b.dmin));
     // dx of activation blocks 0..3 (4..7) in both halves: every other float of four {d, s} pairs.
     const __m256i every_d = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
       __m256i dot[8];
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) dot[j] = Dot::q6(q[j], act_bytes<kValues>(a[i], block, j));
+      for (int j = 0; j < 8; ++j) dot[j] = Groups::dot(q[j], act_bytes<kValues>(a[i], block, j));
       const Q8ActScale* sc = a[i].scales + block * 8;
       const __m256 dx_first = _mm256_permutevar8x32_ps(_mm256_loadu_ps(&sc[0].d), every_d);
       const __m256 dx_second = _mm256_permutevar8x32_ps(_mm256_loadu_ps(&sc[4].d), every_d);
-      const __m256 first = _mm256_cvtepi32_ps(sum_groups(dot[0], dot[1], dot[2], dot[3]));
-      const __m256 second = _mm256_cvtepi32_ps(sum_groups(dot[4], dot[5], dot[6], dot[7]));
-      acc[i] = _mm256_fmadd_ps(first, _mm256_mul_ps(first_scales, dx_first), acc[i]);
-      acc[i] = _mm256_fmadd_ps(second, _mm256_mul_ps(second_scales, dx_second), acc[i]);
+      acc[i] = add_scaled(dot, scales, dx_first, dx_second, acc[i]);
+      if constexpr (Groups::kHasMins) {
+        __m256i sums[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) sums[j] = Groups::dot(_mm256_set1_epi8(1), act_bytes<kValues>(a[i], block, j));
+        acc[i] = add_scaled(sums, mins, dx_first, dx_second, acc[i]);
+      }
     }
   }
 };
+template <typename Dot>
+using LaneSumQ6_K = LaneSumGroups16<Q6Groups<Dot>>;
+template <typename Dot>
+using LaneSumQ3_K = LaneSumGroups16<Q3Groups<Dot>>;
+template <typename Dot>
+using LaneSumQ2_K = LaneSumGroups16<Q2Groups<Dot>>;
 
 }  // namespace kquants_simd
 }  // namespace kvserve

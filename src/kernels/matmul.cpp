@@ -43,6 +43,10 @@ MatmulRowsFn rows_kernel(const KernelTable& table, DType type, bool q8_activatio
     case DType::Q8_0: return q8_activations ? table.q8_0 : table.q8_0_exact;
     case DType::Q5_0: return q8_activations ? table.kquants.q5_0.q8 : table.kquants.q5_0.exact;
     case DType::Q5_1: return q8_activations ? table.kquants.q5_1.q8 : table.kquants.q5_1.exact;
+    case DType::IQ4_NL: return q8_activations ? table.kquants.iq4_nl.q8 : table.kquants.iq4_nl.exact;
+    case DType::IQ4_XS: return q8_activations ? table.kquants.iq4_xs.q8 : table.kquants.iq4_xs.exact;
+    case DType::Q2_K: return q8_activations ? table.kquants.q2_k.q8 : table.kquants.q2_k.exact;
+    case DType::Q3_K: return q8_activations ? table.kquants.q3_k.q8 : table.kquants.q3_k.exact;
     case DType::Q4_K: return q8_activations ? table.kquants.q4_k.q8 : table.kquants.q4_k.exact;
     case DType::Q5_K: return q8_activations ? table.kquants.q5_k.q8 : table.kquants.q5_k.exact;
     case DType::Q6_K: return q8_activations ? table.kquants.q6_k.q8 : table.kquants.q6_k.exact;
@@ -52,8 +56,9 @@ MatmulRowsFn rows_kernel(const KernelTable& table, DType type, bool q8_activatio
 
 bool is_block_quantized(DType type) {
   switch (type) {
-    case DType::Q4_0: case DType::Q4_1: case DType::Q8_0: case DType::Q5_0: case DType::Q5_1:
-    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    case DType::Q4_0: case DType::Q4_1: case DType::Q8_0: case DType::Q5_0: case DType::Q5_1: case DType::IQ4_NL:
+    case DType::IQ4_XS: case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+      return true;
     default: return false;
   }
 }
@@ -73,8 +78,8 @@ uint8_t* q8_scratch(MatmulScratch& scratch, size_t bytes) {
 }
 
 // The exact Q4_0/Q4_1/Q4_K/Q5_K kernels fold a 32-value block's offset as
-// offset * sum(x), so they need the block sums of x (Q5_0, Q5_1 and Q6_K
-// dequantize in registers instead).
+// offset * sum(x), so they need the block sums of x (Q5_0, Q5_1, the IQ4 types and
+// Q6_K dequantize in registers instead).
 bool needs_block_sums(DType type, bool q8_activations) {
   return !q8_activations &&
          (type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q4_K || type == DType::Q5_K);
@@ -260,6 +265,10 @@ PackedRowsFn packed_kernel_for(const PackedKernels& table, DType type) {
     case DType::Q4_1: return table.q4_1;
     case DType::Q5_0: return table.q5_0;
     case DType::Q5_1: return table.q5_1;
+    case DType::IQ4_NL: return table.iq4_nl;
+    case DType::IQ4_XS: return table.iq4_xs;
+    case DType::Q2_K: return table.q2_k;
+    case DType::Q3_K: return table.q3_k;
     case DType::Q8_0: return table.q8_0;
     case DType::Q4_K: return table.q4_k;
     case DType::Q5_K: return table.q5_k;

@@ -1,4 +1,4 @@
-// AVX2 + FMA + F16C kernels for Q5_0, Q5_1 and the K-quants (Q4_K, Q5_K, Q6_K).
+// AVX2 + FMA + F16C kernels for Q5_0, Q5_1, IQ4_NL, IQ4_XS and the K-quants (Q2_K..Q6_K).
 //
 // f32 activations (the scalar reference dequantizes, then dots; these differ
 // from it only in float rounding and summation order):
@@ -6,7 +6,8 @@
 //    widened to exact floats and sum(x_j) from job.x_block_sums;
 //  - Q6_K: sum((q - 32) x) per 16-value scale group, times d * scale;
 //  - Q5_0 / Q5_1: the block dequantized in registers (d q - 16 d, d q + m), then
-//    FMA'd with x.
+//    FMA'd with x; IQ4_NL / IQ4_XS likewise (d level, d (ls - 32) level,
+//    levels by byte shuffle), one token or many (DequantRowDot).
 //
 // 8-bit activations (Q8Order::Plain, blocks of 32): per 32 values an exact
 // integer dot (maddubs u8 x s8 -> s16 pairs, madd -> s32); the K-quants sum
@@ -253,6 +254,8 @@ struct KOffsetRowDot {
 // of q x and 32 x is <= 2 * 63 * 127, their difference <= 2 * 32 * 127).
 struct Avx2Dot {
   static __m256i u8_s8(__m256i w, __m256i a) { return dot_u8_s8(w, a); }
+  // Signed w (IQ4 levels): |w| times a with w's sign, pairs <= 2 * 127 * 127.
+  static __m256i s8_s8(__m256i w, __m256i a) { return dot_u8_s8(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w)); }
   static __m256i q6(__m256i q, __m256i a) {
     const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(q, a), _mm256_maddubs_epi16(_mm256_set1_epi8(32), a));
     return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
@@ -272,6 +275,10 @@ using Many = exact_dq::DequantRowDot<Format, exact_dq::kRegsAvx2>;
 constexpr KQuantKernels kAvx2KQuants = {
     {run_row_tiles<Q8RowDot<Q8Q5_0<Avx2Dot>, kQ8Tokens>>, exact_kernel<ExactRowDot<ExactQ5<BlockQ5_0>>, Many<exact_dq::DqQ5_0>>},
     {run_row_tiles<Q8RowDot<Q8Q5_1<Avx2Dot>, kQ8Tokens>>, exact_kernel<ExactRowDot<ExactQ5<BlockQ5_1>>, Many<exact_dq::DqQ5_1>>},
+    {run_row_tiles<Q8RowDot<Q8IQ4_NL<Avx2Dot>, kQ8Tokens>>, run_row_tiles<Many<exact_dq::DqIQ4_NL>>},
+    {run_row_tiles<Q8RowDot<LaneSumIQ4_XS<Avx2Dot>, kQ8Tokens>>, run_row_tiles<Many<exact_dq::DqIQ4_XS>>},
+    {run_row_tiles<Q8RowDot<LaneSumQ2_K<Avx2Dot>, kQ8Tokens>>, run_row_tiles<Many<exact_dq::DqQ2_K>>},
+    {run_row_tiles<Q8RowDot<LaneSumQ3_K<Avx2Dot>, kQ8Tokens>>, run_row_tiles<Many<exact_dq::DqQ3_K>>},
     // Q4_K / Q5_K: the offset form also for two tokens (1.50 vs 1.72 ms on 8960x1536).
     {run_row_tiles<Q8RowDot<LaneSumK<BlockQ4_K, 4, Avx2Dot>, kQ8Tokens>>,
      exact_kernel<KOffsetRowDot<BlockQ4_K, 4>, Many<exact_dq::DqK<BlockQ4_K, 4>>, 2>},

@@ -1,9 +1,9 @@
-// AVX-512 VNNI kernels for Q5_0, Q5_1 and the K-quants with 8-bit activations:
+// AVX-512 VNNI kernels for Q5_0, Q5_1, IQ4_NL, IQ4_XS and the K-quants with 8-bit activations:
 // vpdpbusd (u8 x s8, four products summed per int32 lane, no s16
 // intermediate) replaces AVX2's maddubs + madd. 256-bit registers, as for
 // the other Q4 types (faster than 512-bit on Zen 4, see docs/kernels.md).
 // f32 activations: exact_simd.h with 32 registers for several tokens (and
-// one, for Q5_0, Q5_1 and Q6_K), else the AVX2 kernels (FMA-bound; 512-bit gains
+// one, for Q5_0, Q5_1, the IQ4 types and Q6_K), else the AVX2 kernels (FMA-bound; 512-bit gains
 // nothing here).
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized (see matmul_avx512.cpp).
 #pragma GCC diagnostic push
@@ -33,6 +33,8 @@ constexpr int kQ8Tokens = 8;
 // The integer dots of Q8Q5_0 / Q8Q5_1 / LaneSumK / LaneSumQ6_K (kquants_simd.h).
 struct VnniDot {
   static __m256i u8_s8(__m256i w, __m256i a) { return dpbusd(w, a); }
+  // Signed w (IQ4 levels): |w| times a with w's sign.
+  static __m256i s8_s8(__m256i w, __m256i a) { return dpbusd(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w)); }
   static __m256i q6(__m256i q, __m256i a) { return _mm256_sub_epi32(dpbusd(q, a), dpbusd(_mm256_set1_epi8(32), a)); }
 };
 
@@ -46,7 +48,9 @@ template <typename Format, QuantKernels KQuantKernels::*kType>
 void exact_kernel(const MatmulJob& job, int64_t row_begin, int64_t row_end) {
   constexpr bool kDequantOneToken =
       std::is_same_v<Format, exact_dq::DqQ6_K> || std::is_same_v<Format, exact_dq::DqQ5_0> ||
-      std::is_same_v<Format, exact_dq::DqQ5_1>;
+      std::is_same_v<Format, exact_dq::DqQ5_1> || std::is_same_v<Format, exact_dq::DqIQ4_NL> ||
+      std::is_same_v<Format, exact_dq::DqIQ4_XS> ||
+      std::is_same_v<Format, exact_dq::DqQ2_K> || std::is_same_v<Format, exact_dq::DqQ3_K>;
   // Q4_K / Q5_K: the offset form also for two tokens (see matmul_kquants_avx2.cpp).
   constexpr int64_t kAvx2UpTo = kDequantOneToken ? 0 : 2;
   if (job.n_tokens <= kAvx2UpTo) (avx2_kquant_kernels().*kType).exact(job, row_begin, row_end);
@@ -59,6 +63,10 @@ const KQuantKernels& avx512_kquant_kernels() {
   static const KQuantKernels kernels = {
       {run_row_tiles<Q8RowDot<Q8Q5_0<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqQ5_0, &KQuantKernels::q5_0>},
       {run_row_tiles<Q8RowDot<Q8Q5_1<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqQ5_1, &KQuantKernels::q5_1>},
+      {run_row_tiles<Q8RowDot<Q8IQ4_NL<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqIQ4_NL, &KQuantKernels::iq4_nl>},
+      {run_row_tiles<Q8RowDot<LaneSumIQ4_XS<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqIQ4_XS, &KQuantKernels::iq4_xs>},
+      {run_row_tiles<Q8RowDot<LaneSumQ2_K<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqQ2_K, &KQuantKernels::q2_k>},
+      {run_row_tiles<Q8RowDot<LaneSumQ3_K<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqQ3_K, &KQuantKernels::q3_k>},
       {run_row_tiles<Q8RowDot<LaneSumK<BlockQ4_K, 4, VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqK<BlockQ4_K, 4>, &KQuantKernels::q4_k>},
       {run_row_tiles<Q8RowDot<LaneSumK<BlockQ5_K, 5, VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqK<BlockQ5_K, 5>, &KQuantKernels::q5_k>},
       {run_row_tiles<Q8RowDot<LaneSumQ6_K<VnniDot>, kQ8Tokens>>, exact_kernel<exact_dq::DqQ6_K, &KQuantKernels::q6_k>},

@@ -1,4 +1,4 @@
-// Portable Q5_0 / Q5_1 / K-quant kernels: the reference every SIMD path of these
+// Portable Q5_0 / Q5_1 / IQ4_NL / IQ4_XS / K-quant (Q2_K..Q6_K) kernels: the reference every SIMD path of these
 // types is tested against. 8-bit activations come in Q8Order::Plain (blocks of
 // 32 in element order); each weight block's contribution is an exact integer
 // dot per 32 values, scaled in float. f32 activations: dequantize a block
@@ -36,6 +36,82 @@ struct Q5_1Format {
     return fp16_to_f32(b.d) * sc[0].d * static_cast<float>(dot) + fp16_to_f32(b.m) * sc[0].s;
   }
   static void dequantize(const Block& b, float* w) { dequantize_block_q5_1(b, w); }
+};
+
+// IQ4_NL: w = d * level, level = kIQ4NLValues[index] (signed, no offset).
+struct IQ4_NLFormat {
+  using Block = BlockIQ4_NL;
+  static constexpr int kValues = kQK4_NL;
+  static float q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc) {
+    int32_t dot = 0;
+    for (int i = 0; i < 32; ++i) dot += kIQ4NLValues[iq4_nl_index(b, i)] * qx[i];
+    return fp16_to_f32(b.d) * sc[0].d * static_cast<float>(dot);
+  }
+  static void dequantize(const Block& b, float* w) { dequantize_block_iq4_nl(b, w); }
+};
+
+// IQ4_XS: sub-block j contributes d (ls_j - 32) dx_j dot(level, qx).
+struct IQ4_XSFormat {
+  using Block = BlockIQ4_XS;
+  static constexpr int kValues = kQK_K;
+  static float q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc) {
+    const float d = fp16_to_f32(b.d);
+    float sum = 0;
+    for (int j = 0; j < 8; ++j) {
+      int32_t dot = 0;
+      for (int l = 32 * j; l < 32 * j + 32; ++l) dot += kIQ4NLValues[iq4_xs_index(b, l)] * qx[l];
+      sum += d * static_cast<float>(iq4_xs_scale(b, j)) * sc[j].d * static_cast<float>(dot);
+    }
+    return sum;
+  }
+  static void dequantize(const Block& b, float* w) { dequantize_block_iq4_xs(b, w); }
+};
+
+// Q2_K: activation block j (32 values) spans groups 2j, 2j + 1:
+// d dx_j sum_g sc_g dot(q, qx)_g - dmin dx_j sum_g m_g sum(qx)_g.
+struct Q2_KFormat {
+  using Block = BlockQ2_K;
+  static constexpr int kValues = kQK_K;
+  static float q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc) {
+    const float d = fp16_to_f32(b.d), dmin = fp16_to_f32(b.dmin);
+    float sum = 0;
+    for (int j = 0; j < 8; ++j) {
+      int32_t scaled = 0, mins = 0;
+      for (int g = 2 * j; g < 2 * j + 2; ++g) {
+        int32_t dot = 0, xsum = 0;
+        for (int l = 16 * g; l < 16 * g + 16; ++l) {
+          dot += q2_k_value(b, l) * qx[l];
+          xsum += qx[l];
+        }
+        scaled += (b.scales[g] & 15) * dot;
+        mins += (b.scales[g] >> 4) * xsum;
+      }
+      sum += d * sc[j].d * static_cast<float>(scaled) - dmin * sc[j].d * static_cast<float>(mins);
+    }
+    return sum;
+  }
+  static void dequantize(const Block& b, float* w) { dequantize_block_q2_k(b, w); }
+};
+
+// Q3_K: as Q6_K, d dx_j sum_g (sc_g - 32) dot(q, qx)_g with q in -4..3.
+struct Q3_KFormat {
+  using Block = BlockQ3_K;
+  static constexpr int kValues = kQK_K;
+  static float q8_block(const Block& b, const int8_t* qx, const Q8ActScale* sc) {
+    const float d = fp16_to_f32(b.d);
+    float sum = 0;
+    for (int j = 0; j < 8; ++j) {
+      int32_t scaled = 0;
+      for (int g = 2 * j; g < 2 * j + 2; ++g) {
+        int32_t dot = 0;
+        for (int l = 16 * g; l < 16 * g + 16; ++l) dot += q3_k_value(b, l) * qx[l];
+        scaled += q3_k_scale(b.scales, g) * dot;
+      }
+      sum += d * sc[j].d * static_cast<float>(scaled);
+    }
+    return sum;
+  }
+  static void dequantize(const Block& b, float* w) { dequantize_block_q3_k(b, w); }
 };
 
 // Q4_K / Q5_K: sub-block j contributes d sc_j dx_j dot_j - dmin m_j s_j.
@@ -131,6 +207,10 @@ constexpr QuantKernels kernels_for() {
 constexpr KQuantKernels kScalarKQuants = {
     kernels_for<Q5_0Format>(),
     kernels_for<Q5_1Format>(),
+    kernels_for<IQ4_NLFormat>(),
+    kernels_for<IQ4_XSFormat>(),
+    kernels_for<Q2_KFormat>(),
+    kernels_for<Q3_KFormat>(),
     kernels_for<Q4_KFormat>(),
     kernels_for<Q5_KFormat>(),
     kernels_for<Q6_KFormat>(),

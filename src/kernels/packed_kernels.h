@@ -24,7 +24,7 @@ struct PackedJob {
 using PackedRowsFn = void (*)(const PackedJob& job, int64_t group_begin, int64_t group_end);
 
 struct PackedKernels {
-  PackedRowsFn q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k;
+  PackedRowsFn q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k;
 };
 
 #if KVSERVE_HAVE_SIMD

@@ -90,7 +90,7 @@ void quantize_q4_1(const float* x, BlockQ4_1* b, int64_t n) {
   }
 }
 
-// Q5_0, Q5_1 and the K-quants, one block at a time (kernels/quantize_kquants.h).
+// Q5_0, Q5_1, the IQ4 types and the K-quants, one block at a time (kernels/quantize_kquants.h).
 template <typename Block, int kBlockSize>
 void dequantize_blocks(void (*one)(const Block&, float*), const void* src, float* y, int64_t n) {
   const auto* b = static_cast<const Block*>(src);
@@ -124,6 +124,10 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     case DType::Q8_0: return dequantize_q8_0(static_cast<const BlockQ8_0*>(src), dst, n);
     case DType::Q5_0: return dequantize_blocks<BlockQ5_0, kQK4_0>(dequantize_block_q5_0, src, dst, n);
     case DType::Q5_1: return dequantize_blocks<BlockQ5_1, kQK4_1>(dequantize_block_q5_1, src, dst, n);
+    case DType::IQ4_NL: return dequantize_blocks<BlockIQ4_NL, kQK4_NL>(dequantize_block_iq4_nl, src, dst, n);
+    case DType::IQ4_XS: return dequantize_blocks<BlockIQ4_XS, kQK_K>(dequantize_block_iq4_xs, src, dst, n);
+    case DType::Q2_K: return dequantize_blocks<BlockQ2_K, kQK_K>(dequantize_block_q2_k, src, dst, n);
+    case DType::Q3_K: return dequantize_blocks<BlockQ3_K, kQK_K>(dequantize_block_q3_k, src, dst, n);
     case DType::Q4_K: return dequantize_blocks<BlockQ4_K, kQK_K>(dequantize_block_q4_k, src, dst, n);
     case DType::Q5_K: return dequantize_blocks<BlockQ5_K, kQK_K>(dequantize_block_q5_k, src, dst, n);
     case DType::Q6_K: return dequantize_blocks<BlockQ6_K, kQK_K>(dequantize_block_q6_k, src, dst, n);
@@ -152,6 +156,10 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
     case DType::Q8_0: return quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n);
     case DType::Q5_0: return quantize_blocks<BlockQ5_0, kQK4_0>(quantize_block_q5_0, src, dst, n);
     case DType::Q5_1: return quantize_blocks<BlockQ5_1, kQK4_1>(quantize_block_q5_1, src, dst, n);
+    case DType::IQ4_NL: return quantize_blocks<BlockIQ4_NL, kQK4_NL>(quantize_block_iq4_nl, src, dst, n);
+    case DType::IQ4_XS: return quantize_blocks<BlockIQ4_XS, kQK_K>(quantize_block_iq4_xs, src, dst, n);
+    case DType::Q2_K: return quantize_blocks<BlockQ2_K, kQK_K>(quantize_block_q2_k, src, dst, n);
+    case DType::Q3_K: return quantize_blocks<BlockQ3_K, kQK_K>(quantize_block_q3_k, src, dst, n);
     case DType::Q4_K: return quantize_blocks<BlockQ4_K, kQK_K>(quantize_block_q4_k, src, dst, n);
     case DType::Q5_K: return quantize_blocks<BlockQ5_K, kQK_K>(quantize_block_q5_k, src, dst, n);
     case DType::Q6_K: return quantize_blocks<BlockQ6_K, kQK_K>(quantize_block_q6_k, src, dst, n);

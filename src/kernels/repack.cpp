@@ -9,21 +9,28 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "kernels/quantize_kquants.h"
 
 namespace kvserve {
 namespace {
 
 constexpr int kRows = 8;
 
-bool is_kquant(DType type) { return type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K; }
+// The types of 256-value super-blocks.
+bool is_256(DType type) {
+  return type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K || type == DType::IQ4_XS ||
+         type == DType::Q2_K || type == DType::Q3_K;
+}
 
-int64_t sb_values(DType type) { return is_kquant(type) ? kQK_K : 32; }
+int64_t sb_values(DType type) { return is_256(type) ? kQK_K : 32; }
 
 size_t header_bytes(DType type) {
   switch (type) {
     case DType::Q4_1: case DType::Q5_1: return 32;
     case DType::Q4_K: case DType::Q5_K: return 16 + 16 + 64 + 64;
-    case DType::Q6_K: return 16 + 128;
+    case DType::Q6_K: case DType::Q3_K: return 16 + 128;
+    case DType::IQ4_XS: return 16 + 64;
+    case DType::Q2_K: return 16 + 16 + 128;
     default: return 16;
   }
 }
@@ -33,6 +40,8 @@ size_t sub_block_bytes(DType type) {
     case DType::Q8_0: return 256;
     case DType::Q5_0: case DType::Q5_1: case DType::Q5_K: return 128 + 32;
     case DType::Q6_K: return 128 + 64;
+    case DType::Q3_K: return 64 + 32;
+    case DType::Q2_K: return 64;
     default: return 128;
   }
 }
@@ -43,8 +52,8 @@ size_t sb_bytes(DType type) { return header_bytes(type) + static_cast<size_t>(sb
 // for every type but Q8_0.
 void block_values(DType type, const uint8_t* block, int* q) {
   switch (type) {
-    case DType::Q4_0: case DType::Q4_1: {
-      const uint8_t* qs = block + (type == DType::Q4_0 ? offsetof(BlockQ4_0, qs) : offsetof(BlockQ4_1, qs));
+    case DType::Q4_0: case DType::Q4_1: case DType::IQ4_NL: {  // IQ4_NL: the level indices
+      const uint8_t* qs = block + (type == DType::Q4_1 ? offsetof(BlockQ4_1, qs) : offsetof(BlockQ4_0, qs));
       for (int i = 0; i < 16; ++i) {
         q[i] = qs[i] & 15;
         q[i + 16] = qs[i] >> 4;
@@ -82,6 +91,21 @@ void block_values(DType type, const uint8_t* block, int* q) {
         }
       return;
     }
+    case DType::Q2_K: {
+      const auto& b = *reinterpret_cast<const BlockQ2_K*>(block);
+      for (int i = 0; i < kQK_K; ++i) q[i] = q2_k_value(b, i);
+      return;
+    }
+    case DType::Q3_K: {  // unsigned: q + 4 in 0..7
+      const auto& b = *reinterpret_cast<const BlockQ3_K*>(block);
+      for (int i = 0; i < kQK_K; ++i) q[i] = q3_k_value(b, i) + 4;
+      return;
+    }
+    case DType::IQ4_XS: {  // the level indices
+      const auto& b = *reinterpret_cast<const BlockIQ4_XS*>(block);
+      for (int i = 0; i < kQK_K; ++i) q[i] = iq4_xs_index(b, i);
+      return;
+    }
     case DType::Q6_K: {
       const auto& b = *reinterpret_cast<const BlockQ6_K*>(block);
       for (int h = 0; h < 2; ++h)
@@ -104,7 +128,9 @@ uint16_t block_d_bits(DType type, const uint8_t* block) {
     case DType::Q4_K: return reinterpret_cast<const BlockQ4_K*>(block)->d;
     case DType::Q5_K: return reinterpret_cast<const BlockQ5_K*>(block)->d;
     case DType::Q6_K: return reinterpret_cast<const BlockQ6_K*>(block)->d;
-    default: {  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 all start with the fp16 d
+    case DType::Q2_K: return reinterpret_cast<const BlockQ2_K*>(block)->d;
+    case DType::Q3_K: return reinterpret_cast<const BlockQ3_K*>(block)->d;
+    default: {  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL all start with the fp16 d
       uint16_t d;
       std::memcpy(&d, block, sizeof(d));
       return d;
@@ -112,8 +138,28 @@ uint16_t block_d_bits(DType type, const uint8_t* block) {
   }
 }
 
+// Q2_K / Q3_K: 2-bit planes, register p = 0..1 holding chunk 4p + s in bits
+// 2s, 2s + 1; Q3_K's third bits after them, bit c of byte 4r + k for chunk c.
+void pack_two_bit_sub_block(DType type, const int* const (&q)[kRows], uint8_t* out) {
+  for (int p = 0; p < 2; ++p)
+    for (int r = 0; r < kRows; ++r)
+      for (int k = 0; k < 4; ++k) {
+        int bits = 0;
+        for (int s = 0; s < 4; ++s) bits |= (q[r][4 * (4 * p + s) + k] & 3) << (2 * s);
+        out[32 * p + 4 * r + k] = static_cast<uint8_t>(bits);
+      }
+  if (type != DType::Q3_K) return;
+  for (int r = 0; r < kRows; ++r)
+    for (int k = 0; k < 4; ++k) {
+      int bits = 0;
+      for (int c = 0; c < 8; ++c) bits |= (q[r][4 * c + k] >> 2 & 1) << c;
+      out[64 + 4 * r + k] = static_cast<uint8_t>(bits);
+    }
+}
+
 // One sub-block (32 values) of 8 rows: q[r][v] for v < 32, into the chunk layout.
 void pack_sub_block(DType type, const int* const (&q)[kRows], uint8_t* out) {
+  if (type == DType::Q2_K || type == DType::Q3_K) return pack_two_bit_sub_block(type, q, out);
   if (type == DType::Q8_0) {
     for (int c = 0; c < 8; ++c)
       for (int r = 0; r < kRows; ++r)
@@ -143,6 +189,8 @@ void pack_sub_block(DType type, const int* const (&q)[kRows], uint8_t* out) {
   }
 }
 
+void pack_group_scales(DType type, const uint8_t* const (&blocks)[kRows], uint8_t* out);
+
 // The header of one super-block of 8 rows; blocks[r] is row r's original
 // block (nullptr for a padding row).
 void pack_header(DType type, const uint8_t* const (&blocks)[kRows], uint8_t* out) {
@@ -154,10 +202,16 @@ void pack_header(DType type, const uint8_t* const (&blocks)[kRows], uint8_t* out
     if (type == DType::Q5_1) second[r] = reinterpret_cast<const BlockQ5_1*>(blocks[r])->m;
     if (type == DType::Q4_K) second[r] = reinterpret_cast<const BlockQ4_K*>(blocks[r])->dmin ^ 0x8000;
     if (type == DType::Q5_K) second[r] = reinterpret_cast<const BlockQ5_K*>(blocks[r])->dmin ^ 0x8000;
+    if (type == DType::Q2_K) second[r] = reinterpret_cast<const BlockQ2_K*>(blocks[r])->dmin ^ 0x8000;
   }
   std::memcpy(out, d, sizeof(d));
-  if (type == DType::Q4_1 || type == DType::Q5_1 || type == DType::Q4_K || type == DType::Q5_K)
+  if (type == DType::Q4_1 || type == DType::Q5_1 || type == DType::Q4_K || type == DType::Q5_K || type == DType::Q2_K)
     std::memcpy(out + 16, second, sizeof(second));
+  pack_group_scales(type, blocks, out);
+}
+
+// The per-row sub-block (group) scales of the K-quant and IQ4_XS headers.
+void pack_group_scales(DType type, const uint8_t* const (&blocks)[kRows], uint8_t* out) {
   if (type == DType::Q4_K || type == DType::Q5_K) {
     uint8_t* scale = out + 32;
     uint8_t* min = out + 96;
@@ -176,6 +230,22 @@ void pack_header(DType type, const uint8_t* const (&blocks)[kRows], uint8_t* out
     for (int r = 0; r < kRows; ++r)
       for (int g = 0; g < 16; ++g)
         scale[8 * g + r] = blocks[r] != nullptr ? reinterpret_cast<const BlockQ6_K*>(blocks[r])->scales[g] : 0;
+  } else if (type == DType::Q3_K) {
+    auto* scale = reinterpret_cast<int8_t*>(out + 16);
+    for (int r = 0; r < kRows; ++r)
+      for (int g = 0; g < 16; ++g)
+        scale[8 * g + r] = static_cast<int8_t>(
+            blocks[r] != nullptr ? q3_k_scale(reinterpret_cast<const BlockQ3_K*>(blocks[r])->scales, g) : 0);
+  } else if (type == DType::Q2_K) {  // scale | min << 4, as the original bytes
+    for (int r = 0; r < kRows; ++r)
+      for (int g = 0; g < 16; ++g)
+        out[32 + 8 * g + r] = blocks[r] != nullptr ? reinterpret_cast<const BlockQ2_K*>(blocks[r])->scales[g] : 0;
+  } else if (type == DType::IQ4_XS) {
+    auto* scale = reinterpret_cast<int8_t*>(out + 16);
+    for (int r = 0; r < kRows; ++r)
+      for (int j = 0; j < 8; ++j)
+        scale[8 * j + r] = static_cast<int8_t>(
+            blocks[r] != nullptr ? iq4_xs_scale(*reinterpret_cast<const BlockIQ4_XS*>(blocks[r]), j) : 0);
   }
 }
 
@@ -183,8 +253,9 @@ void pack_header(DType type, const uint8_t* const (&blocks)[kRows], uint8_t* out
 
 bool packable_type(DType type) {
   switch (type) {
-    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
-    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0: case DType::IQ4_NL:
+    case DType::IQ4_XS: case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+      return true;
     default: return false;
   }
 }
@@ -229,7 +300,7 @@ void repack_rows8(const TensorView& w, uint8_t* dst) {
 
 // ---- Activations -------------------------------------------------------------
 
-bool packed_act_is_256(DType type) { return is_kquant(type); }
+bool packed_act_is_256(DType type) { return is_256(type); }
 
 namespace {
 size_t qs_bytes(int64_t cols) { return (static_cast<size_t>(cols) + 63) / 64 * 64; }
@@ -291,6 +362,40 @@ void quantize_packed_activations(DType type, const float* x, int64_t cols, uint8
 
 namespace {
 
+// IQ4_XS: sum over sub-blocks j of (ls_j - 32) dot(level, qx), exact.
+int32_t iq4_xs_dots(const BlockIQ4_XS& b, const int* index, const int8_t* qx) {
+  int32_t dots = 0;
+  for (int j = 0; j < 8; ++j) {
+    int32_t dot = 0;
+    for (int i = 32 * j; i < 32 * j + 32; ++i) dot += kIQ4NLValues[index[i]] * qx[i];
+    dots += iq4_xs_scale(b, j) * dot;
+  }
+  return dots;
+}
+
+// Q2_K / Q3_K: the integer part of one super-block's dot, for
+// acc = fma(dots, d dx, acc) (+ fma(mins, -dmin dx, acc) for Q2_K); q as
+// block_values gives them (Q3_K: q + 4).
+struct GroupDots {
+  int32_t dots = 0, mins = 0;
+};
+GroupDots two_bit_dots(DType type, const uint8_t* block, const int* q, const int8_t* qx, const PackedAct256& act) {
+  GroupDots out;
+  for (int g = 0; g < 16; ++g) {
+    int32_t dot = 0;
+    for (int i = 16 * g; i < 16 * g + 16; ++i) dot += q[i] * qx[i];
+    if (type == DType::Q2_K) {
+      const uint8_t packed = reinterpret_cast<const BlockQ2_K*>(block)->scales[g];
+      out.dots += (packed & 15) * dot;
+      out.mins += (packed >> 4) * act.sum16[g];
+    } else {
+      const int scale = q3_k_scale(reinterpret_cast<const BlockQ3_K*>(block)->scales, g);
+      out.dots += scale * (dot - 4 * act.sum16[g]);
+    }
+  }
+  return out;
+}
+
 // One (row, token) over every super-block, from the original blocks.
 float q8_row_dot(DType type, const uint8_t* row, int64_t cols, const PackedActRow& x) {
   const size_t block_bytes = static_cast<size_t>(dtype_info(type).block_bytes);
@@ -301,6 +406,8 @@ float q8_row_dot(DType type, const uint8_t* row, int64_t cols, const PackedActRo
       const uint8_t* block = row + static_cast<size_t>(b) * block_bytes;
       int q[32];
       block_values(type, block, q);
+      if (type == DType::IQ4_NL)
+        for (int& v : q) v = kIQ4NLValues[v];
       int32_t isum = 0;
       for (int i = 0; i < 32; ++i) isum += q[i] * x.qs[32 * b + i];
       if (type == DType::Q4_0) isum -= 8 * act[b].sum;
@@ -319,6 +426,18 @@ float q8_row_dot(DType type, const uint8_t* row, int64_t cols, const PackedActRo
     const float d = fp16_to_f32(block_d_bits(type, block));
     int q[kQK_K];
     block_values(type, block, q);
+    if (type == DType::Q2_K || type == DType::Q3_K) {
+      const GroupDots g = two_bit_dots(type, block, q, qx, act[b]);
+      acc = std::fma(static_cast<float>(g.dots), d * act[b].d, acc);
+      if (type == DType::Q2_K)
+        acc = std::fma(static_cast<float>(g.mins), -fp16_to_f32(reinterpret_cast<const BlockQ2_K*>(block)->dmin) * act[b].d, acc);
+      continue;
+    }
+    if (type == DType::IQ4_XS) {
+      acc = std::fma(static_cast<float>(iq4_xs_dots(*reinterpret_cast<const BlockIQ4_XS*>(block), q, qx)),
+                     d * act[b].d, acc);
+      continue;
+    }
     if (type == DType::Q6_K) {
       const auto& q6 = *reinterpret_cast<const BlockQ6_K*>(block);
       int32_t dots = 0, bias = 0;

@@ -11,11 +11,13 @@
 //
 // Layout (all types): rows padded to a multiple of 8 (padding rows are zero);
 // row group g (rows 8g..8g+7) is packed_group_bytes() long, holding its
-// super-blocks (32 values for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, 256 for the K-quants) in
+// super-blocks (32 values for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL, 256 for the K-quants
+// and IQ4_XS) in
 // order. Inside a super-block, every 32-value sub-block j stores its values as
 // chunks c = 0..7 of 32 bytes: byte 4r + k is row r's value 32j + 4c + k.
 //  - 4-bit planes (all but Q8_0): 128 bytes per sub-block; register p = 0..3
-//    holds chunk 2p in its low nibbles and chunk 2p + 1 in its high nibbles.
+//    holds chunk 2p in its low nibbles and chunk 2p + 1 in its high nibbles
+//    (IQ4_NL / IQ4_XS: indices into kIQ4NLValues, the kernels look the levels up).
 //  - Q5_0 / Q5_1 / Q5_K fifth bits: 32 bytes per sub-block; bit c of byte 4r + k is
 //    the fifth bit of chunk c's byte 4r + k.
 //  - Q6_K top two bits: 64 bytes per sub-block; chunks 0..3 in the first 32
@@ -23,11 +25,14 @@
 //  - Q8_0: 256 bytes of signed values, chunk c at 32c.
 // Super-block headers (per row r, 8 entries each):
 //  Q4_0 / Q5_0 / Q8_0: fp16 d[8].               w = d (q - 8), d (q - 16), d q
+//  IQ4_NL:             fp16 d[8].               w = d kIQ4NLValues[q]
 //  Q4_1 / Q5_1:        fp16 d[8], fp16 m[8].    w = d q + m
 //  Q4_K / Q5_K:        fp16 d[8], fp16 -dmin[8], u8 scale[8 sub-blocks][8 rows],
 //                      u8 min[8][8].            w = d scale_j q - dmin min_j
 //  Q6_K:               fp16 d[8], i8 scale[16 groups of 16][8 rows].
 //                                               w = d scale_g (q - 32)
+//  IQ4_XS:             fp16 d[8], i8 scale[8 sub-blocks][8 rows] (ls - 32).
+//                                               w = d scale_j kIQ4NLValues[q]
 #include <cstddef>
 #include <cstdint>
 
@@ -53,7 +58,7 @@ size_t packed_matrix_bytes(DType type, int64_t rows, int64_t cols);
 void repack_rows8(const TensorView& w, uint8_t* dst);
 
 // ---- Activations, quantized once per token per matmul -----------------------
-// Blocks of 32 (for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0): x ~= d q, sum = sum(q),
+// Blocks of 32 (for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL): x ~= d q, sum = sum(q),
 // s = d * sum (what Q4_1's / Q5_1's m multiplies).
 struct PackedAct32 {
   float d;
@@ -61,7 +66,7 @@ struct PackedAct32 {
   int32_t sum;
   int32_t unused;
 };
-// Super-blocks of 256 (for the K-quants): one d, and the sums of q over each
+// Super-blocks of 256 (for the K-quants and IQ4_XS): one d, and the sums of q over each
 // 16 and each 32 values (what the mins / the Q6_K bias multiply).
 struct PackedAct256 {
   int16_t sum16[16];

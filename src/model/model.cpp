@@ -27,7 +27,7 @@ class WeightLoader {
     if (!dtype_info(t.type).supported)
       throw Error(file_.path() + ": tensor " + name + " has type " + dtype_name(t.type) +
                   ", which kvserve cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
-                  "q5_1, q4_k, q5_k, q6_k)");
+                  "q5_1, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k)");
     return t;
   }
 

@@ -11,7 +11,7 @@
 namespace kvserve {
 namespace {
 
-constexpr const char* kRecipes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m";
+constexpr const char* kRecipes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q4_k, q5_k, q6_k, q4_k_m, q5_k_m";
 
 // llama.cpp's general.file_type values (LLAMA_FTYPE_*) of the whole-model types we write.
 uint32_t file_type_of(DType t) {
@@ -23,6 +23,8 @@ uint32_t file_type_of(DType t) {
     case DType::Q8_0: return 7;
     case DType::Q5_0: return 8;
     case DType::Q5_1: return 9;
+    case DType::IQ4_NL: return 25;
+    case DType::IQ4_XS: return 30;
     case DType::Q4_K: return 14;  // Q4_K_S
     case DType::Q5_K: return 16;  // Q5_K_S
     case DType::Q6_K: return 18;
@@ -32,7 +34,8 @@ uint32_t file_type_of(DType t) {
   }
 }
 
-bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+// Types of 256-value super-blocks.
+bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::IQ4_XS; }
 
 // The layer index of "blk.N.<name>", or -1.
 int layer_of(const std::string& tensor) {
@@ -69,6 +72,7 @@ DType type_for(const QuantizeRecipe& r, const std::string& name, int n_layers, b
 // K-quant rows must be whole 256-value blocks; others take llama.cpp's fallback.
 DType fitting_type(DType t, int64_t cols) {
   if (!is_k_quant(t) || cols % dtype_info(t).block_size == 0) return t;
+  if (t == DType::IQ4_XS) return DType::IQ4_NL;
   return t == DType::Q6_K ? DType::Q8_0 : DType::Q5_0;
 }
 

@@ -28,7 +28,7 @@ struct QuantizeRecipe {
   uint32_t file_type = 7;  // general.file_type, llama.cpp's numbering
 };
 
-// f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m; throws
+// f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q4_k, q5_k, q6_k, q4_k_m, q5_k_m; throws
 // kvserve::Error listing them.
 QuantizeRecipe parse_quantize_recipe(const std::string& name);
 
@@ -37,7 +37,7 @@ QuantizeRecipe parse_quantize_recipe(const std::string& name);
 // does (Q4_K and Q5_K to Q5_0, Q6_K to Q8_0), and are searched for the least
 // squared error per sub-block.
 QuantizeReport quantize_model(const std::string& input, const std::string& output, const QuantizeRecipe& recipe);
-// One type for every matrix (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1; the K types too).
+// One type for every matrix (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs; the K types too).
 QuantizeReport quantize_model(const std::string& input, const std::string& output, DType target);
 
 }  // namespace kvserve

@@ -232,9 +232,11 @@ class ModelSynthesizer {
   }
   // K-quant rows must hold whole 256-value super-blocks; like llama.cpp, a
   // matrix whose rows do not falls back to a 32-block type (Q6_K to Q8_0,
-  // Q4_K / Q5_K to Q5_0).
+  // Q4_K / Q5_K to Q5_0, IQ4_XS to IQ4_NL, Q2_K / Q3_K to Q4_0).
   DType type_for_row_length(int64_t cols) const {
     if (cols % dtype_info(type_).block_size == 0) return type_;
+    if (type_ == DType::IQ4_XS) return DType::IQ4_NL;
+    if (type_ == DType::Q2_K || type_ == DType::Q3_K) return DType::Q4_0;
     return type_ == DType::Q6_K ? DType::Q8_0 : DType::Q5_0;
   }
   void ones(const std::string& name, int64_t n) { w_.add_f32_tensor(name, {n}, std::vector<float>(n, 1.0f)); }
@@ -348,7 +350,8 @@ void write_vocab_metadata(GGUFWriter& w, const ByteBpeVocab& vocab) {
 bool is_synth_type(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0: case DType::Q4_1:
-    case DType::Q5_0: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    case DType::Q5_0: case DType::Q5_1: case DType::IQ4_NL: case DType::IQ4_XS:
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
     default: return false;
   }
 }
@@ -437,7 +440,7 @@ void synthesize_model(const SynthOptions& options) {
   SynthPreset preset = find_synth_preset(options.preset);
   if (!is_synth_type(options.type))
     throw Error(std::string("synth: type ") + dtype_name(options.type) +
-                " is not supported (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k are)");
+                " is not supported (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k are)");
   if (options.layers < 0 || options.layers > 1024)
     throw Error("synth: --layers " + std::to_string(options.layers) + " is out of range 1..1024");
   if (options.layers > 0) preset.n_layers = options.layers;
