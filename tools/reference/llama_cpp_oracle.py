@@ -38,6 +38,10 @@ CASES = [
     ("tiny-qwen2-256", "q4_k", 1, 100),
     ("tiny-qwen2-256", "q6_k", 1, 100),
     ("tiny-qwen2-256", "q5_1", 1, 100),
+    ("tiny-qwen2-256", "iq4_nl", 2, 100),
+    ("tiny-qwen2-256", "iq4_xs", 2, 100),
+    ("tiny-qwen2-256", "q3_k", 1, 100),
+    ("tiny-qwen2-256", "q2_k", 2, 100),
     # gemma3: the prompts run far past the sliding layers' 48-key window
     ("tiny-gemma3", "f32", 1, 200),
     ("tiny-gemma3", "q8_0", 2, 120),
