@@ -46,7 +46,7 @@ void register_ladder(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--rung-budget", o.rung_budget_s, "Seconds before a slow sequential rung stops and is scaled")
       ->capture_default_str();
-  cmd->add_option("--draft-k", o.draft_k, "n-gram drafts per round in rung 7")->capture_default_str();
+  cmd->add_option("--draft-k", o.draft_k, "rung 7: drafts per speculative round at most (auto speculation chooses k, 0 included)")->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "Threads for rungs 4-7 (0: all cores)")->capture_default_str();
   cmd->add_option("--temp-dir", o.temp_dir, "Where the f32 / q8_0 model copies go (default: the temp dir)");
   cmd->add_option("--plot", a->plot, "Write a PNG bar chart here");

@@ -103,8 +103,11 @@ void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokeni
   eo.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
   eo.max_queue = static_cast<int64_t>(prompts.size());
   eo.threads = opt.threads;
-  const std::unique_ptr<Model> draft = opt.spec == "draft" ? load_draft(opt, model) : nullptr;
+  // Auto drafts with a model only when one is given (--draft); without it, prompt lookup or nothing.
+  const bool with_draft = opt.spec == "draft" || (opt.spec == "auto" && !opt.draft.empty());
+  const std::unique_ptr<Model> draft = with_draft ? load_draft(opt, model) : nullptr;
   eo.draft_model = draft.get();
+  eo.measure_step_cost = opt.spec == "auto";
   Engine engine(model, tokenizer, eo);
   std::vector<std::string> outputs(prompts.size());
   std::vector<std::promise<void>> done(prompts.size());
@@ -147,6 +150,8 @@ GenerateResult generate_with_spec(const RunOptions& opt, const Model& target, De
                                   const Tokenizer& tokenizer, std::span<const int32_t> prompt,
                                   const std::function<bool(int32_t)>& on_token) {
   if (opt.decoder != "cached") throw Error("--spec needs --decoder cached (verification appends many tokens at once)");
+  if (opt.spec == "auto")
+    throw Error("--spec auto runs in the batching engine: give the prompts with -f FILE (or use kvserve serve)");
   std::unique_ptr<Model> draft_model;
   std::unique_ptr<Drafter> drafter;
   if (opt.spec == "draft") {
@@ -255,8 +260,10 @@ void register_run(CLI::App& app) {
   cmd->add_option("-f,--file", opt->prompts_file, "Prompts file, one prompt a line (runs them through the batching engine)");
   cmd->add_option("--parallel", opt->parallel, "With -f: sequences decoded together")->capture_default_str();
   cmd->add_option("--spec", opt->spec,
-                  "Speculative decoding: none, draft (a draft model proposes) or ngram (prompt lookup)")
-      ->check(CLI::IsMember({"none", "draft", "ngram"}))
+                  "Speculative decoding: none, draft (a draft model proposes), ngram (prompt lookup) or auto "
+                  "(each step whichever is expected to pay, k up to --draft-k; the draft model only with --draft; "
+                  "needs -f)")
+      ->check(CLI::IsMember({"none", "draft", "ngram", "auto"}))
       ->capture_default_str();
   cmd->add_option("--draft", opt->draft,
                   "Draft model for --spec draft (default: the target's first --draft-layers layers)");

@@ -81,6 +81,7 @@ void serve(const ServeOptions& opt) {
   engine_options.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
   engine_options.threads = opt.threads;
   engine_options.draft_model = draft.get();
+  engine_options.measure_step_cost = spec_default.mode == SpeculativeMode::kAuto;
   Engine engine(*model, tokenizer, engine_options);
 
   server::ServerOptions server_options;
@@ -147,9 +148,10 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-grammar-bytes", opt->max_grammar_bytes, "Largest schema / regex / grammar accepted, in bytes")
       ->check(CLI::Range(int64_t{1}, int64_t{64} << 20))->capture_default_str();
   cmd->add_option("--spec", opt->spec,
-                  "Default speculative decoding of requests: none, ngram (prompt lookup) or draft (needs --draft); "
+                  "Default speculative decoding of requests: none, ngram (prompt lookup), draft (needs --draft) or "
+                  "auto (each step whichever of them is expected to pay, k up to --draft-k); "
                   "a request's \"speculative\" field overrides it")
-      ->check(CLI::IsMember({"none", "ngram", "draft"}))
+      ->check(CLI::IsMember({"none", "ngram", "draft", "auto"}))
       ->capture_default_str();
   cmd->add_option("--draft", opt->draft,
                   "Draft model (same vocabulary as the target) for requests in speculative mode \"draft\"");

@@ -28,6 +28,16 @@ GenerationRequest with_spec(GenerationRequest r, int64_t k, bool adaptive = fals
   return r;
 }
 
+GenerationRequest with_auto(GenerationRequest r, int64_t k) {
+  r.speculation = {SpeculativeMode::kAuto, k, false};
+  return r;
+}
+
+// Step costs for auto mode: drafts free (every step costs the same), or a
+// step costing in proportion to its tokens (drafting never pays).
+const std::vector<std::pair<int64_t, double>> kFlatStepCost = {{1, 1.0}, {64, 1.0}};
+const std::vector<std::pair<int64_t, double>> kLinearStepCost = {{1, 1.0}, {2, 2.0}};
+
 GenerationRequest with_draft(GenerationRequest r, int64_t k, bool adaptive = false) {
   r.speculation = {SpeculativeMode::kDraftModel, k, adaptive};
   return r;
@@ -165,7 +175,7 @@ TEST(SchedulerSpeculation, DraftsTakeOnlyTheBudgetLeftAfterOneTokenPerLaterSeque
   for (SequenceId id = 1; id <= 3; ++id) seqs.push_back(b.add(id, {1, 2}));
   int calls = 0;
   const std::vector<int32_t> pool_of_drafts = {7, 8, 9, 10, 11, 12, 13, 14, 15};
-  const DraftSource drafts = [&](const Sequence& seq, int64_t max_drafts) {
+  const DraftSource drafts = [&](const Sequence& seq, int64_t max_drafts, int64_t) {
     ++calls;
     EXPECT_EQ(seq.num_uncomputed(), 1);
     return std::span<const int32_t>(pool_of_drafts).first(static_cast<size_t>(max_drafts));
@@ -203,7 +213,7 @@ TEST(SchedulerSpeculation, DraftsNeverTakeBlocksOthersNeedNorPreempt) {
   b.scheduler.finish_step(b.scheduler.schedule());
   for (Sequence* s : seqs) s->tokens.push_back(9);
   const std::vector<int32_t> proposal = {1, 2, 3};
-  const SchedulerOutput out = b.scheduler.schedule([&](const Sequence&, int64_t max_drafts) {
+  const SchedulerOutput out = b.scheduler.schedule([&](const Sequence&, int64_t max_drafts, int64_t) {
     return std::span<const int32_t>(proposal).first(static_cast<size_t>(std::min<int64_t>(3, max_drafts)));
   });
   EXPECT_TRUE(out.preempted.empty());
@@ -308,6 +318,43 @@ TEST_F(EngineSpeculation, RefusesDraftModeWithoutADraftModelAndOutOfRangeK) {
         << e.what();
   }
   for (int64_t k : {0, 33}) EXPECT_THROW(engine.submit(with_spec(r, k), [](const GenerationEvent&) {}), Error);
+}
+
+// Auto mode: whatever it chooses, greedy output is the target's; with free
+// drafts it speculates and its drafts hit on the repetitive prompts, with
+// steps costing in proportion to their tokens it never drafts, and with the
+// cost it measures itself (start of the engine) it runs either way.
+TEST_F(EngineSpeculation, AutoGreedyEqualsWithoutWhateverTheStepCost) {
+  const auto requests = workload(vocab(), 24);
+  const auto plain = run_alone(*model_, *tokenizer_, requests);
+  for (const auto& [name, cost] : std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>{
+           {"free drafts", kFlatStepCost}, {"linear cost", kLinearStepCost}, {"measured", {}}}) {
+    EngineOptions o = small_blocks();
+    o.step_cost = cost;
+    o.max_batch_tokens = 24;  // concurrent requests compete for the budget
+    Engine engine(*model_, *tokenizer_, o);
+    std::vector<GenerationRequest> spec;
+    for (const GenerationRequest& r : requests) spec.push_back(with_auto(r, 6));
+    expect_same(run_together(engine, spec), plain, name + ", concurrent");
+    for (size_t i = 0; i < 2; ++i) expect_same({run_together(engine, {spec[i]})[0]}, {plain[i]}, name + ", alone");
+    const EngineMetrics m = engine.metrics();
+    if (name == "free drafts") {
+      EXPECT_GT(m.spec_rounds, 0);
+      EXPECT_GT(m.spec_accepted_tokens, 0);
+    }
+    if (name == "linear cost") {
+      EXPECT_EQ(m.spec_rounds, 0);
+    }
+    expect_pool_idle(engine);
+  }
+}
+
+TEST_F(EngineSpeculation, AutoRefusesAStepCostItCannotUse) {
+  EngineOptions o = small_blocks();
+  o.step_cost = {{0, 1.0}};
+  EXPECT_THROW(Engine(*model_, *tokenizer_, o), Error);
+  o.step_cost = {{1, -1.0}};
+  EXPECT_THROW(Engine(*model_, *tokenizer_, o), Error);
 }
 
 // Sampling: the second token (the first one a verification produces) of many
@@ -464,6 +511,43 @@ TEST_F(EngineDraftModel, SampledTokensKeepTheTargetsDistribution) {
   EXPECT_LT(m.spec_accepted_tokens, m.spec_draft_tokens);  // rejections exercise the residual
   spec_stats::expect_fits(counts, spec_stats::second_token_distribution(*model_, prompt, params),
                           "engine, draft model, second token");
+}
+
+// Auto mode with a draft model and prompt lookup to choose from (free drafts,
+// so it drafts from the first decode step): greedy equals the target alone,
+// under preemption too, and the sampled second token keeps the exact marginal.
+TEST_F(EngineDraftModel, AutoGreedyEqualsTheTargetAloneUnderPreemption) {
+  const auto requests = workload(vocab(), 30);
+  const auto plain = run_alone(*model_, *tokenizer_, requests);
+  EngineOptions o = with_draft_model(small_blocks());
+  o.step_cost = kFlatStepCost;
+  o.kv_blocks = 24;
+  Engine engine(*model_, *tokenizer_, o);
+  std::vector<GenerationRequest> spec;
+  for (const GenerationRequest& r : requests) spec.push_back(with_auto(r, 4));
+  expect_same(run_together(engine, spec), plain, "auto, draft model, 24 blocks");
+  EXPECT_GT(engine.metrics().spec_rounds, 0);
+  expect_pool_idle(engine);
+}
+
+TEST_F(EngineDraftModel, AutoSampledTokensKeepTheTargetsDistribution) {
+  if (test_util::skip_slow()) GTEST_SKIP() << "slow unoptimized";
+  spec_stats::SingleThreaded single_threaded;
+  std::vector<int32_t> prompt;  // repeats itself: prompt lookup has drafts too
+  for (int32_t i = 0; i < 24; ++i) prompt.push_back((i % 12 * 7 + 3) % static_cast<int32_t>(vocab()));
+  const SamplingParams params = untruncated();
+  constexpr int kDraws = 3000;
+  EngineOptions o = with_draft_model(small_blocks());
+  o.max_queue = 2 * kDraws;  // the queue check counts arrivals the engine has not taken in yet twice
+  o.step_cost = kFlatStepCost;
+  Engine engine(*model_, *tokenizer_, o);
+  const auto counts = second_token_counts(engine, prompt, params, SpeculativeMode::kAuto, kDraws);
+  const EngineMetrics m = engine.metrics();
+  EXPECT_GE(m.spec_rounds, kDraws / 2);
+  EXPECT_GT(m.spec_accepted_tokens, 0);
+  EXPECT_LT(m.spec_accepted_tokens, m.spec_draft_tokens);
+  spec_stats::expect_fits(counts, spec_stats::second_token_distribution(*model_, prompt, params),
+                          "engine, auto speculation, second token");
 }
 
 // Qwen2.5-Coder 0.5B drafting for 1.5B through the engine: greedy output

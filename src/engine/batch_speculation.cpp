@@ -1,6 +1,7 @@
 #include "engine/batch_speculation.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
 
@@ -10,7 +11,7 @@ void validate_speculation(const SpeculationSettings& settings, bool has_draft_mo
   if (settings.mode == SpeculativeMode::kNone) return;
   if (settings.mode == SpeculativeMode::kDraftModel && !has_draft_model)
     throw Error("speculative mode 'draft' needs a draft model: start the server with --draft FILE "
-                "(EngineOptions::draft_model), or use mode 'ngram'");
+                "(EngineOptions::draft_model), or use mode 'ngram' or 'auto'");
   if (settings.draft_k < 1 || settings.draft_k > kMaxEngineDraftK)
     throw Error("draft_k must be in [1, " + std::to_string(kMaxEngineDraftK) + "], got " +
                 std::to_string(settings.draft_k));
@@ -20,40 +21,91 @@ SpeculativeMode parse_speculative_mode(const std::string& name) {
   if (name == "none") return SpeculativeMode::kNone;
   if (name == "ngram") return SpeculativeMode::kNgram;
   if (name == "draft") return SpeculativeMode::kDraftModel;
-  throw Error("unknown speculative mode '" + name + "': expected none, ngram or draft");
+  if (name == "auto") return SpeculativeMode::kAuto;
+  throw Error("unknown speculative mode '" + name + "': expected none, ngram, draft or auto");
 }
 
 const char* speculative_mode_name(SpeculativeMode mode) {
   switch (mode) {
     case SpeculativeMode::kNgram: return "ngram";
     case SpeculativeMode::kDraftModel: return "draft";
+    case SpeculativeMode::kAuto: return "auto";
     case SpeculativeMode::kNone: break;
   }
   return "none";
 }
 
-RequestSpeculation::RequestSpeculation(const SpeculationSettings& settings, const DraftModelSource& draft)
-    : settings_(settings), draft_(draft), k_(settings.draft_k) {}
+RequestSpeculation::RequestSpeculation(const SpeculationSettings& settings, const SpeculationContext& context)
+    : settings_(settings), context_(context), k_(settings.draft_k) {}
 
-Drafter& RequestSpeculation::drafter() {
-  if (settings_.mode != SpeculativeMode::kDraftModel) return ngram_;
+ModelDrafter& RequestSpeculation::model_drafter() {
   if (!model_drafter_) {
-    check(draft_.model != nullptr, "draft-model requests were validated against the engine's draft model");
-    const int64_t context = std::min(draft_.max_context, draft_.model->config().context_length);
-    model_drafter_ = std::make_unique<ModelDrafter>(*draft_.model, context);
+    check(context_.model != nullptr, "draft-model proposals need the engine's draft model");
+    const int64_t max_context = std::min(context_.max_context, context_.model->config().context_length);
+    model_drafter_ = std::make_unique<ModelDrafter>(*context_.model, max_context);
   }
   return *model_drafter_;
 }
 
+void RequestSpeculation::propose_from(Source source, std::span<const int32_t> history, int64_t k, Sampler& sampler) {
+  source_ = source;
+  // ModelDrafter::propose syncs its cache to `history` itself (truncating to
+  // the common prefix), so rollbacks and recomputes need no extra commit.
+  if (source == Source::kNgram) ngram_.propose(history, k, sampler, proposal_);
+  else model_drafter().propose(history, k, sampler, proposal_);
+}
+
 std::span<const int32_t> RequestSpeculation::propose(std::span<const int32_t> history, int64_t max_drafts,
-                                                     Sampler& sampler) {
+                                                     int64_t batch_tokens, Sampler& sampler) {
   proposal_.tokens.clear();
   proposal_.probs.clear();
   if (!enabled() || max_drafts <= 0) return {};
-  // ModelDrafter::propose syncs its cache to `history` itself (truncating to
-  // the common prefix), so rollbacks and recomputes need no extra commit.
-  drafter().propose(history, std::min(k_, max_drafts), sampler, proposal_);
+  if (settings_.mode == SpeculativeMode::kAuto) return propose_auto(history, max_drafts, batch_tokens, sampler);
+  const Source source = settings_.mode == SpeculativeMode::kDraftModel ? Source::kModel : Source::kNgram;
+  propose_from(source, history, std::min(k_, max_drafts), sampler);
   return proposal_.tokens;
+}
+
+std::span<const int32_t> RequestSpeculation::propose_auto(std::span<const int32_t> history, int64_t max_drafts,
+                                                          int64_t batch_tokens, Sampler& sampler) {
+  check(context_.policy != nullptr && context_.policy->step_cost.measured(),
+        "auto speculation runs with the engine's measured step cost");
+  SpeculationPolicy& policy = *context_.policy;
+  settle_shadow(history);
+  const int64_t cap = std::min(settings_.draft_k, max_drafts);
+  ngram_.propose(history, cap, sampler, shadow_);  // deterministic: draws nothing
+  shadow_at_ = history.size();
+  const auto lookup_k = static_cast<int64_t>(shadow_.tokens.size());
+  const DraftChoice lookup = choose_draft_length(policy.step_cost, ngram_rate_.rate(), batch_tokens, lookup_k, 0);
+  DraftChoice model;
+  if (context_.model != nullptr) {
+    draft_rate_.set_prior(policy.draft_model_acceptance.rate());
+    model = choose_draft_length(policy.step_cost, draft_rate_.rate(), batch_tokens, cap, policy.draft_seconds_per_token);
+  }
+  if (model.k > 0 && model.gain > lookup.gain) {
+    const auto start = std::chrono::steady_clock::now();
+    propose_from(Source::kModel, history, model.k, sampler);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (!proposal_.tokens.empty()) policy.observe_draft_seconds(took.count() / static_cast<double>(proposal_.tokens.size()));
+    return proposal_.tokens;  // the shadow stays: prompt lookup is judged on what this round yields
+  }
+  if (lookup.k == 0) return {};
+  source_ = Source::kNgram;
+  proposal_.tokens.assign(shadow_.tokens.begin(), shadow_.tokens.begin() + lookup.k);
+  shadow_.tokens.clear();  // judged by the verification itself
+  return proposal_.tokens;
+}
+
+void RequestSpeculation::settle_shadow(std::span<const int32_t> history) {
+  if (shadow_.tokens.empty() || history.size() <= shadow_at_) return;
+  const std::span<const int32_t> next = history.subspan(shadow_at_);
+  const size_t comparable = std::min(next.size(), shadow_.tokens.size());
+  size_t matched = 0;
+  while (matched < comparable && next[matched] == shadow_.tokens[matched]) matched++;
+  // A mismatch is a rejection; a run cut short by the end of what came next is not.
+  const size_t proposed = matched < comparable ? matched + 1 : matched;
+  ngram_rate_.observe(static_cast<int64_t>(proposed), static_cast<int64_t>(matched));
+  shadow_.tokens.clear();
 }
 
 void RequestSpeculation::keep_first(int64_t n) {
@@ -67,6 +119,14 @@ int64_t RequestSpeculation::verify(std::span<const float> rows, int64_t n_draft,
   check(n_draft == static_cast<int64_t>(proposal_.tokens.size()), "the batch verifies the whole proposal");
   const int64_t accepted = verify_draft(rows, proposal_, history, sampler, scratch, produced);
   if (settings_.adaptive_k) k_ = adapt_draft_k(k_, n_draft, accepted, settings_.draft_k);
+  if (settings_.mode == SpeculativeMode::kAuto) {
+    if (source_ == Source::kNgram) {
+      ngram_rate_.observe(n_draft, accepted);
+    } else {
+      draft_rate_.observe(n_draft, accepted);
+      context_.policy->draft_model_acceptance.observe(n_draft, accepted);
+    }
+  }
   return accepted;
 }
 

@@ -11,6 +11,14 @@
 // the paged pool); only the verification is batched. The drafter is created
 // at the first proposal, so a request that never speculates costs nothing.
 //
+// Auto mode: each step chooses the source (prompt lookup, or the draft model
+// when the engine has one) and k, 0 included, with the engine's step cost and
+// this request's acceptance of each source (spec_policy.h). Prompt lookup's
+// acceptance is also learned while it is not used: its proposal is kept as a
+// "shadow" and compared with the tokens the step produced (free: greedy
+// accepts a token exactly when it is the one produced, and sampling accepts a
+// one-hot draft x with probability p(x), the chance of producing x).
+//
 // Not thread-safe: owned by the engine thread.
 #include <cstdint>
 #include <memory>
@@ -20,6 +28,7 @@
 
 #include "engine/engine.h"
 #include "engine/ngram_draft.h"
+#include "engine/spec_policy.h"
 #include "engine/speculative.h"
 #include "sampling/sampler.h"
 
@@ -29,31 +38,36 @@ constexpr int64_t kMaxEngineDraftK = 32;
 
 // Throws kvserve::Error for settings the engine cannot run: draft-model mode
 // without a draft model, or draft_k outside [1, kMaxEngineDraftK] with
-// speculation on.
+// speculation on. Auto mode runs without a draft model (prompt lookup only).
 void validate_speculation(const SpeculationSettings& settings, bool has_draft_model);
 
-// "none", "ngram" or "draft"; throws kvserve::Error naming the choices.
+// "none", "ngram", "draft" or "auto"; throws kvserve::Error naming the choices.
 SpeculativeMode parse_speculative_mode(const std::string& name);
 const char* speculative_mode_name(SpeculativeMode mode);
 
-// Where draft-model drafts come from: the model (null: none) and the most
-// tokens a sequence will hold, which sizes its draft KV cache.
-struct DraftModelSource {
+// What a request's speculation draws on: the engine's draft model (null:
+// none), the most tokens the sequence will hold (which sizes its draft KV
+// cache), and the engine's policy state for auto mode (null: no auto).
+struct SpeculationContext {
   const Model* model = nullptr;
   int64_t max_context = 0;
+  SpeculationPolicy* policy = nullptr;
 };
 
 class RequestSpeculation {
  public:
-  // `draft` is used in draft-model mode only; validate_speculation has
-  // checked that it has a model then.
-  RequestSpeculation(const SpeculationSettings& settings, const DraftModelSource& draft);
+  // `context.model` is used in draft-model and auto mode only;
+  // validate_speculation has checked that it has a model in draft-model mode.
+  // Auto mode needs context.policy with a measured step cost.
+  RequestSpeculation(const SpeculationSettings& settings, const SpeculationContext& context);
   bool enabled() const { return settings_.mode != SpeculativeMode::kNone; }
   // At most min(k, max_drafts) drafts to follow `history` (prompt + generated),
   // kept until verify(); none when speculation is off or nothing matches. The
   // draft model re-syncs to `history` first (after rejections or a
-  // preemption it keeps only the common prefix).
-  std::span<const int32_t> propose(std::span<const int32_t> history, int64_t max_drafts, Sampler& sampler);
+  // preemption it keeps only the common prefix). `batch_tokens`: the step's
+  // tokens without these drafts (this sequence's included), for auto mode.
+  std::span<const int32_t> propose(std::span<const int32_t> history, int64_t max_drafts, int64_t batch_tokens,
+                                   Sampler& sampler);
   // Keeps only the first n drafts of the last proposal, for a deterministic
   // drafter only (cutting a sampled proposal would bias the output).
   void keep_first(int64_t n);
@@ -66,16 +80,31 @@ class RequestSpeculation {
                  VerifyScratch& scratch, std::vector<int32_t>& produced);
   // Frees the draft model's KV cache (the request's branch finished).
   void release() { model_drafter_.reset(); }
+  // Auto mode's per-token acceptance estimates (for tests and reports).
+  double ngram_acceptance() const { return ngram_rate_.rate(); }
+  double draft_model_acceptance() const { return draft_rate_.rate(); }
 
  private:
-  Drafter& drafter();
+  enum class Source { kNgram, kModel };
+  ModelDrafter& model_drafter();
+  void propose_from(Source source, std::span<const int32_t> history, int64_t k, Sampler& sampler);
+  std::span<const int32_t> propose_auto(std::span<const int32_t> history, int64_t max_drafts, int64_t batch_tokens,
+                                        Sampler& sampler);
+  // Compares the last shadow proposal with what followed it in `history`.
+  void settle_shadow(std::span<const int32_t> history);
 
   SpeculationSettings settings_;
-  DraftModelSource draft_;
+  SpeculationContext context_;
   int64_t k_;  // drafts of the next round at most (draft_k unless adaptive)
   NgramDrafter ngram_;
-  std::unique_ptr<ModelDrafter> model_drafter_;  // draft-model mode, from the first proposal on
+  std::unique_ptr<ModelDrafter> model_drafter_;  // from the first draft-model proposal on
   DraftProposal proposal_;
+  Source source_ = Source::kNgram;  // of proposal_
+  // Auto mode:
+  AcceptanceRate ngram_rate_{0.5, 2.0};
+  AcceptanceRate draft_rate_{0.6, 4.0};  // its prior follows the engine-wide draft-model acceptance
+  DraftProposal shadow_;                 // an unused prompt-lookup proposal, checked against what came next
+  size_t shadow_at_ = 0;                 // the history length it followed
 };
 
 }  // namespace kvserve

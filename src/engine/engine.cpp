@@ -15,6 +15,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <condition_variable>
@@ -184,8 +185,9 @@ class Engine::Impl {
     const RequestId id = p.id;
     // A sequence holds prompt + max_tokens tokens at most: its draft KV cache needs no more.
     const auto longest = static_cast<int64_t>(p.request.prompt.size()) + std::min(p.request.max_tokens, context_limit_);
-    const DraftModelSource draft{options_.draft_model, std::min(context_limit_, longest)};
-    auto [it, inserted] = requests_.try_emplace(id, std::move(p.request), std::move(p.on_event), tokenizer_, draft);
+    const SpeculationContext speculation{options_.draft_model, std::min(context_limit_, longest), &policy_};
+    if (p.request.speculation.mode == SpeculativeMode::kAuto && !policy_.step_cost.measured()) measure_step_cost();
+    auto [it, inserted] = requests_.try_emplace(id, std::move(p.request), std::move(p.on_event), tokenizer_, speculation);
     check(inserted, "request ids are unique");
     RequestState& rs = it->second;
     if (rs.request.max_tokens == 0) return finish_all(id, "length");
@@ -284,7 +286,10 @@ class Engine::Impl {
     }
     const auto vocab = static_cast<size_t>(model_.config().vocab_size);
     logits_.resize(static_cast<size_t>(n_rows) * vocab);
+    const auto start = std::chrono::steady_clock::now();
     transformer_.forward_batch(chunks, storage_, logits_.data());
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    policy_.step_cost.observe(out.num_tokens(), took.count());
     scheduler_.finish_step(out);
     count_step(out);
     size_t row = 0;
@@ -296,6 +301,52 @@ class Engine::Impl {
       else on_logits(*c.seq, span);
       row += rows;
     }
+  }
+
+  // Auto speculation's step cost from the options, or measured now when asked
+  // (with the engine thread's OpenMP team size, restored after).
+  bool prepare_step_cost() {
+    policy_.step_cost.set_points(options_.step_cost);
+    if (!options_.measure_step_cost || policy_.step_cost.measured()) return policy_.step_cost.measured();
+    const int caller_threads = omp_get_max_threads();
+    if (options_.threads > 0) omp_set_num_threads(options_.threads);
+    measure_step_cost();
+    omp_set_num_threads(caller_threads);
+    return true;
+  }
+
+  // Auto speculation's t(n): forward passes over n = 1 .. 17 new tokens after
+  // a 32-token context, on a scratch sequence outside the scheduler (its
+  // blocks are never published and go back to the pool), best of two each.
+  // A pool too small for it leaves t(n) proportional to n (drafting never
+  // pays then), which is also what a compute-bound CPU measures.
+  void measure_step_cost() {
+    const SequenceId scratch = std::numeric_limits<SequenceId>::max();
+    const int64_t context = 32;
+    std::vector<int64_t> sizes;
+    for (int64_t n : {1, 2, 3, 5, 9, 17})
+      if (n <= options_.max_batch_tokens && context + n <= context_limit_) sizes.push_back(n);
+    std::vector<BlockCopy> copies;
+    if (sizes.empty() || !kv_.allocate(scratch, 0, context + sizes.back(), copies)) {
+      policy_.step_cost.set_points({{1, 1.0}});
+      return;
+    }
+    const int32_t vocab = model_.config().vocab_size;
+    std::vector<int32_t> tokens(static_cast<size_t>(context + sizes.back()));
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(vocab));
+    logits_.resize(static_cast<size_t>(vocab));
+    const auto pass = [&](int64_t pos0, int64_t n) {
+      const auto span = std::span<const int32_t>(tokens).subspan(static_cast<size_t>(pos0), static_cast<size_t>(n));
+      const SequenceChunk chunk{span, pos0, kv_.blocks(scratch), true, 1};
+      const auto start = std::chrono::steady_clock::now();
+      transformer_.forward_batch(std::span<const SequenceChunk>(&chunk, 1), storage_, logits_.data());
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    pass(0, context);  // also faults the weights in
+    std::vector<std::pair<int64_t, double>> points;
+    for (int64_t n : sizes) points.emplace_back(n, std::min(pass(context, n), pass(context, n)));
+    kv_.free(scratch);
+    policy_.step_cost.set_points(points);
   }
 
   void count_step(const SchedulerOutput& out) {
@@ -445,14 +496,14 @@ class Engine::Impl {
   }
 
   // Drafts for a decoding request that asked for speculation (Scheduler's DraftSource).
-  std::span<const int32_t> drafts_for(const Sequence& seq, int64_t max_drafts) {
+  std::span<const int32_t> drafts_for(const Sequence& seq, int64_t max_drafts, int64_t batch_tokens) {
     const auto [id, index] = owners_.at(seq.id);
     RequestState& rs = requests_.at(id);
     Branch& b = *rs.branches[static_cast<size_t>(index)];
     // A round yields up to drafts + 1 tokens: stay within max_tokens and the sequence's K/V slots.
     const int64_t limit = std::min({max_drafts, rs.request.max_tokens - b.completion_tokens - 1,
                                     seq.max_kv_tokens - seq.num_tokens()});
-    const std::span<const int32_t> drafts = b.spec.propose(seq.tokens, limit, b.sampler);
+    const std::span<const int32_t> drafts = b.spec.propose(seq.tokens, limit, batch_tokens, b.sampler);
     if (!b.matcher || drafts.empty() || !b.spec.proposal_deterministic()) return drafts;
     // Cut a deterministic proposal at the first draft the grammar rejects:
     // it would be rejected anyway (probability 0), so the cut only saves work.
@@ -503,7 +554,10 @@ class Engine::Impl {
   std::vector<int32_t> end_of_generation_ids_ = end_of_generation_ids(tokenizer_, model_.config().vocab_size);
   VerifyScratch verify_scratch_;       // speculative verification's [vocab] rows
   std::vector<int32_t> produced_;      // a verified round's tokens
-  DraftSource draft_source_ = [this](const Sequence& seq, int64_t max_drafts) { return drafts_for(seq, max_drafts); };
+  SpeculationPolicy policy_;           // auto speculation's step cost and draft-model statistics
+  DraftSource draft_source_ = [this](const Sequence& seq, int64_t max_drafts, int64_t batch_tokens) {
+    return drafts_for(seq, max_drafts, batch_tokens);
+  };
   // Shared with other threads, under mutex_:
   mutable std::mutex mutex_;
   std::condition_variable wake_, idle_;
@@ -514,18 +568,22 @@ class Engine::Impl {
   bool stopping_ = false;
   bool exit_ = false;
   EngineMetrics metrics_;
+  [[maybe_unused]] bool step_cost_ready_ = prepare_step_cost();  // before the thread: measured here it is not on a request's clock
   std::thread thread_;  // last: starts after every other member is ready
 };
 
 namespace {
-const EngineOptions& checked_draft(const Model& model, const EngineOptions& options) {
+// Throws before the engine thread starts: a draft model with another
+// vocabulary, a step cost point with n < 1 or a non-positive time.
+const EngineOptions& checked_options(const Model& model, const EngineOptions& options) {
   if (options.draft_model != nullptr) check_same_vocabulary(model, *options.draft_model);
+  StepCost{}.set_points(options.step_cost);
   return options;
 }
 }  // namespace
 
 Engine::Engine(const Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
-    : impl_(std::make_unique<Impl>(model, tokenizer, checked_draft(model, options))) {}
+    : impl_(std::make_unique<Impl>(model, tokenizer, checked_options(model, options))) {}
 Engine::~Engine() = default;
 std::optional<RequestId> Engine::submit(GenerationRequest request, EventCallback on_event) {
   return impl_->submit(std::move(request), std::move(on_event));

@@ -33,6 +33,8 @@ enum class SpeculativeMode {
   kNone,
   kNgram,       // prompt lookup: the continuation of the latest earlier n-gram of prompt + output
   kDraftModel,  // a draft model (EngineOptions::draft_model) proposes; refused when the engine has none
+  kAuto,        // each step: prompt lookup, the draft model (if the engine has one) or no draft, and k up to
+                // draft_k, whichever is expected to give the most tokens per second (spec_policy.h)
 };
 
 struct SpeculationSettings {
@@ -99,6 +101,11 @@ struct EngineOptions {
   // the engine. Each drafting sequence gets its own contiguous draft KV cache,
   // outside the paged pool (docs/speculative.md).
   const Model* draft_model = nullptr;
+  // Auto speculation's step cost t(n), as (batch tokens, seconds) points. Empty:
+  // measured by the engine (a few forward passes over a scratch sequence) at
+  // start when measure_step_cost is set, else before the first auto request.
+  std::vector<std::pair<int64_t, double>> step_cost;
+  bool measure_step_cost = false;
 };
 
 struct EngineMetrics {
@@ -125,7 +132,8 @@ struct EngineMetrics {
 class Engine {
  public:
   // The model and tokenizer must outlive the engine. Starts the engine thread.
-  // Throws kvserve::Error when options.draft_model has another vocabulary.
+  // Throws kvserve::Error when options.draft_model has another vocabulary or
+  // options.step_cost has a point with n < 1 or a non-positive time.
   Engine(const Model& model, const Tokenizer& tokenizer, const EngineOptions& options);
   ~Engine();  // cancels what is left and joins the engine thread
   Engine(const Engine&) = delete;

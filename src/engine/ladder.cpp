@@ -18,11 +18,10 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "engine/batch_speculation.h"
 #include "engine/decoder.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
-#include "engine/ngram_draft.h"
-#include "engine/speculative.h"
 #include "kernels/dispatch.h"
 #include "kv/paged_kv_storage.h"
 #include "model/model.h"
@@ -201,22 +200,6 @@ RequestRunner decoder_runner(const std::string& kind, const Model& model, const 
   };
 }
 
-RequestRunner speculative_runner(const Model& model, const Tokenizer& tokenizer, int64_t gen_len, int64_t draft_k) {
-  return [&, gen_len, draft_k](std::span<const int32_t> prompt, const std::function<bool()>&) {
-    auto decoder = make_decoder("cached", model, static_cast<int64_t>(prompt.size()) + gen_len + draft_k + 1);
-    NgramDrafter drafter;
-    Sampler sampler(greedy());
-    SpeculativeOptions o;
-    o.draft_k = draft_k;
-    o.max_new_tokens = gen_len;
-    o.stop_at_end_of_generation = false;
-    const SpeculativeResult s =
-        generate_speculative(*decoder, drafter, sampler, tokenizer, prompt, o, [](int32_t) { return true; });
-    const GenerateResult& g = s.generation;
-    return RequestRun{g.tokens, g.prompt_seconds, g.prompt_seconds + g.generate_seconds, decoder->attention_rows()};
-  };
-}
-
 // Collects the engine's streamed tokens and first-token times.
 class EngineCollector {
  public:
@@ -263,9 +246,12 @@ class EngineCollector {
 };
 
 // Every request submitted at t = 0 to one Engine; the K/V held is sampled
-// while it runs (the engine reports blocks in use, not a peak).
-void run_engine(LadderRung& rung, const Model& model, const Tokenizer& tokenizer, const Workload& w, bool prefix_caching) {
+// while it runs (the engine reports blocks in use, not a peak). With
+// `speculation` on, each request speculates so (rung 7: auto).
+void run_engine(LadderRung& rung, const Model& model, const Tokenizer& tokenizer, const Workload& w, bool prefix_caching,
+                const SpeculationSettings& speculation = {}) {
   EngineOptions eo;
+  eo.measure_step_cost = speculation.mode == SpeculativeMode::kAuto;
   const auto n = static_cast<int64_t>(w.prompts.size());
   const int64_t longest = static_cast<int64_t>(w.prompts.front().size()) + w.gen_len;
   eo.max_running = eo.max_queue = n;
@@ -281,6 +267,7 @@ void run_engine(LadderRung& rung, const Model& model, const Tokenizer& tokenizer
     r.sampling = greedy();
     r.max_tokens = w.gen_len;
     r.ignore_eos = true;
+    r.speculation = speculation;
     if (!engine.submit(std::move(r), collector.callback(i))) throw Error("the engine refused a ladder request");
   };
   // The engine publishes a prompt's blocks once they are computed, so requests
@@ -297,7 +284,9 @@ void run_engine(LadderRung& rung, const Model& model, const Tokenizer& tokenizer
   // Query rows the engine computed: prompt tokens not found in the prefix
   // cache, and every generated token but each request's last (never fed back).
   // (requests_finished may lag the last event, so count the requests instead.)
-  rung.attention_rows = rung.full_attention_rows = m.prompt_tokens_total + m.generated_tokens_total - n;
+  // Drafts are computed rows too (accepted ones are the generated tokens they became).
+  rung.attention_rows = rung.full_attention_rows =
+      m.prompt_tokens_total + m.generated_tokens_total - n + m.spec_draft_tokens - m.spec_accepted_tokens;
   rung.kv_bytes = peak_blocks * PagedKVStorage::bytes_per_block(model.config().n_layers, eo.block_size, model.config().n_kv_heads,
                                                                 model.config().head_dim, eo.kv_type);
   rung.outputs = collector.tokens();
@@ -313,6 +302,11 @@ void run_engine(LadderRung& rung, const Model& model, const Tokenizer& tokenizer
     rung.note = std::to_string(m.prefix_hit_tokens) + " of " + std::to_string(m.prefix_query_tokens) +
                 " prompt tokens found in the prefix cache; the other requests were submitted once the first had "
                 "prefilled (its blocks are published then), their TTFT still counted from t = 0";
+  if (speculation.mode != SpeculativeMode::kNone)
+    rung.note += "; speculation (" + std::string(speculative_mode_name(speculation.mode)) + ", k <= " +
+                 std::to_string(speculation.draft_k) + "): " + std::to_string(m.spec_rounds) + " verifications, " +
+                 std::to_string(m.spec_accepted_tokens) + " of " + std::to_string(m.spec_draft_tokens) +
+                 " drafts accepted";
 }
 
 // The decoders' own counters for a sequence grown one token at a time to N.
@@ -453,11 +447,11 @@ void run_quantized_rungs(const LadderOptions& o, LadderResult& result, const Mod
     run_engine(rung, *model, tokenizer, w, prefix);
     finish_rung(o, result, std::move(rung));
   }
-  LadderRung spec = start_rung(7, "+ speculative decoding (n-gram)", plan.quantized_type, best_isa(), threads);
+  // The whole engine of rung 6 plus speculation that drafts only when the
+  // measured step cost and each request's acceptance say it pays.
+  LadderRung spec = start_rung(7, "+ speculative decoding (auto)", plan.quantized_type, best_isa(), threads);
   say(o, "rung 7: " + spec.name);
-  run_sequential(spec, unlimited, speculative_runner(*model, tokenizer, w.gen_len, o.draft_k), 0);
-  spec.kv_bytes = kv_bytes_per_token(*model) * (p + w.gen_len + o.draft_k + 1);
-  spec.note = "one request at a time with k = " + std::to_string(o.draft_k) + " prompt-lookup drafts";
+  run_engine(spec, *model, tokenizer, w, true, SpeculationSettings{SpeculativeMode::kAuto, o.draft_k, false});
   finish_rung(o, result, std::move(spec));
 }
 

@@ -8,7 +8,7 @@
 //   4 + quantized weights, best SIMD path, all threads
 //   5 + paged KV and continuous batching (Engine, every request at once)
 //   6 + prefix caching (the prompts share a prefix)
-//   7 + speculative decoding (n-gram drafts), one request at a time
+//   7 + speculative decoding: rung 6 with --spec auto (prompt lookup when it pays)
 // Rungs 1-3 run f32 weights (a dequantized copy when the model is quantized);
 // rung 4 on runs the model's own quantized weights, or a q8_0 copy of a float
 // model. Sequential rungs that would run past their time budget stop early and
@@ -31,7 +31,7 @@ struct LadderOptions {
   int64_t gen_len = 256;          // greedy tokens per request (end-of-text ignored)
   int64_t shared_prefix = -1;     // tokens every prompt starts with; -1: half the prompt
   double rung_budget_s = 90;      // a sequential rung stops after this and is scaled
-  int64_t draft_k = 4;            // n-gram drafts per speculative round
+  int64_t draft_k = 8;            // rung 7: drafts per speculative round at most (auto chooses fewer)
   int threads = 0;                // threads of rungs 4-7; 0: every core
   std::string temp_dir;           // for the f32 / q8_0 copies; "": the system temp dir
   std::function<void(const std::string&)> progress;  // one line per event, may be empty

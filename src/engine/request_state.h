@@ -23,8 +23,8 @@ namespace kvserve {
 constexpr SequenceId kNoSequence = 0;  // a branch not forked yet
 
 struct Branch {
-  Branch(const GenerationRequest& r, int32_t index, const Tokenizer& tokenizer, const DraftModelSource& draft)
-      : index(index), sampler(seeded(r.sampling, index)), stream(tokenizer), stops(r.stop), spec(r.speculation, draft),
+  Branch(const GenerationRequest& r, int32_t index, const Tokenizer& tokenizer, const SpeculationContext& speculation)
+      : index(index), sampler(seeded(r.sampling, index)), stream(tokenizer), stops(r.stop), spec(r.speculation, speculation),
         matcher(r.constraint ? r.constraint->new_matcher() : nullptr) {}
   static SamplingParams seeded(SamplingParams p, int32_t index) {
     p.seed += static_cast<uint64_t>(index);
@@ -42,9 +42,10 @@ struct Branch {
 };
 
 struct RequestState {
-  RequestState(GenerationRequest r, EventCallback callback, const Tokenizer& tokenizer, const DraftModelSource& draft)
+  RequestState(GenerationRequest r, EventCallback callback, const Tokenizer& tokenizer,
+               const SpeculationContext& speculation)
       : request(std::move(r)), on_event(std::move(callback)), unfinished(request.n) {
-    for (int32_t i = 0; i < request.n; ++i) branches.push_back(std::make_unique<Branch>(request, i, tokenizer, draft));
+    for (int32_t i = 0; i < request.n; ++i) branches.push_back(std::make_unique<Branch>(request, i, tokenizer, speculation));
   }
   GenerationRequest request;
   EventCallback on_event;

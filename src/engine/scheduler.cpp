@@ -53,7 +53,8 @@ bool Scheduler::try_speculate(Sequence& seq, int64_t reserved, const DraftSource
                               SchedulerOutput& out) {
   const int64_t max_drafts = budget - 1 - reserved;
   if (seq.num_uncomputed() != 1 || max_drafts <= 0) return false;
-  const std::span<const int32_t> proposed = drafts(seq, max_drafts);
+  const int64_t batch_tokens = config_.max_batch_tokens - budget + 1 + reserved;
+  const std::span<const int32_t> proposed = drafts(seq, max_drafts, batch_tokens);
   const auto k = static_cast<int64_t>(proposed.size());
   if (k == 0) return false;
   check(k <= max_drafts, "a draft source proposes at most max_drafts tokens");

@@ -37,9 +37,12 @@ struct ScheduledChunk {
 };
 
 // Speculative drafts for a running sequence whose only uncomputed token is its
-// last one: at most max_drafts token ids to verify after it, or none. The span
+// last one: at most max_drafts token ids to verify after it, or none.
+// batch_tokens: the tokens the step holds at least without these drafts (those
+// planned so far, this sequence's, one per later running sequence). The span
 // must stay valid until schedule() returns.
-using DraftSource = std::function<std::span<const int32_t>(const Sequence& seq, int64_t max_drafts)>;
+using DraftSource =
+    std::function<std::span<const int32_t>(const Sequence& seq, int64_t max_drafts, int64_t batch_tokens)>;
 
 struct SchedulerOutput {
   std::vector<ScheduledChunk> chunks;

@@ -15,7 +15,7 @@ constexpr const char* kField = "speculative";
 
 SpeculativeMode mode_of(const json& value, bool has_draft_model) {
   const std::string param = std::string(kField) + ".mode";
-  if (!value.is_string()) throw invalid(param, param + " must be \"ngram\", \"draft\" or \"none\"");
+  if (!value.is_string()) throw invalid(param, param + " must be \"ngram\", \"draft\", \"auto\" or \"none\"");
   SpeculativeMode mode = SpeculativeMode::kNone;
   try {
     mode = parse_speculative_mode(value.get<std::string>());
@@ -24,7 +24,7 @@ SpeculativeMode mode_of(const json& value, bool has_draft_model) {
   }
   if (mode == SpeculativeMode::kDraftModel && !has_draft_model)
     throw invalid(param, "speculative mode 'draft' needs a draft model: start the server with --draft FILE "
-                         "(or use mode \"ngram\")");
+                         "(or use mode \"ngram\" or \"auto\")");
   return mode;
 }
 

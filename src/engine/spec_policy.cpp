@@ -1,0 +1,95 @@
+#include "engine/spec_policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+
+namespace kvserve {
+
+namespace {
+// Weight of the newest step in StepCost's correction, and of the newest round
+// in AcceptanceRate (older ones fade by 1 - this per observation): about the
+// last ten of each count.
+constexpr double kNewest = 0.1;
+}  // namespace
+
+void StepCost::set_points(std::vector<std::pair<int64_t, double>> points) {
+  for (const auto& [n, s] : points)
+    if (n < 1 || !(s > 0) || !std::isfinite(s))
+      throw Error("a step cost point needs n >= 1 and a positive time, got n " + std::to_string(n));
+  std::sort(points.begin(), points.end());
+  points.erase(std::unique(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.first == b.first; }),
+               points.end());
+  points_ = std::move(points);
+  correction_ = 1.0;
+}
+
+double StepCost::model_seconds(int64_t n) const {
+  check(!points_.empty(), "a step cost is measured before use");
+  if (points_.size() == 1) return points_[0].second * static_cast<double>(n) / static_cast<double>(points_[0].first);
+  // The segment holding n, or the first / last one to extend.
+  size_t hi = 1;
+  while (hi + 1 < points_.size() && points_[hi].first < n) hi++;
+  const auto [n0, t0] = points_[hi - 1];
+  const auto [n1, t1] = points_[hi];
+  const double slope = (t1 - t0) / static_cast<double>(n1 - n0);
+  return std::max(t0 + slope * static_cast<double>(n - n0), 0.1 * points_[0].second);
+}
+
+double StepCost::seconds(int64_t n) const { return correction_ * model_seconds(n); }
+
+void StepCost::observe(int64_t n, double seconds) {
+  if (points_.empty() || n < 1 || !(seconds > 0)) return;
+  // One stalled step (a page fault storm, another process) moves it at most 4x.
+  const double ratio = std::clamp(seconds / model_seconds(n), 0.25, 4.0);
+  correction_ = (1 - kNewest) * correction_ + kNewest * ratio;
+}
+
+AcceptanceRate::AcceptanceRate(double prior, double prior_weight) : prior_(prior), prior_weight_(prior_weight) {}
+
+void AcceptanceRate::observe(int64_t proposed, int64_t accepted) {
+  if (proposed <= 0) return;
+  accepted_ = (1 - kNewest) * accepted_ + static_cast<double>(accepted);
+  rejected_ = (1 - kNewest) * rejected_ + (accepted < proposed ? 1.0 : 0.0);
+  rounds_++;
+}
+
+void AcceptanceRate::set_prior(double prior) { prior_ = std::clamp(prior, 0.0, 1.0); }
+
+double AcceptanceRate::rate() const {
+  return (accepted_ + prior_ * prior_weight_) / (accepted_ + rejected_ + prior_weight_);
+}
+
+double expected_round_tokens(double acceptance, int64_t k) {
+  double term = 1, sum = 1;
+  for (int64_t i = 0; i < k; ++i) sum += (term *= acceptance);
+  return sum;
+}
+
+DraftChoice choose_draft_length(const StepCost& cost, double acceptance, int64_t batch_tokens, int64_t max_k,
+                                double draft_seconds_per_token) {
+  check(batch_tokens >= 1, "the batch holds this sequence's token");
+  const auto others = static_cast<double>(batch_tokens - 1);
+  const auto rate = [&](int64_t k) {
+    return (others + expected_round_tokens(acceptance, k)) /
+           (cost.seconds(batch_tokens + k) + static_cast<double>(k) * draft_seconds_per_token);
+  };
+  const double base = rate(0);
+  DraftChoice best;
+  for (int64_t k = 1; k <= max_k; ++k) {
+    const double gain = rate(k) / base;
+    if (gain > best.gain * (1 + 1e-9)) best = {k, gain};
+  }
+  return best;
+}
+
+void SpeculationPolicy::observe_draft_seconds(double seconds_per_token) {
+  if (!(seconds_per_token > 0)) return;
+  draft_seconds_per_token = draft_seconds_per_token == 0
+                                ? seconds_per_token
+                                : (1 - kNewest) * draft_seconds_per_token + kNewest * seconds_per_token;
+}
+
+}  // namespace kvserve

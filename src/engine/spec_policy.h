@@ -1,0 +1,91 @@
+#pragma once
+// `--spec auto` (docs/speculative.md, "Speculation that decides for itself"):
+// whether a decoding sequence drafts this step, from which source, and how
+// many tokens. A draft of k tokens that each survive with probability a yields
+// E(k) = 1 + a + ... + a^k tokens for the sequence instead of 1, and makes the
+// step's batch k tokens longer (plus k draft-model passes, when the draft
+// comes from a model). The choice maximizes the step's useful tokens per
+// second:
+//     (U + E(k)) / (t(B + k) + k * d)
+// where B is the batch's tokens without this sequence's drafts, U = B - 1 the
+// other tokens it holds (other sequences' decode tokens and prefill), t(n) the
+// measured cost of a forward pass over n tokens and d the draft model's cost
+// per drafted token (0 for prompt lookup). On a CPU t(n) is nearly linear once
+// the kernels are compute-bound, so a big batch mostly chooses k = 0 and a
+// lone request on text that repeats its prompt a large k.
+//
+// Not thread-safe: owned by the engine thread.
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace kvserve {
+
+// t(n): seconds of one forward pass over a batch of n tokens, linear between
+// measured points and extended past the last one with its last slope. A
+// multiplicative correction, averaged over the steps the engine runs, follows
+// a host that gets slower or faster after the measurement.
+class StepCost {
+ public:
+  // Points (n, seconds) with n >= 1, any order; an empty list leaves the cost
+  // unmeasured. Throws kvserve::Error for n < 1 or a non-positive time.
+  void set_points(std::vector<std::pair<int64_t, double>> points);
+  bool measured() const { return !points_.empty(); }
+  double seconds(int64_t n) const;
+  // One step over n tokens took `seconds`: moves the correction toward it.
+  void observe(int64_t n, double seconds);
+  const std::vector<std::pair<int64_t, double>>& points() const { return points_; }
+
+ private:
+  double model_seconds(int64_t n) const;
+
+  std::vector<std::pair<int64_t, double>> points_;  // sorted by n, one per n
+  double correction_ = 1.0;
+};
+
+// A per-token acceptance probability estimated from verification rounds and
+// pulled toward a prior when evidence is old: each observation decays the
+// counts before adding to them, so a request whose text changes character is
+// re-learned within a few dozen rounds.
+class AcceptanceRate {
+ public:
+  explicit AcceptanceRate(double prior = 0.5, double prior_weight = 2.0);
+  // `accepted` of `proposed` drafts survived; a rejection ended the round
+  // unless every draft was accepted (a round cut short tells nothing past it).
+  void observe(int64_t proposed, int64_t accepted);
+  void set_prior(double prior);
+  double rate() const;
+  int64_t rounds() const { return rounds_; }
+
+ private:
+  double prior_;
+  double prior_weight_;
+  double accepted_ = 0;
+  double rejected_ = 0;
+  int64_t rounds_ = 0;
+};
+
+// 1 + a + a^2 + ... + a^k: the tokens a round with k drafts yields on average.
+double expected_round_tokens(double acceptance, int64_t k);
+
+struct DraftChoice {
+  int64_t k = 0;       // drafts to propose (0: decode one token as usual)
+  double gain = 1.0;   // useful tokens per second with k drafts over that with none
+};
+
+// The k in [0, max_k] maximizing (B - 1 + E(k)) / (t(B + k) + k * draft_seconds),
+// B = batch_tokens >= 1. Ties go to the smaller k.
+DraftChoice choose_draft_length(const StepCost& cost, double acceptance, int64_t batch_tokens, int64_t max_k,
+                                double draft_seconds_per_token);
+
+// What the engine learns about speculation across requests: the step cost,
+// the draft model's cost per drafted token and its acceptance over all
+// requests (the prior of each new request's own estimate).
+struct SpeculationPolicy {
+  StepCost step_cost;
+  double draft_seconds_per_token = 0;  // measured at the first draft-model proposal, then averaged
+  AcceptanceRate draft_model_acceptance{0.6, 4.0};
+  void observe_draft_seconds(double seconds_per_token);
+};
+
+}  // namespace kvserve

@@ -1,0 +1,101 @@
+// Auto speculation's decision (spec_policy.h): the step cost's interpolation
+// and correction, the acceptance estimate, and the choice of k: none when a
+// step costs in proportion to its tokens, many for a lone sequence whose
+// drafts hit when a step costs about the same whatever its size, fewer as the
+// batch grows or the acceptance or the draft model's speed drops.
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "core/error.h"
+#include "engine/spec_policy.h"
+
+using namespace kvserve;
+
+namespace {
+
+StepCost cost_of(std::vector<std::pair<int64_t, double>> points) {
+  StepCost c;
+  c.set_points(std::move(points));
+  return c;
+}
+
+}  // namespace
+
+TEST(StepCost, InterpolatesBetweenPointsAndExtendsTheLastSlope) {
+  const StepCost c = cost_of({{4, 0.02}, {1, 0.01}, {8, 0.04}});
+  EXPECT_NEAR(c.seconds(1), 0.01, 1e-12);
+  EXPECT_NEAR(c.seconds(2), 0.01 + 0.01 / 3, 1e-12);
+  EXPECT_NEAR(c.seconds(6), 0.03, 1e-12);
+  EXPECT_NEAR(c.seconds(16), 0.08, 1e-12);  // slope 0.005 per token past 8
+  const StepCost one = cost_of({{2, 0.5}});
+  EXPECT_NEAR(one.seconds(6), 1.5, 1e-12);  // one point: proportional
+  EXPECT_FALSE(StepCost{}.measured());
+}
+
+TEST(StepCost, FollowsAHostThatSlowsDownAndShrugsOffOneStall) {
+  StepCost c = cost_of({{1, 0.01}, {9, 0.05}});
+  for (int i = 0; i < 100; ++i) c.observe(5, 0.06);  // twice the measured 0.03
+  EXPECT_NEAR(c.seconds(5), 0.06, 1e-4);
+  EXPECT_NEAR(c.seconds(1), 0.02, 1e-4);  // the shape is kept
+  c.observe(5, 100.0);  // a stall moves it by at most 4x of one step's weight
+  EXPECT_LT(c.seconds(5), 0.06 * 1.4);
+}
+
+TEST(StepCost, RefusesPointsItCannotUse) {
+  StepCost c;
+  EXPECT_THROW(c.set_points({{0, 0.01}}), Error);
+  EXPECT_THROW(c.set_points({{1, 0.0}}), Error);
+  EXPECT_THROW(c.set_points({{1, -1.0}}), Error);
+  EXPECT_THROW(c.set_points({{1, std::numeric_limits<double>::infinity()}}), Error);
+}
+
+TEST(AcceptanceRate, StartsAtThePriorAndLearnsTheRate) {
+  AcceptanceRate a(0.5, 2.0);
+  EXPECT_DOUBLE_EQ(a.rate(), 0.5);
+  for (int i = 0; i < 50; ++i) a.observe(4, 3);  // 3 accepted, then a rejection: 0.75
+  EXPECT_NEAR(a.rate(), 0.75, 0.03);
+  for (int i = 0; i < 50; ++i) a.observe(4, 0);  // the text changed: recent rounds dominate
+  EXPECT_LT(a.rate(), 0.1);
+  for (int i = 0; i < 50; ++i) a.observe(4, 4);  // all accepted, no rejection
+  EXPECT_GT(a.rate(), 0.9);
+  a.observe(0, 0);  // no drafts: no evidence
+  EXPECT_EQ(a.rounds(), 150);
+}
+
+TEST(ExpectedRoundTokens, IsTheGeometricSum) {
+  EXPECT_DOUBLE_EQ(expected_round_tokens(0.5, 0), 1.0);
+  EXPECT_DOUBLE_EQ(expected_round_tokens(0.5, 3), 1.875);
+  EXPECT_DOUBLE_EQ(expected_round_tokens(1.0, 4), 5.0);
+  EXPECT_DOUBLE_EQ(expected_round_tokens(0.0, 4), 1.0);
+}
+
+TEST(ChooseDraftLength, NeverDraftsWhenAStepCostsInProportionToItsTokens) {
+  const StepCost linear = cost_of({{1, 0.01}, {2, 0.02}});
+  for (double a : {0.0, 0.5, 0.9, 0.99})
+    for (int64_t batch : {1, 4, 16}) EXPECT_EQ(choose_draft_length(linear, a, batch, 8, 0).k, 0) << a << " " << batch;
+}
+
+TEST(ChooseDraftLength, DraftsMuchForALoneSequenceWhenStepsCostTheSame) {
+  const StepCost flat = cost_of({{1, 0.03}, {64, 0.0301}});  // memory-bound: weights read once per step
+  const DraftChoice lone = choose_draft_length(flat, 0.9, 1, 8, 0);
+  EXPECT_EQ(lone.k, 8);
+  EXPECT_NEAR(lone.gain, expected_round_tokens(0.9, 8) * 0.03 / 0.0301 * (0.0301 / flat.seconds(9)), 1e-9);
+  EXPECT_EQ(choose_draft_length(flat, 0.0, 1, 8, 0).k, 0);  // drafts that never hit only cost
+}
+
+TEST(ChooseDraftLength, DraftsLessAsTheBatchGrowsOrDraftsGetDearer) {
+  // A CPU step: a fixed part (weights streamed) plus a per-token part.
+  const StepCost cpu = cost_of({{1, 0.030}, {9, 0.046}});  // 2 ms per extra token
+  const int64_t lone = choose_draft_length(cpu, 0.8, 1, 8, 0).k;
+  const int64_t four = choose_draft_length(cpu, 0.8, 4, 8, 0).k;
+  const int64_t sixteen = choose_draft_length(cpu, 0.8, 16, 8, 0).k;
+  EXPECT_GT(lone, 0);
+  EXPECT_GE(lone, four);
+  EXPECT_GE(four, sixteen);
+  EXPECT_EQ(choose_draft_length(cpu, 0.8, 64, 8, 0).k, 0);
+  // A draft model whose pass costs as much as the target's never pays.
+  EXPECT_EQ(choose_draft_length(cpu, 0.8, 1, 8, 0.030).k, 0);
+  EXPECT_GT(choose_draft_length(cpu, 0.8, 1, 8, 0.002).k, 0);
+  EXPECT_LE(choose_draft_length(cpu, 0.8, 1, 2, 0).k, 2);  // max_k caps it
+}
