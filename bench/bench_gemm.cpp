@@ -7,6 +7,9 @@
 // 2. Each type's q8 matmul on model-shaped matrices for n = 1..512 tokens:
 //    the kernels over the original GGUF rows vs over the repacked rows
 //    (kernels/repack.h), interleaved in one run, best of several calls.
+//    Float types (f32 f16 bf16, f32 activations): the old row kernels vs the
+//    float GEMM over repacked rows (kernels/float_packed.h), on SmolLM2 shapes,
+//    against the f32 FMA peak.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -14,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,6 +27,7 @@
 #include "core/tensor.h"
 #include "kernels/cpu_features.h"
 #include "kernels/dispatch.h"
+#include "kernels/float_packed.h"
 #include "kernels/matmul.h"
 #include "kernels/quantize.h"
 #include "kernels/repack.h"
@@ -88,6 +93,21 @@ __attribute__((target("avx512f,avx512vnni"))) int64_t dpbusd512_chains(int64_t i
   return lanes[0];
 }
 
+// 8 chains of 256-bit f32 FMA: 8 x 8 multiply-adds per iteration (the
+// float GEMM's ceiling, kernels/float_packed.h).
+__attribute__((target("avx2,fma"))) int64_t fma_chains(int64_t iters) {
+  __m256 acc[8];
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+  for (auto& v : acc) v = _mm256_setzero_ps();
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 8
+    for (auto& v : acc) v = _mm256_fmadd_ps(v, a, b);
+  }
+  __m256 sum = acc[0];
+  for (int k = 1; k < 8; ++k) sum = _mm256_add_ps(sum, acc[k]);
+  return static_cast<int64_t>(_mm256_cvtss_f32(sum));
+}
+
 // GOP/s of `chains` (8 chains x macs_per_op multiply-adds per iteration) on `threads` threads.
 double peak_gops(int64_t (*chains)(int64_t), int macs_per_op, int threads) {
   double best = 1e30;
@@ -108,6 +128,9 @@ void print_peak() {
   if (f.avx2)
     std::printf("| AVX2 vpmaddubsw + vpaddw (256-bit) | %.0f | %.0f |\n", peak_gops(maddubs_chains, 32, 1),
                 peak_gops(maddubs_chains, 32, threads));
+  if (f.avx2 && f.fma)
+    std::printf("| AVX2 vfmadd f32 (256-bit; GFLOP/s) | %.0f | %.0f |\n", peak_gops(fma_chains, 8, 1),
+                peak_gops(fma_chains, 8, threads));
   if (f.avx512f && f.avx512vl && f.avx512vnni) {
     std::printf("| AVX-512 VNNI vpdpbusd (256-bit) | %.0f | %.0f |\n", peak_gops(dpbusd256_chains, 32, 1),
                 peak_gops(dpbusd256_chains, 32, threads));
@@ -148,9 +171,11 @@ TensorView random_matrix(DType type, const Shape& s, AlignedBuffer<uint8_t>& byt
 void bench_type(DType type, const Shape& s) {
   AlignedBuffer<uint8_t> bytes, packed;
   const TensorView plain = random_matrix(type, s, bytes);
-  packed.resize(packed_matrix_bytes(type, s.rows, s.cols));
+  const bool is_float = float_weight_type(type);
+  packed.resize(is_float ? float_packed_matrix_bytes(type, s.rows, s.cols) : packed_matrix_bytes(type, s.rows, s.cols));
   const auto t0 = Clock::now();
-  repack_rows8(plain, packed.data());
+  if (is_float) repack_float_rows8(plain, packed.data());
+  else repack_rows8(plain, packed.data());
   const double repack_ms = seconds_since(t0) * 1e3;
   TensorView repacked = plain;
   repacked.packed = packed.data();
@@ -185,12 +210,14 @@ int run(int argc, char** argv) {
   print_peak();
   if (peak_only) return 0;
   set_activation_precision(ActivationPrecision::kQ8);
-  std::printf("## q8 matmul: original rows vs repacked rows (ms, GOP/s)\n\n");
+  std::printf("## matmul: original rows vs repacked rows (ms, GOP/s; q8 activations, f32 for float weights)\n\n");
   std::printf("| type | shape | tokens | original ms | repacked ms | original GOP/s | repacked GOP/s | speedup | repack ms |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
   const Shape shapes[] = {{"1536x1536", 1536, 1536}, {"8960x1536", 8960, 1536}, {"1536x8960", 1536, 8960}};
+  // Float weights on SmolLM2's shapes (its f16 / bf16 copies are the float models measured).
+  const Shape float_shapes[] = {{"1536x576", 1536, 576}, {"576x1536", 576, 1536}, {"576x576", 576, 576}};
   for (DType type : types)
-    for (const Shape& s : shapes)
+    for (const Shape& s : float_weight_type(type) ? std::span<const Shape>(float_shapes) : std::span<const Shape>(shapes))
       if (s.cols % dtype_info(type).block_size == 0) bench_type(type, s);
   return 0;
 }

@@ -15,12 +15,17 @@
 //    activations (kQ8) all pass. With exact f32 activations only the thread
 //    count is invariant: the f32-activation matmul kernels' last bits depend
 //    on the token count, so those tests are DISABLED_ (see there).
+//  * The same model-level checks on the default model re-encoded as f16
+//    (F16BatchInvariance): the float GEMM over repacked rows keeps one fma
+//    chain per (row, token), with exact f32 activations, so they pass.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -31,12 +36,14 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/flash_attention.h"
+#include "kernels/float_packed.h"
 #include "kernels/ops.h"
 #include "kernels/paged_attention.h"
 #include "kv/contiguous_kv_cache.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/paged_kv_storage.h"
 #include "model/model.h"
+#include "model/quantize_model.h"
 #include "model/transformer.h"
 #include "test_util.h"
 
@@ -515,6 +522,28 @@ class Gemma3BatchInvariance : public BatchInvarianceModel {
   }
 };
 
+// The default model re-encoded as f16 (kvserve quantize ... f16; lossless
+// from its q4_1 values), so every matrix goes through the float GEMM over
+// repacked rows (kernels/float_packed.h). Skipped without the default model.
+class F16BatchInvariance : public BatchInvarianceModel {
+ public:
+  static void SetUpTestSuite() {
+    const std::string source = test_util::default_model_path();
+    if (source.empty()) return;
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("kvserve-f16-invariance-" + std::to_string(::getpid()) + ".gguf")).string();
+    quantize_model(source, path, DType::F16);
+    model_ = Model::load(path).release();
+    std::filesystem::remove(path);  // the mapping keeps the file's pages
+  }
+  void SetUp() override {
+    if (!model_) GTEST_SKIP() << "default model not fetched (run scripts/fetch_models.sh)";
+    ASSERT_EQ(model_->weights().layers[0].wq.type, DType::F16);
+    if (model_->weights().layers[0].wq.packed == nullptr)
+      GTEST_SKIP() << "float matrices not repacked (KVSERVE_REPACK=0, or no SIMD kernel table)";
+  }
+};
+
 // The checks, each under one activation precision (the model has none of its
 // own, so the scope decides).
 
@@ -576,6 +605,17 @@ TEST_F(Gemma3BatchInvariance, RealModelQ8PastTheWindowAloneVsBatch) {
                      "600-token context in a batch of 16");
   expect_same_logits({600, 0, false, 1, false, false}, {600, 256, false, 2, false, false},
                      "600-token context in chunks of 256 on 2 threads");
+}
+
+// f16 weights: the float GEMM multiplies exact f32 activations in both modes,
+// one fma chain per (row, token), so the default mode is batch-invariant
+// without rounding anything.
+TEST_F(F16BatchInvariance, RealModelPrefillChunkSizes) { prefill_chunk_sizes(ActivationPrecision::kQ8); }
+TEST_F(F16BatchInvariance, RealModelVerificationPassVsOneAtATime) { verification_pass(ActivationPrecision::kQ8); }
+TEST_F(F16BatchInvariance, RealModelOneVsTwoThreads) { one_vs_two_threads(ActivationPrecision::kQ8); }
+TEST_F(F16BatchInvariance, RealModelAloneVsBatchOf16) {
+  if (test_util::skip_slow()) GTEST_SKIP() << "slow without optimization";
+  alone_vs_batch(ActivationPrecision::kQ8);
 }
 
 // Exact f32 activations: DISABLED_ because the f32-activation matmul kernels

@@ -10,6 +10,8 @@
 
 #include "core/aligned_buffer.h"
 #include "core/error.h"
+#include "kernels/float_packed.h"
+#include "kernels/float_packed_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/packed_kernels.h"
 #include "kernels/repack.h"
@@ -188,6 +190,15 @@ PackedRowsFn packed_kernel_of(const TensorView& w, bool q8_activations) {
   return packed_kernel_for(*table, w.type);
 }
 
+// The packed float GEMM for w where w is a repacked float matrix and this ISA
+// has that GEMM; else nullptr. Whatever the activation precision: float
+// weights always multiply the exact f32 activations (kernels/float_packed.h).
+PackedRowsFn float_packed_kernel_of(const TensorView& w) {
+  const FloatPackedKernels* table = active_float_packed_kernels();
+  if (w.packed == nullptr || table == nullptr) return nullptr;
+  return float_packed_kernel_for(*table, w.type);
+}
+
 PreparedProduct prepare_product(const MatmulProduct& p, const float* x, int64_t n_tokens, MatmulScratch& scratch) {
   const TensorView& w = *p.w;
   const int64_t block = dtype_info(w.type).block_size;
@@ -197,6 +208,13 @@ PreparedProduct prepare_product(const MatmulProduct& p, const float* x, int64_t 
   PreparedProduct out;
   out.quantized = is_block_quantized(w.type) && activation_precision() == ActivationPrecision::kQ8;
   out.job = {w.data, w.row_bytes(), w.cols(), w.rows(), n_tokens, x, nullptr, nullptr, p.y};
+  if (const PackedRowsFn gemm = float_packed_kernel_of(w); gemm != nullptr) {  // reads x itself: nothing to prepare
+    out.packed_kernel = gemm;
+    out.packed_type = w.type;
+    out.packed_job = {w.packed, float_packed_group_bytes(w.type, w.cols()), w.cols(), w.rows(), n_tokens,
+                      reinterpret_cast<const uint8_t*>(x), sizeof(float) * static_cast<size_t>(w.cols()), p.y};
+    return out;
+  }
   out.packed_kernel = packed_kernel_of(w, out.quantized);
   if (out.packed_kernel != nullptr) {
     out.packed_type = w.type;

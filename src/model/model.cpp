@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/quantize.h"
+#include "kernels/float_packed.h"
 #include "kernels/repack.h"
 
 namespace kvserve {
@@ -137,9 +138,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
   m->activations_ = options.activations;
   const char* repack_env = std::getenv("KVSERVE_REPACK");  // "0": keep the old kernels (A/B benchmarks)
   const bool repack = options.repack && !(repack_env != nullptr && std::string_view(repack_env) == "0");
-  if (repack && options.activations.value_or(activation_precision()) == ActivationPrecision::kQ8 &&
-      packed_kernels_active())
-    m->repack_matrices();
+  // Quantized matrices only for the 8-bit-activation kernels; float matrices
+  // always, as their GEMM multiplies exact f32 activations in both modes.
+  const bool q8 = options.activations.value_or(activation_precision()) == ActivationPrecision::kQ8;
+  if (repack) m->repack_matrices(q8 && packed_kernels_active(), float_packed_kernels_active());
   return m;
 }
 
@@ -155,13 +157,29 @@ void release_mapped_pages(const uint8_t* p, size_t n) {
 }
 }  // namespace
 
-void Model::repack_matrices() {
+namespace {
+// The two repacked layouts: float weights (kernels/float_packed.h) and the
+// quantized ones (kernels/repack.h), both in row groups of 8.
+size_t repacked_group_bytes(const TensorView& t) {
+  return float_weight_type(t.type) ? float_packed_group_bytes(t.type, t.cols()) : packed_group_bytes(t.type, t.cols());
+}
+void repack_rows(const TensorView& t, uint8_t* dst) {
+  if (float_weight_type(t.type)) repack_float_rows8(t, dst);
+  else repack_rows8(t, dst);
+}
+}  // namespace
+
+void Model::repack_matrices(bool quantized, bool floats) {
   std::vector<TensorView*> todo;
   for (LayerWeights& l : weights_.layers)
     for (TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) todo.push_back(t);
   todo.push_back(&weights_.output);
-  std::erase_if(todo, [](const TensorView* t) { return !packable_type(t->type) || t->packed != nullptr; });
-  for (const TensorView* t : todo) packed_.emplace_back(packed_matrix_bytes(t->type, t->rows(), t->cols()));
+  std::erase_if(todo, [&](const TensorView* t) {
+    const bool wanted = (quantized && packable_type(t->type)) || (floats && float_weight_type(t->type));
+    return !wanted || t->packed != nullptr;
+  });
+  for (const TensorView* t : todo)
+    packed_.emplace_back(static_cast<size_t>((t->rows() + 7) / 8) * repacked_group_bytes(*t));
   // Tensors are independent; a 1.5B model's repack is ~1 s of one core's time.
   // A tensor goes in slices whose mapped pages are dropped as soon as they are
   // packed: a big output head (Gemma 3's 262144 x 640, 171 MiB) is then never
@@ -170,10 +188,10 @@ void Model::repack_matrices() {
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t i = 0; i < todo.size(); ++i) {
     const TensorView& t = *todo[i];
-    const size_t group_bytes = packed_group_bytes(t.type, t.cols());
+    const size_t group_bytes = repacked_group_bytes(t);
     for (int64_t first = 0; first < t.rows(); first += kSliceRows) {
       const TensorView slice = row_slice(t, first, std::min(kSliceRows, t.rows() - first), t.name);
-      repack_rows8(slice, packed_[i].data() + static_cast<size_t>(first / 8) * group_bytes);
+      repack_rows(slice, packed_[i].data() + static_cast<size_t>(first / 8) * group_bytes);
       release_mapped_pages(slice.data, slice.nbytes);
     }
     release_mapped_pages(t.data, t.nbytes);  // the pages the slices shared

@@ -55,7 +55,9 @@ struct ModelLoadOptions {
   // (kernels/dispatch.h): drafts take q8, faster and harmless to the output.
   std::optional<ActivationPrecision> activations = std::nullopt;
   // Repack the matrices for the 8-bit-activation kernels (kernels/repack.h)
-  // when this model runs with q8 activations and the CPU has those kernels.
+  // when this model runs with q8 activations and the CPU has those kernels,
+  // and float matrices for the float GEMM (kernels/float_packed.h) whenever
+  // the CPU has it.
   bool repack = true;
 };
 
@@ -81,7 +83,8 @@ class Model {
   std::optional<ActivationPrecision> activations_;
   std::vector<AlignedBuffer<uint8_t>> packed_;
 
-  void repack_matrices();
+  // quantized: the packable quantized types; floats: f32 / f16 / bf16.
+  void repack_matrices(bool quantized, bool floats);
 };
 
 }  // namespace kvserve
