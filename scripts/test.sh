@@ -25,6 +25,6 @@ cmake --build build-sanitize -j"$(nproc)" --target kvserve_tests kvserve fuzz_ta
 # server code through processes; they ran above.
 KVSERVE_SKIP_SLOW=1 ctest --test-dir build-sanitize --output-on-failure -j2 -E 'RealModel|openai_client|structured_output_client|tool_calls_qwen|^cluster$'
 
-echo "== fuzzing under ASan + UBSan, ${KVSERVE_FUZZ_SECONDS:-25} s per target, ${SECONDS} s after the start ==" >&2
-./scripts/fuzz.sh build-sanitize "${KVSERVE_FUZZ_SECONDS:-25}"
+echo "== fuzzing under ASan + UBSan, ${KVSERVE_FUZZ_SECONDS:-20} s per target, ${SECONDS} s after the start ==" >&2
+./scripts/fuzz.sh build-sanitize "${KVSERVE_FUZZ_SECONDS:-20}"
 echo "== done in ${SECONDS} s ==" >&2
