@@ -346,10 +346,12 @@ TEST(SpecNgram, ProposesTheContinuationOfTheLatestLongestMatch) {
   ngram.propose(history, 3, sampler, out);
   EXPECT_EQ(out.tokens, (std::vector<int32_t>{7, 8, 5}));
   EXPECT_TRUE(out.deterministic());
+  EXPECT_EQ(ngram.last_match(), 2);  // "2 3": auto speculation's estimate for 2-token matches
   ngram.propose(history, 10, sampler, out);
   EXPECT_EQ(out.tokens.size(), 5u);  // only what follows the match: 7 8 5 2 3
   ngram.propose(std::vector<int32_t>{4, 5, 6}, 3, sampler, out);
   EXPECT_TRUE(out.tokens.empty());
+  EXPECT_EQ(ngram.last_match(), 0);
   EXPECT_THROW(NgramDrafter(0), Error);
 }
 

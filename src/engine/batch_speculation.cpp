@@ -75,8 +75,12 @@ std::span<const int32_t> RequestSpeculation::propose_auto(std::span<const int32_
   const int64_t cap = std::min(settings_.draft_k, max_drafts);
   ngram_.propose(history, cap, sampler, shadow_);  // deterministic: draws nothing
   shadow_at_ = history.size();
-  const auto lookup_k = static_cast<int64_t>(shadow_.tokens.size());
-  const DraftChoice lookup = choose_draft_length(policy.step_cost, ngram_rate_.rate(), batch_tokens, lookup_k, 0);
+  shadow_match_ = ngram_.last_match();
+  DraftChoice lookup;
+  if (shadow_match_ > 0) {
+    const auto lookup_k = static_cast<int64_t>(shadow_.tokens.size());
+    lookup = choose_draft_length(policy.step_cost, ngram_rate(shadow_match_).rate(), batch_tokens, lookup_k, 0);
+  }
   DraftChoice model;
   if (context_.model != nullptr) {
     draft_rate_.set_prior(policy.draft_model_acceptance.rate());
@@ -92,6 +96,7 @@ std::span<const int32_t> RequestSpeculation::propose_auto(std::span<const int32_
   if (lookup.k == 0) return {};
   source_ = Source::kNgram;
   proposal_.tokens.assign(shadow_.tokens.begin(), shadow_.tokens.begin() + lookup.k);
+  proposal_match_ = shadow_match_;
   shadow_.tokens.clear();  // judged by the verification itself
   return proposal_.tokens;
 }
@@ -104,7 +109,7 @@ void RequestSpeculation::settle_shadow(std::span<const int32_t> history) {
   while (matched < comparable && next[matched] == shadow_.tokens[matched]) matched++;
   // A mismatch is a rejection; a run cut short by the end of what came next is not.
   const size_t proposed = matched < comparable ? matched + 1 : matched;
-  ngram_rate_.observe(static_cast<int64_t>(proposed), static_cast<int64_t>(matched));
+  ngram_rate(shadow_match_).observe(static_cast<int64_t>(proposed), static_cast<int64_t>(matched));
   shadow_.tokens.clear();
 }
 
@@ -121,7 +126,7 @@ int64_t RequestSpeculation::verify(std::span<const float> rows, int64_t n_draft,
   if (settings_.adaptive_k) k_ = adapt_draft_k(k_, n_draft, accepted, settings_.draft_k);
   if (settings_.mode == SpeculativeMode::kAuto) {
     if (source_ == Source::kNgram) {
-      ngram_rate_.observe(n_draft, accepted);
+      ngram_rate(proposal_match_).observe(n_draft, accepted);
     } else {
       draft_rate_.observe(n_draft, accepted);
       context_.policy->draft_model_acceptance.observe(n_draft, accepted);

@@ -81,7 +81,7 @@ class RequestSpeculation {
   // Frees the draft model's KV cache (the request's branch finished).
   void release() { model_drafter_.reset(); }
   // Auto mode's per-token acceptance estimates (for tests and reports).
-  double ngram_acceptance() const { return ngram_rate_.rate(); }
+  double ngram_acceptance(int64_t match) const { return ngram_rate(match).rate(); }
   double draft_model_acceptance() const { return draft_rate_.rate(); }
 
  private:
@@ -92,6 +92,9 @@ class RequestSpeculation {
                                         Sampler& sampler);
   // Compares the last shadow proposal with what followed it in `history`.
   void settle_shadow(std::span<const int32_t> history);
+  // Prompt lookup's acceptance for a match of n tokens (1..3).
+  AcceptanceRate& ngram_rate(int64_t match) { return ngram_rates_.at(static_cast<size_t>(match - 1)); }
+  const AcceptanceRate& ngram_rate(int64_t match) const { return ngram_rates_.at(static_cast<size_t>(match - 1)); }
 
   SpeculationSettings settings_;
   SpeculationContext context_;
@@ -101,10 +104,14 @@ class RequestSpeculation {
   DraftProposal proposal_;
   Source source_ = Source::kNgram;  // of proposal_
   // Auto mode:
-  AcceptanceRate ngram_rate_{0.5, 2.0};
+  // One estimate per match length n = 1, 2, 3: a one-token match is a guess, a
+  // three-token one usually a copy.
+  std::vector<AcceptanceRate> ngram_rates_{AcceptanceRate(0.3, 2.0), AcceptanceRate(0.5, 2.0), AcceptanceRate(0.6, 2.0)};
   AcceptanceRate draft_rate_{0.6, 4.0};  // its prior follows the engine-wide draft-model acceptance
   DraftProposal shadow_;                 // an unused prompt-lookup proposal, checked against what came next
   size_t shadow_at_ = 0;                 // the history length it followed
+  int64_t shadow_match_ = 0;             // its match length n
+  int64_t proposal_match_ = 0;           // the match length of a prompt-lookup proposal_
 };
 
 }  // namespace kvserve

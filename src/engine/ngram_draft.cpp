@@ -26,6 +26,7 @@ NgramDrafter::NgramDrafter(int64_t max_ngram) : max_ngram_(max_ngram) {
 void NgramDrafter::propose(std::span<const int32_t> history, int64_t k, Sampler&, DraftProposal& out) {
   out.tokens.clear();
   out.probs.clear();
+  last_match_ = 0;
   if (k <= 0) return;
   for (int64_t n = max_ngram_; n >= 1; --n) {
     const int64_t from = find_ngram_continuation(history, n);
@@ -33,6 +34,7 @@ void NgramDrafter::propose(std::span<const int32_t> history, int64_t k, Sampler&
     const int64_t count = std::min<int64_t>(k, static_cast<int64_t>(history.size()) - from);
     const auto begin = history.begin() + static_cast<std::ptrdiff_t>(from);
     out.tokens.assign(begin, begin + static_cast<std::ptrdiff_t>(count));
+    last_match_ = n;
     return;
   }
 }

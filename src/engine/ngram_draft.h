@@ -18,9 +18,14 @@ class NgramDrafter : public Drafter {
   void propose(std::span<const int32_t> history, int64_t k, Sampler& sampler, DraftProposal& out) override;
   void commit(std::span<const int32_t>) override {}  // stateless: history is all it needs
   const char* name() const override { return "ngram"; }
+  // The n of the last proposal's match (0: none). Longer matches predict
+  // better: auto speculation keeps an acceptance estimate per n.
+  int64_t last_match() const { return last_match_; }
+  int64_t max_ngram() const { return max_ngram_; }
 
  private:
   int64_t max_ngram_;
+  int64_t last_match_ = 0;
 };
 
 // Where the continuation of the latest earlier occurrence of history's last n
