@@ -22,7 +22,6 @@
 #include <cstddef>
 #include <cstring>
 #include <utility>
-#include <vector>
 
 #include "kernels/float_packed_kernels.h"
 
@@ -162,10 +161,12 @@ static void float_rows(const PackedJob& job, int64_t g0, int64_t g1) {
   constexpr int G = groups_for<kRegs, kMaxGroups>(kTokens);
   constexpr size_t kPanelBytes = 24 * 1024;  // G groups' f32 weights over a K block: L1
   constexpr size_t kTileBytes = 256 * 1024;  // a token tile's activations over a K block: L2
-  const int64_t k_block = std::max<int64_t>(64, static_cast<int64_t>(kPanelBytes / (G * 8 * sizeof(float))));
+  constexpr int64_t k_block = std::max<int64_t>(64, kPanelBytes / (G * 8 * sizeof(float)));
   const int64_t t_block = std::max<int64_t>(kTokens, static_cast<int64_t>(kTileBytes / (4 * k_block)) / kTokens * kTokens);
-  thread_local std::vector<float> widened;
-  if (kWiden) widened.resize(static_cast<size_t>(G * 8 * k_block));
+  // On the stack, not in a std::vector: a library template instantiated in
+  // this translation unit may be compiled with AVX-512 and be the copy the
+  // linker keeps for every other caller (see kernel_table.h).
+  alignas(32) float widened[kWiden ? G * 8 * k_block : 1];
   for (int64_t t0 = 0; t0 < n; t0 += t_block) {
     const int64_t t1 = std::min(n, t0 + t_block);
     for (int64_t k0 = 0; k0 < cols; k0 += k_block) {
@@ -173,7 +174,7 @@ static void float_rows(const PackedJob& job, int64_t g0, int64_t g1) {
       for (int64_t g = g0; g < g1; g += G) {
         const int64_t g_end = std::min(g1, g + G);
         if constexpr (kWiden) {
-          const Panel panel = convert_panel<Lanes>(job, g, g_end, k0, k1, widened.data());
+          const Panel panel = convert_panel<Lanes>(job, g, g_end, k0, k1, widened);
           for (int64_t t = t0; t < t1; t += kTokens)
             tokens_n<F32Lanes, kRegs, kMaxGroups, kTokens>(job, panel, g, g_end, t, std::min<int64_t>(kTokens, t1 - t), k0, k1);
         } else {
