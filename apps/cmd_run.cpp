@@ -18,6 +18,7 @@
 #include "apps/draft_flags.h"
 #include "core/error.h"
 #include "engine/batch_speculation.h"
+#include "engine/spec_policy.h"
 #include "engine/decoder.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
@@ -70,7 +71,12 @@ std::vector<std::string> read_prompts(const std::string& path) {
 }
 
 // The engine's speculation counters, when any request speculated.
-void print_speculation(const RunOptions& opt, const EngineMetrics& m) {
+void print_speculation(const RunOptions& opt, const Engine& engine) {
+  const EngineMetrics m = engine.metrics();
+  if (!engine.step_cost_at_start().empty()) {
+    const std::string cost = format_step_cost(engine.step_cost_at_start());
+    std::fprintf(stderr, "step cost at start (auto speculation): %s\n", cost.c_str());
+  }
   if (m.spec_rounds == 0) return;
   const auto d = [](int64_t v) { return static_cast<double>(v); };
   std::fprintf(stderr, "speculative: %s, k %lld%s | verifications: %lld | drafts accepted: %lld of %lld (%.1f%%) | "
@@ -135,7 +141,7 @@ void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokeni
                prompts.size(), static_cast<long long>(opt.parallel), static_cast<long long>(m.prompt_tokens_total),
                static_cast<long long>(m.generated_tokens_total), seconds,
                static_cast<double>(m.generated_tokens_total) / std::max(seconds, 1e-9), static_cast<long long>(m.steps));
-  print_speculation(opt, m);
+  print_speculation(opt, engine);
 }
 
 GenerateResult generate_plain(const RunOptions& opt, Decoder& decoder, Sampler& sampler, const Tokenizer& tokenizer,

@@ -16,6 +16,7 @@
 #include "apps/draft_flags.h"
 #include "core/error.h"
 #include "engine/batch_speculation.h"
+#include "engine/spec_policy.h"
 #include "engine/engine.h"
 #include "kv/kv_planner.h"
 #include "model/model.h"
@@ -83,6 +84,10 @@ void serve(const ServeOptions& opt) {
   engine_options.draft_model = draft.get();
   engine_options.measure_step_cost = spec_default.mode == SpeculativeMode::kAuto;
   Engine engine(*model, tokenizer, engine_options);
+  if (!engine.step_cost_at_start().empty()) {
+    const std::string cost = format_step_cost(engine.step_cost_at_start());
+    std::fprintf(stderr, "kvserve: step cost measured for auto speculation: %s\n", cost.c_str());
+  }
 
   server::ServerOptions server_options;
   server_options.host = opt.host;

@@ -138,6 +138,7 @@ class Engine::Impl {
   }
 
   const EngineOptions& options() const { return options_; }
+  const std::vector<std::pair<int64_t, double>>& step_cost_at_start() const { return step_cost_at_start_; }
 
  private:
   void validate(const GenerationRequest& r) const {
@@ -307,12 +308,14 @@ class Engine::Impl {
   // (with the engine thread's OpenMP team size, restored after).
   bool prepare_step_cost() {
     policy_.step_cost.set_points(options_.step_cost);
-    if (!options_.measure_step_cost || policy_.step_cost.measured()) return policy_.step_cost.measured();
-    const int caller_threads = omp_get_max_threads();
-    if (options_.threads > 0) omp_set_num_threads(options_.threads);
-    measure_step_cost();
-    omp_set_num_threads(caller_threads);
-    return true;
+    if (options_.measure_step_cost && !policy_.step_cost.measured()) {
+      const int caller_threads = omp_get_max_threads();
+      if (options_.threads > 0) omp_set_num_threads(options_.threads);
+      measure_step_cost();
+      omp_set_num_threads(caller_threads);
+    }
+    step_cost_at_start_ = policy_.step_cost.points();
+    return policy_.step_cost.measured();
   }
 
   // Auto speculation's t(n): forward passes over n = 1 .. 17 new tokens after
@@ -568,6 +571,7 @@ class Engine::Impl {
   bool stopping_ = false;
   bool exit_ = false;
   EngineMetrics metrics_;
+  std::vector<std::pair<int64_t, double>> step_cost_at_start_;  // immutable once the constructor returns
   [[maybe_unused]] bool step_cost_ready_ = prepare_step_cost();  // before the thread: measured here it is not on a request's clock
   std::thread thread_;  // last: starts after every other member is ready
 };
@@ -592,5 +596,6 @@ void Engine::cancel(RequestId id) { impl_->cancel(id); }
 EngineMetrics Engine::metrics() const { return impl_->metrics(); }
 void Engine::shutdown(bool finish_running) { impl_->shutdown(finish_running); }
 const EngineOptions& Engine::options() const { return impl_->options(); }
+const std::vector<std::pair<int64_t, double>>& Engine::step_cost_at_start() const { return impl_->step_cost_at_start(); }
 
 }  // namespace kvserve

@@ -152,6 +152,10 @@ class Engine {
   // complete, otherwise they are cancelled. Returns when the engine is idle.
   void shutdown(bool finish_running);
   const EngineOptions& options() const;
+  // Auto speculation's step cost t(n) as (tokens, seconds), when it was given
+  // in the options or measured at start (EngineOptions::measure_step_cost);
+  // empty otherwise.
+  const std::vector<std::pair<int64_t, double>>& step_cost_at_start() const;
 
  private:
   class Impl;

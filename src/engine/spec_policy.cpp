@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "core/error.h"
@@ -83,6 +84,17 @@ DraftChoice choose_draft_length(const StepCost& cost, double acceptance, int64_t
     if (gain > best.gain * (1 + 1e-9)) best = {k, gain};
   }
   return best;
+}
+
+std::string format_step_cost(const std::vector<std::pair<int64_t, double>>& points) {
+  std::string out;
+  char buffer[64];
+  for (const auto& [n, seconds] : points) {
+    std::snprintf(buffer, sizeof(buffer), "%st(%lld) %.1f ms", out.empty() ? "" : ", ", static_cast<long long>(n),
+                  seconds * 1e3);
+    out += buffer;
+  }
+  return out;
 }
 
 void SpeculationPolicy::observe_draft_seconds(double seconds_per_token) {

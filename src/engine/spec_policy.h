@@ -16,6 +16,7 @@
 //
 // Not thread-safe: owned by the engine thread.
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -77,6 +78,9 @@ struct DraftChoice {
 // B = batch_tokens >= 1. Ties go to the smaller k.
 DraftChoice choose_draft_length(const StepCost& cost, double acceptance, int64_t batch_tokens, int64_t max_k,
                                 double draft_seconds_per_token);
+
+// "t(1) 30.1 ms, t(2) 31.0 ms, ..." for logs.
+std::string format_step_cost(const std::vector<std::pair<int64_t, double>>& points);
 
 // What the engine learns about speculation across requests: the step cost,
 // the draft model's cost per drafted token and its acceptance over all
