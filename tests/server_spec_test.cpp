@@ -90,6 +90,8 @@ TEST_F(ServerSpeculation, FieldSelectsModeAndK) {
   EXPECT_EQ(parse({{"mode", "none"}}, server_default).mode, SpeculativeMode::kNone);
   EXPECT_EQ(parse({{"mode", "draft"}}, server_default, true).mode, SpeculativeMode::kDraftModel);
   EXPECT_EQ(parse({{"mode", "draft"}}, server_default, true).draft_k, 6);
+  EXPECT_EQ(parse({{"mode", "auto"}}).mode, SpeculativeMode::kAuto);  // no draft model needed: prompt lookup or none
+  EXPECT_EQ(parse({{"mode", "auto"}, {"draft_k", 8}}).draft_k, 8);
 }
 
 TEST_F(ServerSpeculation, BadFieldsAre400sNamingTheField) {
@@ -142,6 +144,17 @@ TEST_F(ServerSpeculation, ServeDefaultAppliesToRequestsWithoutTheField) {
   const int64_t rounds = engine_->metrics().spec_rounds;
   EXPECT_EQ(completion_text(greedy(false)), spec);
   EXPECT_EQ(engine_->metrics().spec_rounds, rounds);  // "speculative": false turns it off
+}
+
+// Auto mode through the server: the engine measures its step cost before the
+// first auto request (the server was not started with it), and the text is the
+// plain greedy one whatever it chooses.
+TEST_F(ServerSpeculation, AutoModeGivesTheSameGreedyTextAsWithout) {
+  auto draft = Model::load(file_.path(), ModelLoadOptions{.max_layers = 1});
+  start({}, draft.get());
+  const std::string plain = completion_text(greedy(nullptr));
+  EXPECT_EQ(completion_text(greedy({{"mode", "auto"}})), plain);
+  EXPECT_EQ(completion_text(greedy({{"mode", "auto"}, {"draft_k", 12}})), plain);
 }
 
 TEST_F(ServerSpeculation, DraftModeWithoutADraftModelIsA400NamingTheMode) {
