@@ -282,9 +282,9 @@ TEST(KernelMatmulRealModel, SmolLM2TensorsMatchReference) {
 }
 
 TEST(KernelMatmulErrors, UnsupportedTypeThrows) {
-  std::vector<uint8_t> bytes(84);
+  std::vector<uint8_t> bytes(292);
   TensorView w;
-  w.type = DType::Q2_K;
+  w.type = DType::Q8_K;  // a GGUF type kvserve reads no kernel for
   w.n_dims = 2;
   w.ne = {256, 1, 1, 1};
   w.data = bytes.data();
