@@ -29,8 +29,8 @@ fruits=(apples bananas cherries dates figs grapes lemons mangoes)
 for i in $(seq 0 15); do
   list=$(printf '%s, ' "${fruits[@]:$((i % 8))}" "${fruits[@]:0:$((i % 8))}")
   echo "Repeat this list exactly, three times: ${list%, }. ${list}${list}"
-done | head -n "$PROMPTS" > "$dir/copy.txt"
-cat <<'PROMPTS' | head -n "$PROMPTS" > "$dir/story.txt"
+done | sed -n "1,${PROMPTS}p" > "$dir/copy.txt"
+cat <<'PROMPTS' | sed -n "1,${PROMPTS}p" > "$dir/story.txt"
 Once upon a time, in a small village by the sea, there lived
 The most important invention of the twentieth century was
 Here is a short explanation of how photosynthesis works:
@@ -48,7 +48,7 @@ The first rule of good writing is
 Deep in the forest, the children found
 If I could travel anywhere, I would go to
 PROMPTS
-cat <<'PROMPTS' | head -n "$PROMPTS" > "$dir/code.txt"
+cat <<'PROMPTS' | sed -n "1,${PROMPTS}p" > "$dir/code.txt"
 def fibonacci(n):
 class Stack:
 def quicksort(items):
