@@ -305,8 +305,8 @@ class Engine::Impl {
   }
 
   // Auto speculation's step cost from the options, or measured now when asked
-  // (with the engine thread's OpenMP team size, restored after).
-  bool prepare_step_cost() {
+  // (with the engine thread's OpenMP team size, restored after); returns its points.
+  std::vector<std::pair<int64_t, double>> prepare_step_cost() {
     policy_.step_cost.set_points(options_.step_cost);
     if (options_.measure_step_cost && !policy_.step_cost.measured()) {
       const int caller_threads = omp_get_max_threads();
@@ -314,8 +314,7 @@ class Engine::Impl {
       measure_step_cost();
       omp_set_num_threads(caller_threads);
     }
-    step_cost_at_start_ = policy_.step_cost.points();
-    return policy_.step_cost.measured();
+    return policy_.step_cost.points();
   }
 
   // Auto speculation's t(n): forward passes over n = 1 .. 17 new tokens after
@@ -571,8 +570,8 @@ class Engine::Impl {
   bool stopping_ = false;
   bool exit_ = false;
   EngineMetrics metrics_;
-  std::vector<std::pair<int64_t, double>> step_cost_at_start_;  // immutable once the constructor returns
-  [[maybe_unused]] bool step_cost_ready_ = prepare_step_cost();  // before the thread: measured here it is not on a request's clock
+  // Before the thread: measured here it is not on a request's clock. Immutable once the constructor returns.
+  const std::vector<std::pair<int64_t, double>> step_cost_at_start_ = prepare_step_cost();
   std::thread thread_;  // last: starts after every other member is ready
 };
 
