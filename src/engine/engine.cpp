@@ -107,7 +107,7 @@ class Engine::Impl {
   std::optional<RequestId> submit(GenerationRequest request, EventCallback on_event) {
     validate(request);
     std::lock_guard lock(mutex_);
-    if (stopping_ || static_cast<int64_t>(inbox_.size()) + metrics_.waiting >= options_.max_queue) return std::nullopt;
+    if (stopping_ || static_cast<int64_t>(inbox_.size()) + scheduler_waiting_ >= options_.max_queue) return std::nullopt;
     const RequestId id = next_id_++;
     inbox_.push_back({id, std::move(request), std::move(on_event)});
     live_.insert(id);
@@ -124,7 +124,9 @@ class Engine::Impl {
 
   EngineMetrics metrics() const {
     std::lock_guard lock(mutex_);
-    return metrics_;
+    EngineMetrics m = metrics_;
+    m.waiting = scheduler_waiting_ + static_cast<int64_t>(inbox_.size());  // the inbox as it is now
+    return m;
   }
 
   void shutdown(bool finish_running) {
@@ -527,7 +529,7 @@ class Engine::Impl {
     const BlockPool& pool = kv_.pool();
     std::lock_guard lock(mutex_);
     metrics_.running = scheduler_.n_running();
-    metrics_.waiting = scheduler_.n_waiting() + static_cast<int64_t>(inbox_.size());
+    scheduler_waiting_ = scheduler_.n_waiting();
     metrics_.kv_blocks_total = pool.total();
     metrics_.kv_blocks_used = pool.used();
     metrics_.kv_blocks_free = pool.free();
@@ -570,6 +572,9 @@ class Engine::Impl {
   bool stopping_ = false;
   bool exit_ = false;
   EngineMetrics metrics_;
+  // The scheduler's waiting queue at the last step; the inbox is counted apart
+  // (publishing their sum once double-counted the inbox and refused requests).
+  int64_t scheduler_waiting_ = 0;
   // Before the thread: measured here it is not on a request's clock. Immutable once the constructor returns.
   const std::vector<std::pair<int64_t, double>> step_cost_at_start_ = prepare_step_cost();
   std::thread thread_;  // last: starts after every other member is ready
