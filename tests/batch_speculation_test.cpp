@@ -66,6 +66,7 @@ void expect_pool_idle(const Engine& engine) {
   EXPECT_EQ(m.kv_blocks_used, 0);
   EXPECT_EQ(m.kv_tokens_stored, 0);
   EXPECT_EQ(m.kv_blocks_free + m.kv_blocks_cached, m.kv_blocks_total);
+  EXPECT_EQ(m.draft_kv_blocks_used, 0);  // the draft model's pool too
 }
 
 void expect_same(const std::vector<Output>& got, const std::vector<Output>& want, const std::string& what) {
@@ -428,6 +429,23 @@ TEST_F(EngineDraftModel, GreedyAloneEqualsTheTargetForEveryK) {
   EXPECT_GT(m.spec_rounds, 0);
   EXPECT_GT(m.spec_accepted_tokens, 0);                 // some drafts are kept
   EXPECT_LT(m.spec_accepted_tokens, m.spec_draft_tokens);  // and some rolled back
+  expect_pool_idle(engine);
+}
+
+// Draft passes are batched: eight drafting sequences share each pass, so
+// passes are far fewer than drafts; the draft K/V pool is as large as the
+// target's and empty again at the end.
+TEST_F(EngineDraftModel, ConcurrentSequencesShareDraftPasses) {
+  const auto requests = workload(vocab(), 24);
+  const auto plain = run_alone(*model_, *tokenizer_, requests);
+  std::vector<GenerationRequest> drafting;
+  for (const GenerationRequest& r : requests) drafting.push_back(with_draft(r, 4));
+  Engine engine(*model_, *tokenizer_, with_draft_model(small_blocks()));
+  expect_same(run_together(engine, drafting), plain, "draft model, 8 together");
+  const EngineMetrics m = engine.metrics();
+  EXPECT_EQ(m.draft_kv_blocks_total, m.kv_blocks_total);
+  EXPECT_GT(m.spec_draft_passes, 0);
+  EXPECT_LT(m.spec_draft_passes * 2, m.spec_draft_tokens);
   expect_pool_idle(engine);
 }
 

@@ -1,7 +1,6 @@
 #include "engine/batch_speculation.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "core/error.h"
 
@@ -38,36 +37,33 @@ const char* speculative_mode_name(SpeculativeMode mode) {
 RequestSpeculation::RequestSpeculation(const SpeculationSettings& settings, const SpeculationContext& context)
     : settings_(settings), context_(context), k_(settings.draft_k) {}
 
-ModelDrafter& RequestSpeculation::model_drafter() {
-  if (!model_drafter_) {
-    check(context_.model != nullptr, "draft-model proposals need the engine's draft model");
-    const int64_t max_context = std::min(context_.max_context, context_.model->config().context_length);
-    model_drafter_ = std::make_unique<ModelDrafter>(*context_.model, max_context);
-  }
-  return *model_drafter_;
-}
-
-void RequestSpeculation::propose_from(Source source, std::span<const int32_t> history, int64_t k, Sampler& sampler) {
+void RequestSpeculation::propose_from(Source source, SequenceId seq, std::span<const int32_t> history, int64_t k,
+                                      Sampler& sampler) {
   source_ = source;
-  // ModelDrafter::propose syncs its cache to `history` itself (truncating to
-  // the common prefix), so rollbacks and recomputes need no extra commit.
-  if (source == Source::kNgram) ngram_.propose(history, k, sampler, proposal_);
-  else model_drafter().propose(history, k, sampler, proposal_);
-}
-
-std::span<const int32_t> RequestSpeculation::propose(std::span<const int32_t> history, int64_t max_drafts,
-                                                     int64_t batch_tokens, Sampler& sampler) {
+  if (source == Source::kNgram) return ngram_.propose(history, k, sampler, proposal_);
+  check(context_.draft != nullptr, "draft-model proposals need the engine's draft model");
   proposal_.tokens.clear();
   proposal_.probs.clear();
+  if (!context_.draft->reserve(seq, history, k)) return;  // no room for its K/V: no drafts this step
+  proposal_.tokens.assign(static_cast<size_t>(k), 0);
+  drafts_pending_ = true;
+}
+
+std::span<const int32_t> RequestSpeculation::propose(SequenceId seq, std::span<const int32_t> history,
+                                                     int64_t max_drafts, int64_t batch_tokens, Sampler& sampler) {
+  proposal_.tokens.clear();
+  proposal_.probs.clear();
+  drafts_pending_ = false;  // a proposal the scheduler did not place is dropped
   if (!enabled() || max_drafts <= 0) return {};
-  if (settings_.mode == SpeculativeMode::kAuto) return propose_auto(history, max_drafts, batch_tokens, sampler);
+  if (settings_.mode == SpeculativeMode::kAuto) return propose_auto(seq, history, max_drafts, batch_tokens, sampler);
   const Source source = settings_.mode == SpeculativeMode::kDraftModel ? Source::kModel : Source::kNgram;
-  propose_from(source, history, std::min(k_, max_drafts), sampler);
+  propose_from(source, seq, history, std::min(k_, max_drafts), sampler);
   return proposal_.tokens;
 }
 
-std::span<const int32_t> RequestSpeculation::propose_auto(std::span<const int32_t> history, int64_t max_drafts,
-                                                          int64_t batch_tokens, Sampler& sampler) {
+std::span<const int32_t> RequestSpeculation::propose_auto(SequenceId seq, std::span<const int32_t> history,
+                                                          int64_t max_drafts, int64_t batch_tokens,
+                                                          Sampler& sampler) {
   check(context_.policy != nullptr && context_.policy->step_cost.measured(),
         "auto speculation runs with the engine's measured step cost");
   SpeculationPolicy& policy = *context_.policy;
@@ -82,15 +78,13 @@ std::span<const int32_t> RequestSpeculation::propose_auto(std::span<const int32_
     lookup = choose_draft_length(policy.step_cost, ngram_rate(shadow_match_).rate(), batch_tokens, lookup_k, 0);
   }
   DraftChoice model;
-  if (context_.model != nullptr) {
+  if (context_.draft != nullptr) {
     draft_rate_.set_prior(policy.draft_model_acceptance.rate());
     model = choose_draft_length(policy.step_cost, draft_rate_.rate(), batch_tokens, cap, policy.draft_seconds_per_token);
   }
   if (model.k > 0 && model.gain > lookup.gain) {
-    const auto start = std::chrono::steady_clock::now();
-    propose_from(Source::kModel, history, model.k, sampler);
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    if (!proposal_.tokens.empty()) policy.observe_draft_seconds(took.count() / static_cast<double>(proposal_.tokens.size()));
+    // The engine times the draft passes (policy.observe_draft_seconds).
+    propose_from(Source::kModel, seq, history, model.k, sampler);
     return proposal_.tokens;  // the shadow stays: prompt lookup is judged on what this round yields
   }
   if (lookup.k == 0) return {};
@@ -121,7 +115,8 @@ void RequestSpeculation::keep_first(int64_t n) {
 
 int64_t RequestSpeculation::verify(std::span<const float> rows, int64_t n_draft, std::span<const int32_t> history,
                                    Sampler& sampler, VerifyScratch& scratch, std::vector<int32_t>& produced) {
-  check(n_draft == static_cast<int64_t>(proposal_.tokens.size()), "the batch verifies the whole proposal");
+  check(n_draft == static_cast<int64_t>(proposal_.tokens.size()) && !drafts_pending_,
+        "the batch verifies the whole proposal, drafted");
   const int64_t accepted = verify_draft(rows, proposal_, history, sampler, scratch, produced);
   if (settings_.adaptive_k) k_ = adapt_draft_k(k_, n_draft, accepted, settings_.draft_k);
   if (settings_.mode == SpeculativeMode::kAuto) {

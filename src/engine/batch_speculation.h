@@ -6,10 +6,11 @@
 // batch (Scheduler::schedule with a DraftSource) and rolls rejected ones back
 // (Scheduler::resolve_drafts); engine.cpp joins the two.
 //
-// Draft-model mode: each sequence drafts alone with its own ModelDrafter (k
-// single-token passes of the draft model over a contiguous KV cache outside
-// the paged pool); only the verification is batched. The drafter is created
-// at the first proposal, so a request that never speculates costs nothing.
+// Draft-model mode: a proposal is made in two phases (draft_model_batch.h):
+// propose() reserves the sequence's draft K/V and returns k placeholders that
+// the scheduler places in the batch; the engine then runs every such
+// sequence's draft passes together and fills the proposal in
+// (pending_proposal(), drafts_computed()) before the target's pass verifies it.
 //
 // Auto mode: each step chooses the source (prompt lookup, or the draft model
 // when the engine has one) and k, 0 included, with the engine's step cost and
@@ -26,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/draft_model_batch.h"
 #include "engine/engine.h"
 #include "engine/ngram_draft.h"
 #include "engine/spec_policy.h"
@@ -45,51 +47,52 @@ void validate_speculation(const SpeculationSettings& settings, bool has_draft_mo
 SpeculativeMode parse_speculative_mode(const std::string& name);
 const char* speculative_mode_name(SpeculativeMode mode);
 
-// What a request's speculation draws on: the engine's draft model (null:
-// none), the most tokens the sequence will hold (which sizes its draft KV
-// cache), and the engine's policy state for auto mode (null: no auto).
+// What a request's speculation draws on: the engine's draft model and its
+// paged K/V (null: none), and the engine's policy state for auto mode (null:
+// no auto).
 struct SpeculationContext {
-  const Model* model = nullptr;
-  int64_t max_context = 0;
+  DraftModelBatch* draft = nullptr;
   SpeculationPolicy* policy = nullptr;
 };
 
 class RequestSpeculation {
  public:
-  // `context.model` is used in draft-model and auto mode only;
-  // validate_speculation has checked that it has a model in draft-model mode.
+  // `context.draft` is used in draft-model and auto mode only;
+  // validate_speculation has checked that there is one in draft-model mode.
   // Auto mode needs context.policy with a measured step cost.
   RequestSpeculation(const SpeculationSettings& settings, const SpeculationContext& context);
   bool enabled() const { return settings_.mode != SpeculativeMode::kNone; }
-  // At most min(k, max_drafts) drafts to follow `history` (prompt + generated),
-  // kept until verify(); none when speculation is off or nothing matches. The
-  // draft model re-syncs to `history` first (after rejections or a
-  // preemption it keeps only the common prefix). `batch_tokens`: the step's
-  // tokens without these drafts (this sequence's included), for auto mode.
-  std::span<const int32_t> propose(std::span<const int32_t> history, int64_t max_drafts, int64_t batch_tokens,
-                                   Sampler& sampler);
+  // At most min(k, max_drafts) drafts to follow `history` (prompt + generated)
+  // of sequence `seq`, kept until verify(); none when speculation is off or
+  // nothing matches. From the draft model: placeholders until the engine runs
+  // the draft passes (drafts_pending()). `batch_tokens`: the step's tokens
+  // without these drafts (this sequence's included), for auto mode.
+  std::span<const int32_t> propose(SequenceId seq, std::span<const int32_t> history, int64_t max_drafts,
+                                   int64_t batch_tokens, Sampler& sampler);
   // Keeps only the first n drafts of the last proposal, for a deterministic
   // drafter only (cutting a sampled proposal would bias the output).
   void keep_first(int64_t n);
-  bool proposal_deterministic() const { return proposal_.deterministic(); }
+  bool proposal_deterministic() const { return !drafts_pending_ && proposal_.deterministic(); }
+  // The last proposal awaits the draft model's passes: the engine fills
+  // pending_proposal() in (DraftModelBatch::run), then calls drafts_computed().
+  bool drafts_pending() const { return drafts_pending_; }
+  DraftProposal& pending_proposal() { return proposal_; }
+  void drafts_computed() { drafts_pending_ = false; }
   // Verifies the last proposal's n_draft drafts against the target's rows
   // [n_draft + 1][vocab] (row i after history and the first i drafts):
   // `produced` gets the round's 1..n_draft+1 tokens; returns the drafts
   // accepted. Adapts k when adaptive.
   int64_t verify(std::span<const float> rows, int64_t n_draft, std::span<const int32_t> history, Sampler& sampler,
                  VerifyScratch& scratch, std::vector<int32_t>& produced);
-  // Frees the draft model's KV cache (the request's branch finished).
-  void release() { model_drafter_.reset(); }
   // Auto mode's per-token acceptance estimates (for tests and reports).
   double ngram_acceptance(int64_t match) const { return ngram_rate(match).rate(); }
   double draft_model_acceptance() const { return draft_rate_.rate(); }
 
  private:
   enum class Source { kNgram, kModel };
-  ModelDrafter& model_drafter();
-  void propose_from(Source source, std::span<const int32_t> history, int64_t k, Sampler& sampler);
-  std::span<const int32_t> propose_auto(std::span<const int32_t> history, int64_t max_drafts, int64_t batch_tokens,
-                                        Sampler& sampler);
+  void propose_from(Source source, SequenceId seq, std::span<const int32_t> history, int64_t k, Sampler& sampler);
+  std::span<const int32_t> propose_auto(SequenceId seq, std::span<const int32_t> history, int64_t max_drafts,
+                                        int64_t batch_tokens, Sampler& sampler);
   // Compares the last shadow proposal with what followed it in `history`.
   void settle_shadow(std::span<const int32_t> history);
   // Prompt lookup's acceptance for a match of n tokens (1..3).
@@ -100,8 +103,8 @@ class RequestSpeculation {
   SpeculationContext context_;
   int64_t k_;  // drafts of the next round at most (draft_k unless adaptive)
   NgramDrafter ngram_;
-  std::unique_ptr<ModelDrafter> model_drafter_;  // from the first draft-model proposal on
   DraftProposal proposal_;
+  bool drafts_pending_ = false;  // proposal_ holds the draft model's placeholders
   Source source_ = Source::kNgram;  // of proposal_
   // Auto mode:
   // One estimate per match length n = 1, 2, 3: a one-token match is a guess, a

@@ -67,10 +67,12 @@ std::vector<int32_t> end_of_generation_ids(const Tokenizer& tokenizer, int32_t v
 
 // Blocks in the pool: an explicit count, a byte budget, or room for
 // max_running full contexts capped at 1 GiB.
+// A draft model's pool has as many blocks: its bytes count in the budget.
 int64_t pool_blocks(const ModelConfig& c, const EngineOptions& o, int64_t context) {
   if (o.block_size <= 0) throw Error("block_size must be positive, got " + std::to_string(o.block_size));
   if (o.kv_blocks > 0) return o.kv_blocks;
-  const int64_t per_block = PagedKVStorage::bytes_per_block(c.n_layers, o.block_size, c.n_kv_heads, c.head_dim, o.kv_type);
+  int64_t per_block = PagedKVStorage::bytes_per_block(c.n_layers, o.block_size, c.n_kv_heads, c.head_dim, o.kv_type);
+  if (o.draft_model != nullptr) per_block += DraftModelBatch::bytes_per_block(o.draft_model->config(), o.block_size);
   if (o.kv_memory_bytes > 0) {
     if (o.kv_memory_bytes < per_block)
       throw Error("kv_memory_bytes " + std::to_string(o.kv_memory_bytes) + " is smaller than one KV block (" +
@@ -95,6 +97,10 @@ class Engine::Impl {
                  model.config().head_dim, options.kv_type),
         scheduler_(SchedulerConfig{options.max_running, options.max_batch_tokens}, kv_),
         transformer_(model, AttentionKernel::kFlash),
+        draft_batch_(options.draft_model == nullptr
+                         ? nullptr
+                         : std::make_unique<DraftModelBatch>(*options.draft_model, n_blocks_, options.block_size,
+                                                             options.prefix_caching, options.max_batch_tokens)),
         thread_([this] { loop(); }) {
     publish_metrics();  // the pool size is known before the first request
   }
@@ -186,9 +192,7 @@ class Engine::Impl {
 
   void admit(Pending p) {
     const RequestId id = p.id;
-    // A sequence holds prompt + max_tokens tokens at most: its draft KV cache needs no more.
-    const auto longest = static_cast<int64_t>(p.request.prompt.size()) + std::min(p.request.max_tokens, context_limit_);
-    const SpeculationContext speculation{options_.draft_model, std::min(context_limit_, longest), &policy_};
+    const SpeculationContext speculation{draft_batch_.get(), &policy_};
     if (p.request.speculation.mode == SpeculativeMode::kAuto && !policy_.step_cost.measured()) measure_step_cost();
     auto [it, inserted] = requests_.try_emplace(id, std::move(p.request), std::move(p.on_event), tokenizer_, speculation);
     check(inserted, "request ids are unique");
@@ -223,7 +227,7 @@ class Engine::Impl {
   void finish(RequestId id, Branch& b, GenerationEvent& ev, const std::string& reason) {
     scheduler_.remove(b.seq);
     owners_.erase(b.seq);
-    b.spec.release();  // the draft KV cache, at once (other branches may run on)
+    if (draft_batch_) draft_batch_->release(b.seq);  // its draft K/V, at once (other branches may run on)
     b.finished = true;
     ev.finished = true;
     ev.finish_reason = reason;
@@ -278,8 +282,11 @@ class Engine::Impl {
   void step() {
     const SchedulerOutput out = scheduler_.schedule(draft_source_);
     for (const BlockCopy& c : out.copies) storage_.copy_block(c.src, c.dst);
+    if (draft_batch_)
+      for (SequenceId id : out.preempted) draft_batch_->release(id);  // recomputed later, drafts included
     check(!out.chunks.empty() || scheduler_.idle(), "a busy scheduler plans work");
     if (out.chunks.empty()) return;
+    run_draft_model(out);
     std::vector<SequenceChunk> chunks;
     int64_t n_rows = 0;  // logits rows: one per sampling chunk, plus one per draft
     for (const ScheduledChunk& c : out.chunks) {
@@ -499,6 +506,42 @@ class Engine::Impl {
     return nullptr;
   }
 
+  Branch& branch_of(const Sequence& seq) {
+    const auto [id, index] = owners_.at(seq.id);
+    return *requests_.at(id).branches[static_cast<size_t>(index)];
+  }
+
+  // The draft model's passes for every chunk whose drafts it proposed,
+  // batched, before the target's pass that verifies them: the placeholders
+  // in the sequences' tokens become the drafts.
+  void run_draft_model(const SchedulerOutput& out) {
+    draft_requests_.clear();
+    for (const ScheduledChunk& c : out.chunks) {
+      if (c.n_draft == 0) continue;
+      Branch& b = branch_of(*c.seq);
+      if (!b.spec.drafts_pending()) continue;
+      const auto history = std::span<const int32_t>(c.seq->tokens).first(static_cast<size_t>(c.seq->num_tokens() - c.n_draft));
+      draft_requests_.push_back({c.seq->id, history, c.n_draft, &b.sampler, &b.spec.pending_proposal()});
+    }
+    if (draft_requests_.empty()) return;
+    const auto start = std::chrono::steady_clock::now();
+    draft_batch_->run(draft_requests_);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    int64_t drafted = 0;
+    for (const ScheduledChunk& c : out.chunks) {
+      if (c.n_draft == 0) continue;
+      Branch& b = branch_of(*c.seq);
+      if (!b.spec.drafts_pending()) continue;
+      const std::vector<int32_t>& drafts = b.spec.pending_proposal().tokens;
+      std::copy(drafts.begin(), drafts.end(), c.seq->tokens.end() - c.n_draft);
+      b.spec.drafts_computed();
+      drafted += c.n_draft;
+    }
+    policy_.observe_draft_seconds(took.count() / static_cast<double>(drafted));
+    std::lock_guard lock(mutex_);
+    metrics_.spec_draft_passes = draft_batch_->passes();
+  }
+
   // Drafts for a decoding request that asked for speculation (Scheduler's DraftSource).
   std::span<const int32_t> drafts_for(const Sequence& seq, int64_t max_drafts, int64_t batch_tokens) {
     const auto [id, index] = owners_.at(seq.id);
@@ -507,7 +550,7 @@ class Engine::Impl {
     // A round yields up to drafts + 1 tokens: stay within max_tokens and the sequence's K/V slots.
     const int64_t limit = std::min({max_drafts, rs.request.max_tokens - b.completion_tokens - 1,
                                     seq.max_kv_tokens - seq.num_tokens()});
-    const std::span<const int32_t> drafts = b.spec.propose(seq.tokens, limit, batch_tokens, b.sampler);
+    const std::span<const int32_t> drafts = b.spec.propose(seq.id, seq.tokens, limit, batch_tokens, b.sampler);
     if (!b.matcher || drafts.empty() || !b.spec.proposal_deterministic()) return drafts;
     // Cut a deterministic proposal at the first draft the grammar rejects:
     // it would be rejected anyway (probability 0), so the cut only saves work.
@@ -536,6 +579,10 @@ class Engine::Impl {
     metrics_.kv_blocks_cached = pool.cached();
     metrics_.kv_tokens_stored = scheduler_.computed_tokens();
     metrics_.kv_slots_allocated = pool.used() * pool.block_size();
+    if (draft_batch_) {
+      metrics_.draft_kv_blocks_total = draft_batch_->pool().total();
+      metrics_.draft_kv_blocks_used = draft_batch_->pool().used();
+    }
   }
 
   const Model& model_;
@@ -548,6 +595,8 @@ class Engine::Impl {
   PagedKVStorage storage_;
   Scheduler scheduler_;
   Transformer transformer_;
+  std::unique_ptr<DraftModelBatch> draft_batch_;  // null without a draft model
+  std::vector<DraftModelRequest> draft_requests_;  // the current step's
   std::map<RequestId, RequestState> requests_;
   std::map<SequenceId, std::pair<RequestId, int32_t>> owners_;  // each branch's sequence -> (request, branch)
   SequenceId next_seq_ = kNoSequence + 1;

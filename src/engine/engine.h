@@ -98,8 +98,9 @@ struct EngineOptions {
                                     // (omp_set_num_threads in another thread does not reach the engine's)
   // The draft model of SpeculativeMode::kDraftModel requests (null: such
   // requests are refused). It must share the target's vocabulary and outlive
-  // the engine. Each drafting sequence gets its own contiguous draft KV cache,
-  // outside the paged pool (docs/speculative.md).
+  // the engine. Its K/V live in a paged pool of their own with as many blocks
+  // as the target's (counted in kv_memory_bytes), and the drafting sequences'
+  // draft passes run batched (docs/speculative.md).
   const Model* draft_model = nullptr;
   // Auto speculation's step cost t(n), as (batch tokens, seconds) points. Empty:
   // measured by the engine (a few forward passes over a scratch sequence) at
@@ -127,6 +128,9 @@ struct EngineMetrics {
   int64_t spec_rounds = 0;          // speculative verifications (a sequence's token + drafts in one pass)
   int64_t spec_draft_tokens = 0;    // drafts proposed (and run through the target)
   int64_t spec_accepted_tokens = 0; // drafts accepted
+  int64_t spec_draft_passes = 0;    // draft-model forward passes (each over every drafting sequence)
+  int64_t draft_kv_blocks_total = 0; // the draft model's K/V pool (0 without a draft model)
+  int64_t draft_kv_blocks_used = 0;
 };
 
 class Engine {
