@@ -89,8 +89,13 @@ PoolBlocks pool_blocks(const ModelConfig& c, const EngineOptions& o, int64_t con
   const int64_t full_contexts = o.max_running * context_blocks;
   const auto n_sliding = static_cast<int64_t>(
       uses_sliding_group(c, o) ? std::count(c.layer_is_sliding.begin(), c.layer_is_sliding.end(), true) : 0);
-  const int64_t sliding_cap = n_sliding == 0 ? 0 : std::max<int64_t>(1, o.max_running) *
-      std::min(sliding_blocks_per_sequence(c.sliding_window, std::max<int64_t>(o.max_batch_tokens, 1), B), context_blocks);
+  // The sliding pool's size: max_running sequences' windows.
+  int64_t sliding_cap = 0;
+  if (n_sliding > 0) {
+    const int64_t chunk = std::max<int64_t>(o.max_batch_tokens, 1);
+    const int64_t per_sequence = std::min(sliding_blocks_per_sequence(c.sliding_window, chunk, B), context_blocks);
+    sliding_cap = std::max<int64_t>(o.max_running, 1) * per_sequence;
+  }
   if (o.kv_blocks > 0) return {o.kv_blocks, std::min(o.kv_blocks, sliding_cap)};
   const int64_t full_bytes = PagedKVStorage::bytes_per_block(c.n_layers - n_sliding, B, c.n_kv_heads, c.head_dim, o.kv_type);
   const int64_t sliding_bytes = PagedKVStorage::bytes_per_block(n_sliding, B, c.n_kv_heads, c.head_dim, o.kv_type);
@@ -564,23 +569,13 @@ class Engine::Impl {
 
   // Planning a step is when the most blocks are held: freeing waits for its end.
   void note_peak_blocks() {
-    const ModelConfig& c = model_.config();
-    const int64_t n_sliding = kv_.has_sliding_group() ? storage_sliding_layers() : 0;
-    const auto block_bytes = [&](int64_t layers) {
-      return PagedKVStorage::bytes_per_block(layers, options_.block_size, c.n_kv_heads, c.head_dim, options_.kv_type);
-    };
     std::lock_guard lock(mutex_);
-    metrics_.kv_blocks_used_peak = std::max(metrics_.kv_blocks_used_peak, kv_.pool().used());
-    if (n_sliding > 0)
-      metrics_.kv_sliding_blocks_used_peak = std::max(metrics_.kv_sliding_blocks_used_peak, kv_.sliding_pool().used());
-    metrics_.kv_bytes_used_peak = metrics_.kv_blocks_used_peak * block_bytes(c.n_layers - n_sliding) +
-                                  metrics_.kv_sliding_blocks_used_peak * block_bytes(n_sliding);
-  }
-
-  int64_t storage_sliding_layers() const {
-    int64_t n = 0;
-    for (int64_t l = 0; l < model_.config().n_layers; ++l) n += storage_.is_sliding(l) ? 1 : 0;
-    return n;
+    EngineMetrics& m = metrics_;
+    m.kv_blocks_used_peak = std::max(m.kv_blocks_used_peak, kv_.pool().used());
+    if (kv_.has_sliding_group())
+      m.kv_sliding_blocks_used_peak = std::max(m.kv_sliding_blocks_used_peak, kv_.sliding_pool().used());
+    m.kv_bytes_used_peak = m.kv_blocks_used_peak * storage_.block_bytes(KVGroup::kFull) +
+                           m.kv_sliding_blocks_used_peak * storage_.block_bytes(KVGroup::kSliding);
   }
 
   void publish_metrics() {

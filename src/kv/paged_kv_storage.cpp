@@ -29,15 +29,14 @@ PagedKVStorage::PagedKVStorage(const std::vector<bool>& layer_is_sliding, int64_
   check(n_layers_ > 0 && n_blocks > 0 && n_sliding_blocks >= 0 && block_size > 0 && n_kv_heads > 0 && head_dim > 0,
         "paged KV dimensions are positive");
   row_bytes_ = token_row_bytes(n_kv_heads, head_dim, type);
-  std::array<int64_t, 2> layers_in = {0, 0};
   for (bool sliding : layer_is_sliding) {
     const KVGroup g = sliding && n_sliding_blocks > 0 ? KVGroup::kSliding : KVGroup::kFull;
     group_.push_back(g);
-    index_in_group_.push_back(layers_in[group_index(g)]++);
+    index_in_group_.push_back(layers_in_group_[group_index(g)]++);
   }
-  const size_t block_bytes = static_cast<size_t>(block_size) * row_bytes_;
-  group_offset_[1] = static_cast<size_t>(layers_in[0] * n_blocks_[0]) * block_bytes;
-  const size_t n = group_offset_[1] + static_cast<size_t>(layers_in[1] * n_blocks_[1]) * block_bytes;
+  const size_t layer_block_bytes = static_cast<size_t>(block_size) * row_bytes_;
+  group_offset_[1] = static_cast<size_t>(layers_in_group_[0] * n_blocks_[0]) * layer_block_bytes;
+  const size_t n = group_offset_[1] + static_cast<size_t>(layers_in_group_[1] * n_blocks_[1]) * layer_block_bytes;
   k_.resize(n);
   v_.resize(n);
 }
@@ -45,6 +44,10 @@ PagedKVStorage::PagedKVStorage(const std::vector<bool>& layer_is_sliding, int64_
 int64_t PagedKVStorage::bytes_per_block(int64_t n_layers, int64_t block_size, int64_t n_kv_heads, int64_t head_dim,
                                         KVType type) {
   return 2 * n_layers * block_size * static_cast<int64_t>(token_row_bytes(n_kv_heads, head_dim, type));
+}
+
+int64_t PagedKVStorage::block_bytes(KVGroup group) const {
+  return 2 * layers_in_group_[group_index(group)] * block_size_ * static_cast<int64_t>(row_bytes_);
 }
 
 size_t PagedKVStorage::offset(int64_t layer, BlockId b) const {

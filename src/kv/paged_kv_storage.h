@@ -61,6 +61,8 @@ class PagedKVStorage {
   // Copies block src's rows into block dst in every layer of the group, byte for byte (copy-on-write).
   void copy_block(BlockId src, BlockId dst, KVGroup group = KVGroup::kFull);
   size_t bytes() const { return k_.size() + v_.size(); }
+  // Bytes one block of the group takes across its layers (K and V).
+  int64_t block_bytes(KVGroup group) const;
 
  private:
   size_t offset(int64_t layer, BlockId b) const;
@@ -70,6 +72,7 @@ class PagedKVStorage {
   size_t row_bytes_;
   std::vector<KVGroup> group_;          // [n_layers] each layer's group
   std::vector<int64_t> index_in_group_; // [n_layers] the layer's index among its group's layers
+  std::array<int64_t, 2> layers_in_group_ = {0, 0};
   std::array<size_t, 2> group_offset_ = {0, 0};  // bytes before each group's rows
   // Each group's layers one after the other: [group][layer in group][block][block_size][row_bytes]
   AlignedBuffer<uint8_t> k_;
