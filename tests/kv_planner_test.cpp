@@ -239,6 +239,12 @@ TEST(KvPlanner, SlidingLayersKeepAWindowPlusAChunk) {
   EXPECT_EQ(short_plan.allocated_bytes_per_seq, short_plan.every_position_bytes_per_seq);
   EXPECT_EQ(sliding_blocks_per_sequence(512, 512, 16), 65);
   EXPECT_EQ(sliding_blocks_per_sequence(48, 1, 8), 8);
+  EXPECT_EQ(sliding_blocks_per_sequence(7, 9, 8), 3);
+  KVPlanRequest huge_chunk;
+  huge_chunk.ctx = 4096;
+  huge_chunk.chunk = INT64_MAX;
+  const KVPlan all = plan_kv_cache(s, huge_chunk);  // no overflow: the sliding layers keep every page
+  EXPECT_EQ(all.allocated_bytes_per_seq, all.every_position_bytes_per_seq);
   KVPlanRequest bad;
   bad.ctx = 100;
   bad.chunk = 0;

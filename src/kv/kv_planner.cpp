@@ -170,7 +170,9 @@ const KVPreset& find_kv_preset(const std::string& id) {
 
 int64_t sliding_blocks_per_sequence(int64_t window, int64_t chunk, int64_t block_size) {
   check(window > 0 && chunk > 0 && block_size > 0, "a sliding group's window, chunk and block size are positive");
-  return (window + chunk + block_size - 1) / block_size + 1;
+  // ceil((window + chunk) / block_size) + 1, without overflow for huge --chunk values.
+  const int64_t rest = window % block_size + chunk % block_size;
+  return window / block_size + chunk / block_size + (rest + block_size - 1) / block_size + 1;
 }
 
 KVPlan plan_kv_cache(const KVModelShape& shape, const KVPlanRequest& request) {
