@@ -221,3 +221,25 @@ TEST(SlidingWindowRealModel, Gemma3LongPromptSameAsKeepingEveryPosition) {
   EXPECT_EQ(metrics[1].kv_blocks_used_peak, (671 + 15) / 16);  // the global layers keep every block
   EXPECT_LT(metrics[1].kv_bytes_used_peak, metrics[0].kv_bytes_used_peak);
 }
+
+// Without sliding layers (or with freeing off) the engine builds the one pool
+// it always did: max_running full contexts (under the 1 GiB cap).
+TEST_F(SlidingWindowEngine, ModelsWithoutSlidingLayersKeepTheirOnePool) {
+  test_util::TempFile llama_file(".gguf");
+  test_util::write_synth_model(llama_file.path(), "tiny-llama");
+  const auto llama = Model::load(llama_file.path());
+  const Tokenizer llama_tok = Tokenizer::from_gguf(llama->file());
+  EngineOptions o;  // max_running 16, block size 16; both models have a 256-token context
+  const EngineMetrics plain = Engine(*llama, llama_tok, o).metrics();
+  EXPECT_EQ(plain.kv_blocks_total, 16 * 16);
+  EXPECT_EQ(plain.kv_sliding_blocks_total, 0);
+  o.sliding_window_kv = false;
+  const EngineMetrics kept = Engine(*model_, *tokenizer_, o).metrics();
+  EXPECT_EQ(kept.kv_blocks_total, 16 * 16);
+  EXPECT_EQ(kept.kv_sliding_blocks_total, 0);
+  o.sliding_window_kv = true;
+  o.max_batch_tokens = 16;  // the sliding pool: 16 sequences x (ceil((48 + 16) / 16) + 1) blocks
+  const EngineMetrics freed = Engine(*model_, *tokenizer_, o).metrics();
+  EXPECT_EQ(freed.kv_blocks_total, 16 * 16);
+  EXPECT_EQ(freed.kv_sliding_blocks_total, 16 * 5);
+}
