@@ -1,4 +1,4 @@
-// `kvserve kv-size (MODEL.gguf | --preset NAME) [--ctx N --batch N --kv-type T --block-size N]
+// `kvserve kv-size (MODEL.gguf | --preset NAME) [--ctx N --batch N --kv-type T --block-size N --chunk N]
 //  [--mem SIZE --weights-bytes SIZE] [--json]`: the KV cache size the engine allocates, and how
 // many sequences fit in a memory budget. `--list-presets` lists the built-in models.
 #include <charconv>
@@ -27,6 +27,7 @@ struct KVSizeOptions {
   std::string batch = "1";
   std::string kv_type = "f16";
   std::string block_size = "16";
+  std::string chunk = "512";
   std::string mem;
   std::string weights_bytes;
   bool json = false;
@@ -112,6 +113,15 @@ void print_table(const KVSource& source, const KVPlanRequest& request, const KVP
   print_size_row("exact", request.ctx, request.batch, plan.exact_bytes);
   const std::string paged = "paged (" + std::to_string(request.block_size) + "/page)";
   print_size_row(paged.c_str(), plan.allocated_tokens_per_seq, request.batch, plan.allocated_bytes);
+  if (plan.sliding_pages_per_seq > 0) {
+    print_size_row("paged, none freed", plan.allocated_tokens_per_seq, request.batch,
+                   plan.every_position_bytes_per_seq * request.batch);
+    std::printf("\nsliding:    %lld of %lld layers see the last %lld tokens and keep %lld pages per sequence\n"
+                "            (window + a %lld-token chunk, --chunk); the others keep every page\n",
+                static_cast<long long>(source.shape.n_sliding_layers), static_cast<long long>(source.shape.n_layers),
+                static_cast<long long>(source.shape.sliding_window), static_cast<long long>(plan.sliding_pages_per_seq),
+                static_cast<long long>(request.chunk));
+  }
   if (!budget) return;
   std::printf("\nmemory:     %s - %s weights = %s for the cache\n", format_gib(budget->mem_bytes).c_str(),
               format_gib(budget->weights_bytes).c_str(), format_gib(budget->fit.free_bytes).c_str());
@@ -158,6 +168,12 @@ void print_json(const KVSource& source, const KVPlanRequest& request, const KVPl
         {"bytes", plan.allocated_bytes},
         {"gib", format_gib(plan.allocated_bytes)}}},
   };
+  if (plan.sliding_pages_per_seq > 0)
+    j["sliding"] = {{"layers", source.shape.n_sliding_layers},
+                    {"window", source.shape.sliding_window},
+                    {"chunk", request.chunk},
+                    {"pages_per_seq", plan.sliding_pages_per_seq},
+                    {"bytes_if_none_freed", plan.every_position_bytes_per_seq * request.batch}};
   if (budget)
     j["memory"] = {{"mem_bytes", budget->mem_bytes},     {"weights_bytes", budget->weights_bytes},
                    {"free_bytes", budget->fit.free_bytes}, {"sequences", budget->fit.sequences},
@@ -189,6 +205,7 @@ void run_kv_size(const KVSizeOptions& opt) {
   request.batch = parse_count(opt.batch, "--batch");
   request.block_size = parse_count(opt.block_size, "--block-size");
   request.type = parse_kv_type(opt.kv_type, "--kv-type");
+  request.chunk = parse_count(opt.chunk, "--chunk");
   const KVPlan plan = plan_kv_cache(source.shape, request);
   const std::optional<KVBudget> budget = make_budget(opt, source, plan, request);
   if (opt.json)
@@ -211,6 +228,10 @@ void register_kv_size(CLI::App& app) {
   cmd->add_option("--kv-type", opt->kv_type, "cache element type: f32, f16, bf16, q8_0, fp8, q4_0")
       ->capture_default_str();
   cmd->add_option("--block-size", opt->block_size, "tokens per KV page; sequences round up to whole pages")
+      ->type_name("INT")
+      ->capture_default_str();
+  cmd->add_option("--chunk", opt->chunk,
+                  "tokens per engine step (--max-batch-tokens): sliding-window layers keep a window plus a chunk")
       ->type_name("INT")
       ->capture_default_str();
   cmd->add_option("--mem", opt->mem, "memory budget for weights + cache, e.g. 80GiB")->type_name("SIZE");

@@ -53,6 +53,7 @@ struct RunOptions {
   int64_t draft_layers = 6;
   DraftFlags draft_flags;     // --draft-vocab, --draft-activations
   bool adaptive_k = false;
+  bool keep_sliding_kv = false;  // -f: sliding-window layers keep every position (EngineOptions::sliding_window_kv off)
 };
 
 void set_threads(int threads) {
@@ -109,6 +110,7 @@ void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokeni
   eo.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
   eo.max_queue = static_cast<int64_t>(prompts.size());
   eo.threads = opt.threads;
+  eo.sliding_window_kv = !opt.keep_sliding_kv;
   // Auto drafts with a model only when one is given (--draft); without it, prompt lookup or nothing.
   const bool with_draft = opt.spec == "draft" || (opt.spec == "auto" && !opt.draft.empty());
   const std::unique_ptr<Model> draft = with_draft ? load_draft(opt, model) : nullptr;
@@ -142,6 +144,12 @@ void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokeni
                static_cast<long long>(m.generated_tokens_total), seconds,
                static_cast<double>(m.generated_tokens_total) / std::max(seconds, 1e-9), static_cast<long long>(m.steps));
   print_speculation(opt, engine);
+  std::fprintf(stderr, "KV pool peak: %lld of %lld blocks", static_cast<long long>(m.kv_blocks_used_peak),
+               static_cast<long long>(m.kv_blocks_total));
+  if (m.kv_sliding_blocks_total > 0)
+    std::fprintf(stderr, " + sliding-window layers %lld of %lld", static_cast<long long>(m.kv_sliding_blocks_used_peak),
+                 static_cast<long long>(m.kv_sliding_blocks_total));
+  std::fprintf(stderr, " (%.2f MiB of K/V held at most)\n", static_cast<double>(m.kv_bytes_used_peak) / (1 << 20));
 }
 
 GenerateResult generate_plain(const RunOptions& opt, Decoder& decoder, Sampler& sampler, const Tokenizer& tokenizer,
@@ -280,6 +288,8 @@ void register_run(CLI::App& app) {
   add_draft_flags(cmd, opt->draft_flags);
   cmd->add_flag("--adaptive-k", opt->adaptive_k,
                 "Shrink the draft length when acceptance is low (--draft-k is the ceiling)");
+  cmd->add_flag("--keep-sliding-kv", opt->keep_sliding_kv,
+                "With -f: sliding-window layers (Gemma 3) keep every position instead of freeing what left the window");
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--no-echo", opt->no_echo, "Do not print the prompt before the continuation");
   cmd->callback([opt] { run(*opt); });

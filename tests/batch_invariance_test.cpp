@@ -358,10 +358,13 @@ class Runner {
  public:
   static constexpr int64_t kBlockSize = 16;
 
-  Runner(const Model& m, int64_t n_blocks)
+  // free_sliding: a model's sliding-window layers get their own pool, which
+  // frees the blocks behind the window (the engine's default), else every
+  // layer keeps every position.
+  Runner(const Model& m, int64_t n_blocks, bool free_sliding)
       : model_(m),
-        kv_(n_blocks, kBlockSize, false),
-        storage_(m.config().n_layers, n_blocks, kBlockSize, m.config().n_kv_heads, m.config().head_dim),
+        kv_(manager(m.config(), n_blocks, free_sliding)),
+        storage_(storage(m.config(), n_blocks, free_sliding)),
         t_(m, AttentionKernel::kFlash) {}
 
   // One forward_batch over the shares, in this order.
@@ -377,7 +380,8 @@ class Runner {
     for (const Share& s : shares)
       chunks.push_back({std::span<const int32_t>(s.seq->tokens).subspan(static_cast<size_t>(s.seq->done),
                                                                          static_cast<size_t>(s.n)),
-                        s.seq->done, kv_.blocks(s.seq->id), true, s.logits > 0 ? s.logits : s.n});
+                        s.seq->done, kv_.blocks(s.seq->id), true, s.logits > 0 ? s.logits : s.n,
+                        kv_.sliding_blocks(s.seq->id)});
     const int64_t vocab = model_.config().vocab_size;
     std::vector<float> logits(static_cast<size_t>(rows * vocab));
     t_.forward_batch(chunks, storage_, logits.data());
@@ -397,6 +401,16 @@ class Runner {
   }
 
  private:
+  static KVCacheManager manager(const ModelConfig& c, int64_t n_blocks, bool free_sliding) {
+    if (!free_sliding || c.sliding_window == 0) return KVCacheManager(n_blocks, kBlockSize, false);
+    return KVCacheManager(n_blocks, kBlockSize, false, SlidingKVGroup{c.sliding_window, n_blocks});
+  }
+  static PagedKVStorage storage(const ModelConfig& c, int64_t n_blocks, bool free_sliding) {
+    if (!free_sliding || c.sliding_window == 0)
+      return PagedKVStorage(c.n_layers, n_blocks, kBlockSize, c.n_kv_heads, c.head_dim);
+    return PagedKVStorage(c.layer_is_sliding, n_blocks, n_blocks, kBlockSize, c.n_kv_heads, c.head_dim);
+  }
+
   const Model& model_;
   KVCacheManager kv_;
   PagedKVStorage storage_;
@@ -422,6 +436,7 @@ struct Schedule {
   int threads = 1;
   bool batch = false;          // among 15 other sequences
   bool prompt_logits = true;   // logits for every prompt row (else the last one only)
+  bool free_sliding = true;    // sliding-window layers free the blocks behind the window (Runner)
 };
 
 class BatchInvarianceModel : public ::testing::Test {
@@ -457,7 +472,7 @@ class BatchInvarianceModel : public ::testing::Test {
         blocks += n / Runner::kBlockSize + 2;
       }
     auto prompt_of = [](const Seq& o) { return static_cast<int64_t>(o.tokens.size()) - kVerify - 1; };
-    auto r = std::make_unique<Runner>(*model_, blocks);
+    auto r = std::make_unique<Runner>(*model_, blocks, s.free_sliding);
     const int64_t chunk = s.chunk > 0 ? s.chunk : s.prompt;
     if (s.batch) {
       std::vector<Share> step1, step2;
@@ -605,6 +620,15 @@ TEST_F(Gemma3BatchInvariance, RealModelQ8PastTheWindowAloneVsBatch) {
                      "600-token context in a batch of 16");
   expect_same_logits({600, 0, false, 1, false, false}, {600, 256, false, 2, false, false},
                      "600-token context in chunks of 256 on 2 threads");
+}
+// The sliding layers' own pool (the engine's default) frees the blocks the
+// window has passed (the decode steps at 600..604 drop blocks 0-4): the same
+// bits as keeping every position.
+TEST_F(Gemma3BatchInvariance, RealModelQ8FreeingSlidingBlocksVsKeepingThem) {
+  if (test_util::skip_slow()) GTEST_SKIP() << "slow without optimization";
+  const ScopedActivationPrecision precision(ActivationPrecision::kQ8);
+  expect_same_logits({600, 128, false, 1, false, false, false}, {600, 128, false, 1, false, false, true},
+                     "600-token context, sliding blocks freed vs kept");
 }
 
 // f16 weights: the float GEMM multiplies exact f32 activations in both modes,

@@ -214,3 +214,39 @@ TEST(KvPlanner, CommandPrintsTableJsonAndErrors) {
     EXPECT_NE(r.output.find("kvserve: error:"), std::string::npos) << bad << ": " << r.output;
   }
 }
+
+// Gemma 3 270M (18 layers, 15 sliding with a 512-key window, one K/V head of
+// 256): the sliding layers keep min(ctx, 512) positions exactly, and
+// ceil((512 + 512) / 16) + 1 = 65 pages per sequence paged.
+TEST(KvPlanner, SlidingLayersKeepAWindowPlusAChunk) {
+  KVModelShape s;
+  s.name = "Gemma 3 270M";
+  s.n_layers = 18;
+  s.n_heads = 4;
+  s.n_kv_heads = 1;
+  s.head_dim = 256;
+  s.context_length = 32768;
+  s.n_sliding_layers = 15;
+  s.sliding_window = 512;
+  const KVPlan plan = plan_for(s, 4096);
+  EXPECT_EQ(plan.bytes_per_token, 18 * 1024);
+  EXPECT_EQ(plan.sliding_pages_per_seq, 65);
+  EXPECT_EQ(plan.exact_bytes_per_seq, 1024 * (3 * 4096 + 15 * 512));
+  EXPECT_EQ(plan.allocated_bytes_per_seq, 1024 * 16 * (3 * 256 + 15 * 65));
+  EXPECT_EQ(plan.every_position_bytes_per_seq, 18 * 1024 * 4096);
+  // A context inside the window: nothing to free.
+  const KVPlan short_plan = plan_for(s, 300);
+  EXPECT_EQ(short_plan.allocated_bytes_per_seq, short_plan.every_position_bytes_per_seq);
+  EXPECT_EQ(sliding_blocks_per_sequence(512, 512, 16), 65);
+  EXPECT_EQ(sliding_blocks_per_sequence(48, 1, 8), 8);
+  EXPECT_EQ(sliding_blocks_per_sequence(7, 9, 8), 3);
+  KVPlanRequest huge_chunk;
+  huge_chunk.ctx = 4096;
+  huge_chunk.chunk = INT64_MAX;
+  const KVPlan all = plan_kv_cache(s, huge_chunk);  // no overflow: the sliding layers keep every page
+  EXPECT_EQ(all.allocated_bytes_per_seq, all.every_position_bytes_per_seq);
+  KVPlanRequest bad;
+  bad.ctx = 100;
+  bad.chunk = 0;
+  EXPECT_THROW(plan_kv_cache(s, bad), Error);
+}

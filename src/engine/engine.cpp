@@ -30,6 +30,7 @@
 #include "engine/batch_speculation.h"
 #include "engine/scheduler.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_planner.h"
 #include "kv/paged_kv_storage.h"
 #include "model/transformer.h"
 
@@ -65,22 +66,62 @@ std::vector<int32_t> end_of_generation_ids(const Tokenizer& tokenizer, int32_t v
   return ids;
 }
 
+// Whether the sliding-window layers' K/V go to their own group, which frees
+// the blocks that left every window (docs/kv_planner.md).
+bool uses_sliding_group(const ModelConfig& c, const EngineOptions& o) {
+  return o.sliding_window_kv && c.sliding_window > 0 &&
+         std::find(c.layer_is_sliding.begin(), c.layer_is_sliding.end(), true) != c.layer_is_sliding.end();
+}
+
+// Blocks in each group's pool (sliding 0: no sliding group).
+struct PoolBlocks {
+  int64_t full = 0;
+  int64_t sliding = 0;
+};
+
 // Blocks in the pool: an explicit count, a byte budget, or room for
-// max_running full contexts capped at 1 GiB.
-// A draft model's pool has as many blocks: its bytes count in the budget.
-int64_t pool_blocks(const ModelConfig& c, const EngineOptions& o, int64_t context) {
+// max_running full contexts capped at 1 GiB. A draft model's pool has as many
+// blocks as the full pool: its bytes count with them. With a sliding group, that
+// group's pool holds max_running sequences' windows (no more than the full
+// pool) and the full pool gets the rest of the budget.
+PoolBlocks pool_blocks(const ModelConfig& c, const EngineOptions& o, int64_t context) {
   if (o.block_size <= 0) throw Error("block_size must be positive, got " + std::to_string(o.block_size));
-  if (o.kv_blocks > 0) return o.kv_blocks;
-  int64_t per_block = PagedKVStorage::bytes_per_block(c.n_layers, o.block_size, c.n_kv_heads, c.head_dim, o.kv_type);
-  if (o.draft_model != nullptr) per_block += DraftModelBatch::bytes_per_block(o.draft_model->config(), o.block_size);
-  if (o.kv_memory_bytes > 0) {
-    if (o.kv_memory_bytes < per_block)
-      throw Error("kv_memory_bytes " + std::to_string(o.kv_memory_bytes) + " is smaller than one KV block (" +
-                  std::to_string(per_block) + " bytes)");
-    return o.kv_memory_bytes / per_block;
+  const int64_t B = o.block_size, context_blocks = (context + B - 1) / B;
+  const int64_t full_contexts = o.max_running * context_blocks;
+  const auto n_sliding = static_cast<int64_t>(
+      uses_sliding_group(c, o) ? std::count(c.layer_is_sliding.begin(), c.layer_is_sliding.end(), true) : 0);
+  // The sliding pool's size: max_running sequences' windows.
+  int64_t sliding_cap = 0;
+  if (n_sliding > 0) {
+    const int64_t chunk = std::max<int64_t>(o.max_batch_tokens, 1);
+    const int64_t per_sequence = std::min(sliding_blocks_per_sequence(c.sliding_window, chunk, B), context_blocks);
+    sliding_cap = std::max<int64_t>(o.max_running, 1) * per_sequence;
   }
-  const int64_t full = o.max_running * ((context + o.block_size - 1) / o.block_size);
-  return std::max<int64_t>(1, std::min(full, (int64_t{1} << 30) / per_block));
+  if (o.kv_blocks > 0) return {o.kv_blocks, std::min(o.kv_blocks, sliding_cap)};
+  int64_t full_bytes = PagedKVStorage::bytes_per_block(c.n_layers - n_sliding, B, c.n_kv_heads, c.head_dim, o.kv_type);
+  if (o.draft_model != nullptr) full_bytes += DraftModelBatch::bytes_per_block(o.draft_model->config(), B);
+  const int64_t sliding_bytes = PagedKVStorage::bytes_per_block(n_sliding, B, c.n_kv_heads, c.head_dim, o.kv_type);
+  const int64_t per_block = full_bytes + sliding_bytes;
+  if (o.kv_memory_bytes > 0 && o.kv_memory_bytes < per_block)
+    throw Error("kv_memory_bytes " + std::to_string(o.kv_memory_bytes) + " is smaller than one KV block (" +
+                std::to_string(per_block) + " bytes)");
+  const int64_t budget = o.kv_memory_bytes > 0 ? o.kv_memory_bytes : int64_t{1} << 30;
+  // Full blocks T with T * full_bytes + min(T, sliding_cap) * sliding_bytes <= budget.
+  int64_t full = budget / per_block;
+  if (full > sliding_cap && n_sliding > 0)
+    full = full_bytes > 0 ? (budget - sliding_cap * sliding_bytes) / full_bytes : full_contexts;
+  if (o.kv_memory_bytes <= 0) full = std::max<int64_t>(1, std::min(full_contexts, full));
+  return {full, std::min(full, sliding_cap)};
+}
+
+KVCacheManager make_kv_manager(const ModelConfig& c, const EngineOptions& o, const PoolBlocks& pools) {
+  if (pools.sliding == 0) return KVCacheManager(pools.full, o.block_size, o.prefix_caching);
+  return KVCacheManager(pools.full, o.block_size, o.prefix_caching, SlidingKVGroup{c.sliding_window, pools.sliding});
+}
+
+PagedKVStorage make_kv_storage(const ModelConfig& c, const EngineOptions& o, const PoolBlocks& pools) {
+  if (pools.sliding == 0) return PagedKVStorage(c.n_layers, pools.full, o.block_size, c.n_kv_heads, c.head_dim, o.kv_type);
+  return PagedKVStorage(c.layer_is_sliding, pools.full, pools.sliding, o.block_size, c.n_kv_heads, c.head_dim, o.kv_type);
 }
 
 }  // namespace
@@ -89,17 +130,17 @@ class Engine::Impl {
  public:
   Impl(const Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
       : model_(model), tokenizer_(tokenizer), options_(options),
-        n_blocks_(pool_blocks(model.config(), options, std::min(options.max_context, model.config().context_length))),
-        // The longest sequence must fit in the context and in the whole pool.
-        context_limit_(std::min({options.max_context, model.config().context_length, n_blocks_ * options.block_size})),
-        kv_(n_blocks_, options.block_size, options.prefix_caching),
-        storage_(model.config().n_layers, n_blocks_, options.block_size, model.config().n_kv_heads,
-                 model.config().head_dim, options.kv_type),
+        pools_(pool_blocks(model.config(), options, std::min(options.max_context, model.config().context_length))),
+        // The longest sequence must fit in the context and in the whole pool
+        // (the sliding pool holds at least one sequence's window: pool_blocks).
+        context_limit_(std::min({options.max_context, model.config().context_length, pools_.full * options.block_size})),
+        kv_(make_kv_manager(model.config(), options, pools_)),
+        storage_(make_kv_storage(model.config(), options, pools_)),
         scheduler_(SchedulerConfig{options.max_running, options.max_batch_tokens}, kv_),
         transformer_(model, AttentionKernel::kFlash),
         draft_batch_(options.draft_model == nullptr
                          ? nullptr
-                         : std::make_unique<DraftModelBatch>(*options.draft_model, n_blocks_, options.block_size,
+                         : std::make_unique<DraftModelBatch>(*options.draft_model, pools_.full, options.block_size,
                                                              options.prefix_caching, options.max_batch_tokens)),
         thread_([this] { loop(); }) {
     publish_metrics();  // the pool size is known before the first request
@@ -281,7 +322,8 @@ class Engine::Impl {
 
   void step() {
     const SchedulerOutput out = scheduler_.schedule(draft_source_);
-    for (const BlockCopy& c : out.copies) storage_.copy_block(c.src, c.dst);
+    note_peak_blocks();
+    for (const BlockCopy& c : out.copies) storage_.copy_block(c.src, c.dst, c.group);
     if (draft_batch_)
       for (SequenceId id : out.preempted) draft_batch_->release(id);  // recomputed later, drafts included
     check(!out.chunks.empty() || scheduler_.idle(), "a busy scheduler plans work");
@@ -291,7 +333,7 @@ class Engine::Impl {
     int64_t n_rows = 0;  // logits rows: one per sampling chunk, plus one per draft
     for (const ScheduledChunk& c : out.chunks) {
       const auto tokens = std::span<const int32_t>(c.seq->tokens).subspan(static_cast<size_t>(c.start), static_cast<size_t>(c.n));
-      chunks.push_back({tokens, c.start, kv_.blocks(c.seq->id), c.samples, c.n_draft + 1});
+      chunks.push_back({tokens, c.start, kv_.blocks(c.seq->id), c.samples, c.n_draft + 1, kv_.sliding_blocks(c.seq->id)});
       n_rows += c.samples ? c.n_draft + 1 : 0;
     }
     const auto vocab = static_cast<size_t>(model_.config().vocab_size);
@@ -348,7 +390,7 @@ class Engine::Impl {
     logits_.resize(static_cast<size_t>(vocab));
     const auto pass = [&](int64_t pos0, int64_t n) {
       const auto span = std::span<const int32_t>(tokens).subspan(static_cast<size_t>(pos0), static_cast<size_t>(n));
-      const SequenceChunk chunk{span, pos0, kv_.blocks(scratch), true, 1};
+      const SequenceChunk chunk{span, pos0, kv_.blocks(scratch), true, 1, kv_.sliding_blocks(scratch)};
       const auto start = std::chrono::steady_clock::now();
       transformer_.forward_batch(std::span<const SequenceChunk>(&chunk, 1), storage_, logits_.data());
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -568,6 +610,17 @@ class Engine::Impl {
     metrics_.spec_accepted_tokens += accepted;
   }
 
+  // Planning a step is when the most blocks are held: freeing waits for its end.
+  void note_peak_blocks() {
+    std::lock_guard lock(mutex_);
+    EngineMetrics& m = metrics_;
+    m.kv_blocks_used_peak = std::max(m.kv_blocks_used_peak, kv_.pool().used());
+    if (kv_.has_sliding_group())
+      m.kv_sliding_blocks_used_peak = std::max(m.kv_sliding_blocks_used_peak, kv_.sliding_pool().used());
+    m.kv_bytes_used_peak = m.kv_blocks_used_peak * storage_.block_bytes(KVGroup::kFull) +
+                           m.kv_sliding_blocks_used_peak * storage_.block_bytes(KVGroup::kSliding);
+  }
+
   void publish_metrics() {
     const BlockPool& pool = kv_.pool();
     std::lock_guard lock(mutex_);
@@ -583,12 +636,17 @@ class Engine::Impl {
       metrics_.draft_kv_blocks_total = draft_batch_->pool().total();
       metrics_.draft_kv_blocks_used = draft_batch_->pool().used();
     }
+    if (!kv_.has_sliding_group()) return;
+    const BlockPool& sliding = kv_.sliding_pool();
+    metrics_.kv_sliding_blocks_total = sliding.total();
+    metrics_.kv_sliding_blocks_used = sliding.used();
+    metrics_.kv_sliding_blocks_cached = sliding.cached();
   }
 
   const Model& model_;
   const Tokenizer& tokenizer_;
   EngineOptions options_;
-  int64_t n_blocks_;
+  PoolBlocks pools_;
   int64_t context_limit_;  // tokens with K/V per sequence at most
   // Engine-thread state:
   KVCacheManager kv_;

@@ -94,6 +94,9 @@ struct EngineOptions {
   KVType kv_type = KVType::F32;     // K/V element type in the pool (q8_0, fp8, q4_0 need head_dim % 32 == 0)
   int64_t kv_blocks = 0;            // KV pool size in blocks; overrides kv_memory_bytes when > 0
   bool prefix_caching = true;       // reuse cached full blocks of earlier prompts
+  bool sliding_window_kv = true;    // models with sliding-window layers (Gemma 3): those layers' K/V in a pool of
+                                    // their own that frees blocks every window has passed (false: every layer
+                                    // keeps every position, as before; same logits either way)
   int threads = 0;                  // OpenMP threads of the engine thread's kernels; 0: the process default
                                     // (omp_set_num_threads in another thread does not reach the engine's)
   // The draft model of SpeculativeMode::kDraftModel requests (null: such
@@ -116,6 +119,13 @@ struct EngineMetrics {
   int64_t kv_blocks_used = 0;
   int64_t kv_blocks_free = 0;
   int64_t kv_blocks_cached = 0;     // unreferenced blocks kept for prefix reuse
+  // The sliding-window layers' own pool (EngineOptions::sliding_window_kv); 0 without one.
+  int64_t kv_sliding_blocks_total = 0;
+  int64_t kv_sliding_blocks_used = 0;
+  int64_t kv_sliding_blocks_cached = 0;
+  int64_t kv_blocks_used_peak = 0;          // the most blocks held at once since the start (after a step's planning)
+  int64_t kv_sliding_blocks_used_peak = 0;  // same, sliding pool
+  int64_t kv_bytes_used_peak = 0;           // the K/V bytes of the peak held blocks (both pools at their own peaks)
   int64_t prefix_query_tokens = 0;  // prompt tokens looked up in the prefix cache
   int64_t prefix_hit_tokens = 0;    // of which found there
   int64_t prompt_tokens_total = 0;  // prompt tokens computed

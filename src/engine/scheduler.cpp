@@ -58,10 +58,9 @@ bool Scheduler::try_speculate(Sequence& seq, int64_t reserved, const DraftSource
   const auto k = static_cast<int64_t>(proposed.size());
   if (k == 0) return false;
   check(k <= max_drafts, "a draft source proposes at most max_drafts tokens");
-  const int64_t n = 1 + k, B = kv_.block_size();
-  const int64_t new_blocks = (seq.num_computed + n + B - 1) / B - static_cast<int64_t>(kv_.blocks(seq.id).size());
+  const int64_t n = 1 + k;
   // Each later running sequence may need a fresh block for its own token.
-  if (kv_.pool().available() < new_blocks + reserved) return false;
+  if (!kv_.can_grow(seq.id, seq.num_computed + n, reserved)) return false;
   if (!kv_.allocate(seq.id, seq.num_computed, seq.num_computed + n, out.copies)) return false;
   seq.tokens.insert(seq.tokens.end(), proposed.begin(), proposed.end());
   seq.num_draft = k;

@@ -24,14 +24,17 @@ struct HeadSource {
   const AttentionVectorOps* ops;
 };
 
+// Loads keys [from, t1) of the tile that starts at t0 into out[t - t0]. Keys
+// before `from` are left alone: no row sees them, and in the paged cache their
+// block may have been freed (a sliding layer's keys that left every window).
 void load_rows(const KVRows& rows, size_t offset, const AttentionVectorOps& ops, int64_t head_dim, int64_t t0,
-               int64_t t1, std::vector<float>& buf, const float** out) {
+               int64_t from, int64_t t1, std::vector<float>& buf, const float** out) {
   if (rows.type == KVType::F32) {
-    for (int64_t t = t0; t < t1; ++t) out[t - t0] = reinterpret_cast<const float*>(rows.token(t) + offset);
+    for (int64_t t = from; t < t1; ++t) out[t - t0] = reinterpret_cast<const float*>(rows.token(t) + offset);
     return;
   }
   buf.resize(static_cast<size_t>(kKeyTile * head_dim));
-  for (int64_t t = t0; t < t1; ++t) {
+  for (int64_t t = from; t < t1; ++t) {
     float* dst = buf.data() + (t - t0) * head_dim;
     ops.dequantize(rows.type, rows.token(t) + offset, dst, head_dim);
     out[t - t0] = dst;
@@ -77,9 +80,9 @@ void attend_tile_row(RowBlock& rows, int64_t r, const KVTile& tile, const HeadSo
   // tile grid stays where it is (a row's arithmetic never depends on the others).
   const int64_t start = min_first > j0 ? j0 + (min_first - j0) / kKeyTile * kKeyTile : j0;
   for (int64_t t0 = start; t0 < j1; t0 += kKeyTile) {
-    const int64_t t1 = std::min(j1, t0 + kKeyTile);
-    load_rows(*src.k, src.k_offset, *src.ops, src.head_dim, t0, t1, tile.k_buf, tile.k);
-    load_rows(*src.v, src.v_offset, *src.ops, src.head_dim, t0, t1, tile.v_buf, tile.v);
+    const int64_t t1 = std::min(j1, t0 + kKeyTile), from = std::max(t0, min_first);
+    load_rows(*src.k, src.k_offset, *src.ops, src.head_dim, t0, from, t1, tile.k_buf, tile.k);
+    load_rows(*src.v, src.v_offset, *src.ops, src.head_dim, t0, from, t1, tile.v_buf, tile.v);
     for (int64_t r = 0; r < rows.n_rows; ++r) {
       const int64_t begin = std::max(t0, rows.first[r]), last = std::min(t1, rows.pos[r] + 1);
       if (last > begin) attend_tile_row(rows, r, tile, src, t0, begin, last);  // else: no key of the tile in view

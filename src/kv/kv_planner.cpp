@@ -1,5 +1,6 @@
 #include "kv/kv_planner.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <string_view>
@@ -134,6 +135,10 @@ KVModelShape kv_shape_from_config(const ModelConfig& config) {
   s.n_kv_heads = config.n_kv_heads;
   s.head_dim = config.head_dim;
   s.context_length = config.context_length;
+  if (config.sliding_window > 0) {
+    s.sliding_window = config.sliding_window;
+    s.n_sliding_layers = static_cast<int64_t>(std::count(config.layer_is_sliding.begin(), config.layer_is_sliding.end(), true));
+  }
   return s;
 }
 
@@ -163,20 +168,37 @@ const KVPreset& find_kv_preset(const std::string& id) {
   throw Error("--preset: unknown preset '" + id + "' (known: " + known + ")");
 }
 
+int64_t sliding_blocks_per_sequence(int64_t window, int64_t chunk, int64_t block_size) {
+  check(window > 0 && chunk > 0 && block_size > 0, "a sliding group's window, chunk and block size are positive");
+  // ceil((window + chunk) / block_size) + 1, without overflow for huge --chunk values.
+  const int64_t rest = window % block_size + chunk % block_size;
+  return window / block_size + chunk / block_size + (rest + block_size - 1) / block_size + 1;
+}
+
 KVPlan plan_kv_cache(const KVModelShape& shape, const KVPlanRequest& request) {
   require_positive(request.ctx, "--ctx");
   require_positive(request.batch, "--batch");
   require_positive(request.block_size, "--block-size");
+  require_positive(request.chunk, "--chunk");
   check(shape.n_layers > 0 && shape.vectors_per_layer() > 0 && shape.vector_elems() > 0,
         "a KV model shape has layers and cached vectors");
+  const bool sliding = shape.n_sliding_layers > 0 && shape.sliding_window > 0;
+  check(!sliding || shape.n_sliding_layers <= shape.n_layers, "sliding layers are among the layers");
+  const int64_t n_sliding = sliding ? shape.n_sliding_layers : 0, n_full = shape.n_layers - n_sliding;
   KVPlan plan;
   const int64_t per_layer = shape.vectors_per_layer() * kv_vector_bytes(request.type, shape.vector_elems());
   plan.bytes_per_token = shape.n_layers * per_layer;
   plan.bytes_per_block = checked_mul(plan.bytes_per_token, request.block_size, "--block-size");
+  const int64_t layer_page = checked_mul(per_layer, request.block_size, "--block-size");
   const int64_t pages = request.ctx / request.block_size + (request.ctx % request.block_size != 0);
+  plan.sliding_pages_per_seq =
+      sliding ? std::min(pages, sliding_blocks_per_sequence(shape.sliding_window, request.chunk, request.block_size)) : 0;
+  const int64_t sliding_positions = sliding ? std::min(request.ctx, shape.sliding_window) : 0;
   plan.allocated_tokens_per_seq = checked_mul(pages, request.block_size, "--ctx");
-  plan.exact_bytes_per_seq = checked_mul(plan.bytes_per_token, request.ctx, "--ctx");
-  plan.allocated_bytes_per_seq = checked_mul(plan.bytes_per_block, pages, "--ctx");
+  plan.exact_bytes_per_seq = checked_mul(per_layer, checked_mul(n_full, request.ctx, "--ctx") + n_sliding * sliding_positions, "--ctx");
+  plan.allocated_bytes_per_seq =
+      checked_mul(layer_page, checked_mul(n_full, pages, "--ctx") + n_sliding * plan.sliding_pages_per_seq, "--ctx");
+  plan.every_position_bytes_per_seq = checked_mul(plan.bytes_per_block, pages, "--ctx");
   plan.exact_bytes = checked_mul(plan.exact_bytes_per_seq, request.batch, "--batch");
   plan.allocated_bytes = checked_mul(plan.allocated_bytes_per_seq, request.batch, "--batch");
   return plan;

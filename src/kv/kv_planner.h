@@ -47,6 +47,10 @@ struct KVModelShape {
   int64_t kv_lora_rank = 0;  // latent only
   int64_t qk_rope_dim = 0;   // latent only
   int64_t context_length = 0;
+  // Sliding-window layers (Gemma 3): how many of the n_layers, and the keys a
+  // query sees there; the engine keeps only the window's blocks of those.
+  int64_t n_sliding_layers = 0;
+  int64_t sliding_window = 0;
 
   // Vectors cached per layer per token (K and V per KV head, or one latent),
   // and the elements in each; a cached vector is the unit of quantization.
@@ -64,16 +68,24 @@ const std::vector<KVPreset>& kv_presets();
 // Throws kvserve::Error naming --preset and listing the known ids.
 const KVPreset& find_kv_preset(const std::string& id);
 
+// Blocks a sliding-window layer group (KVCacheManager) holds for one sequence
+// at most: the window of the chunk's first query plus the chunk, in whole
+// blocks, plus one for a window that does not start on a block boundary.
+int64_t sliding_blocks_per_sequence(int64_t window, int64_t chunk, int64_t block_size);
+
 struct KVPlanRequest {
   int64_t ctx = 0;         // tokens per sequence
   int64_t batch = 1;       // sequences
   int64_t block_size = 16; // tokens per page
   KVType type = KVType::F16;
+  int64_t chunk = 512;     // tokens per forward step (the engine's max_batch_tokens): sliding layers keep a window plus a chunk
 };
 
 struct KVPlan {
   int64_t bytes_per_token = 0;            // all layers, K+V or latent
-  int64_t bytes_per_block = 0;            // one page of block_size tokens
+  int64_t bytes_per_block = 0;            // one page of block_size tokens, all layers
+  int64_t sliding_pages_per_seq = 0;      // pages the sliding layers keep per sequence (0: no sliding layers)
+  int64_t every_position_bytes_per_seq = 0;  // whole pages with every layer keeping every position
   int64_t allocated_tokens_per_seq = 0;   // ctx rounded up to whole pages
   int64_t exact_bytes_per_seq = 0;        // ctx * bytes_per_token
   int64_t allocated_bytes_per_seq = 0;    // whole pages
@@ -81,8 +93,9 @@ struct KVPlan {
   int64_t allocated_bytes = 0;            // whole batch
 };
 
-// Throws kvserve::Error (naming --ctx, --batch or --block-size) for a
-// non-positive value or a size that overflows 64 bits.
+// Throws kvserve::Error (naming --ctx, --batch, --block-size or --chunk) for a
+// non-positive value or a size that overflows 64 bits. Sliding layers count
+// min(ctx, window) positions exactly and sliding_pages_per_seq pages paged.
 KVPlan plan_kv_cache(const KVModelShape& shape, const KVPlanRequest& request);
 
 // "Does not fit" is a value: sequences is 0 when the weights leave no room.

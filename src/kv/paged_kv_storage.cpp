@@ -1,5 +1,6 @@
 #include "kv/paged_kv_storage.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -12,16 +13,30 @@ size_t token_row_bytes(int64_t n_kv_heads, int64_t head_dim, KVType type) {
   return static_cast<size_t>(n_kv_heads) * kv_head_bytes(type, head_dim);
 }
 
+size_t group_index(KVGroup g) { return g == KVGroup::kFull ? 0 : 1; }
+
 }  // namespace
 
 PagedKVStorage::PagedKVStorage(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
                                int64_t head_dim, KVType type)
-    : n_layers_(n_layers), n_blocks_(n_blocks), block_size_(block_size), n_kv_heads_(n_kv_heads),
-      head_dim_(head_dim), type_(type) {
-  check(n_layers > 0 && n_blocks > 0 && block_size > 0 && n_kv_heads > 0 && head_dim > 0,
+    : PagedKVStorage(std::vector<bool>(static_cast<size_t>(std::max<int64_t>(n_layers, 0)), false), n_blocks, 0,
+                     block_size, n_kv_heads, head_dim, type) {}
+
+PagedKVStorage::PagedKVStorage(const std::vector<bool>& layer_is_sliding, int64_t n_blocks, int64_t n_sliding_blocks,
+                               int64_t block_size, int64_t n_kv_heads, int64_t head_dim, KVType type)
+    : n_layers_(static_cast<int64_t>(layer_is_sliding.size())), block_size_(block_size), n_kv_heads_(n_kv_heads),
+      head_dim_(head_dim), n_blocks_{n_blocks, n_sliding_blocks}, type_(type) {
+  check(n_layers_ > 0 && n_blocks > 0 && n_sliding_blocks >= 0 && block_size > 0 && n_kv_heads > 0 && head_dim > 0,
         "paged KV dimensions are positive");
   row_bytes_ = token_row_bytes(n_kv_heads, head_dim, type);
-  const auto n = static_cast<size_t>(n_layers * n_blocks * block_size) * row_bytes_;
+  for (bool sliding : layer_is_sliding) {
+    const KVGroup g = sliding && n_sliding_blocks > 0 ? KVGroup::kSliding : KVGroup::kFull;
+    group_.push_back(g);
+    index_in_group_.push_back(layers_in_group_[group_index(g)]++);
+  }
+  const size_t layer_block_bytes = static_cast<size_t>(block_size) * row_bytes_;
+  group_offset_[1] = static_cast<size_t>(layers_in_group_[0] * n_blocks_[0]) * layer_block_bytes;
+  const size_t n = group_offset_[1] + static_cast<size_t>(layers_in_group_[1] * n_blocks_[1]) * layer_block_bytes;
   k_.resize(n);
   v_.resize(n);
 }
@@ -31,9 +46,16 @@ int64_t PagedKVStorage::bytes_per_block(int64_t n_layers, int64_t block_size, in
   return 2 * n_layers * block_size * static_cast<int64_t>(token_row_bytes(n_kv_heads, head_dim, type));
 }
 
+int64_t PagedKVStorage::block_bytes(KVGroup group) const {
+  return 2 * layers_in_group_[group_index(group)] * block_size_ * static_cast<int64_t>(row_bytes_);
+}
+
 size_t PagedKVStorage::offset(int64_t layer, BlockId b) const {
-  check(layer >= 0 && layer < n_layers_ && b >= 0 && b < n_blocks_, "paged KV index inside the storage");
-  return static_cast<size_t>((layer * n_blocks_ + b) * block_size_) * row_bytes_;
+  check(layer >= 0 && layer < n_layers_, "paged KV layer inside the storage");
+  const size_t g = group_index(group_[static_cast<size_t>(layer)]);
+  check(b >= 0 && b < n_blocks_[g], "paged KV block inside its group");
+  const int64_t in_group = index_in_group_[static_cast<size_t>(layer)];
+  return group_offset_[g] + static_cast<size_t>((in_group * n_blocks_[g] + b) * block_size_) * row_bytes_;
 }
 
 void PagedKVStorage::write(int64_t layer, BlockId b, int64_t slot, const float* k, const float* v) {
@@ -47,14 +69,15 @@ void PagedKVStorage::append_block_bases(int64_t layer, std::span<const BlockId> 
                                         std::vector<const uint8_t*>& k_bases,
                                         std::vector<const uint8_t*>& v_bases) const {
   for (BlockId b : table) {
-    k_bases.push_back(k_block(layer, b));
-    v_bases.push_back(v_block(layer, b));
+    k_bases.push_back(b == kNoBlock ? nullptr : k_block(layer, b));
+    v_bases.push_back(b == kNoBlock ? nullptr : v_block(layer, b));
   }
 }
 
-void PagedKVStorage::copy_block(BlockId src, BlockId dst) {
+void PagedKVStorage::copy_block(BlockId src, BlockId dst, KVGroup group) {
   const auto bytes = static_cast<size_t>(block_size_) * row_bytes_;
   for (int64_t l = 0; l < n_layers_; ++l) {
+    if (group_[static_cast<size_t>(l)] != group) continue;
     std::memcpy(k_.data() + offset(l, dst), k_block(l, src), bytes);
     std::memcpy(v_.data() + offset(l, dst), v_block(l, src), bytes);
   }

@@ -5,7 +5,10 @@
 // quantized on its own, exactly as in ContiguousKVCache, so the attention
 // kernels read both through KVRows. Which block belongs to which sequence is
 // the KVCacheManager's business; this class only stores rows and copies
-// blocks. Not thread-safe: owned by the engine thread.
+// blocks. With a sliding group (KVCacheManager's), the sliding layers' rows
+// live in that group's own blocks: a block id names a block of the layer's
+// group. Not thread-safe: owned by the engine thread.
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -13,6 +16,7 @@
 #include "core/aligned_buffer.h"
 #include "kernels/kv_quant.h"
 #include "kv/block_pool.h"
+#include "kv/kv_cache_manager.h"
 
 namespace kvserve {
 
@@ -23,11 +27,20 @@ class PagedKVStorage {
   PagedKVStorage(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads, int64_t head_dim,
                  KVType type = KVType::F32);
 
+  // Two groups: the layers flagged in layer_is_sliding ([n_layers]) over
+  // n_sliding_blocks blocks, the others over n_blocks. Throws like the above.
+  PagedKVStorage(const std::vector<bool>& layer_is_sliding, int64_t n_blocks, int64_t n_sliding_blocks,
+                 int64_t block_size, int64_t n_kv_heads, int64_t head_dim, KVType type = KVType::F32);
+
   // Bytes one block takes across all layers (K and V); throws like the constructor.
   static int64_t bytes_per_block(int64_t n_layers, int64_t block_size, int64_t n_kv_heads, int64_t head_dim,
                                  KVType type);
 
-  int64_t n_blocks() const { return n_blocks_; }
+  int64_t n_blocks() const { return n_blocks_[0]; }
+  bool has_sliding_group() const { return n_blocks_[1] > 0; }
+  // Whether the layer's rows are in the sliding group (read through a
+  // sequence's sliding table); false for every layer without the group.
+  bool is_sliding(int64_t layer) const { return group_[static_cast<size_t>(layer)] == KVGroup::kSliding; }
   int64_t block_size() const { return block_size_; }
   KVType type() const { return type_; }
   // Bytes of one token's K (or V) row in one layer.
@@ -37,24 +50,33 @@ class PagedKVStorage {
   // `slot` of block b, converted to the storage type.
   void write(int64_t layer, BlockId b, int64_t slot, const float* k, const float* v);
   // Appends the base addresses of the table's blocks in one layer to k_bases
-  // and v_bases (for rows()).
+  // and v_bases (for rows()): nullptr for a kNoBlock entry, whose rows no
+  // query reads.
   void append_block_bases(int64_t layer, std::span<const BlockId> table, std::vector<const uint8_t*>& k_bases,
                           std::vector<const uint8_t*>& v_bases) const;
   // Rows through block base addresses in position order, which must outlive the result.
   KVRows rows(const uint8_t* const* bases) const { return {type_, block_size_, row_bytes_, bases}; }
   const uint8_t* k_block(int64_t layer, BlockId b) const { return k_.data() + offset(layer, b); }  // [block_size][row_bytes]
   const uint8_t* v_block(int64_t layer, BlockId b) const { return v_.data() + offset(layer, b); }  // [block_size][row_bytes]
-  // Copies block src's rows into block dst in every layer, byte for byte (copy-on-write).
-  void copy_block(BlockId src, BlockId dst);
+  // Copies block src's rows into block dst in every layer of the group, byte for byte (copy-on-write).
+  void copy_block(BlockId src, BlockId dst, KVGroup group = KVGroup::kFull);
   size_t bytes() const { return k_.size() + v_.size(); }
+  // Bytes one block of the group takes across its layers (K and V).
+  int64_t block_bytes(KVGroup group) const;
 
  private:
   size_t offset(int64_t layer, BlockId b) const;
-  int64_t n_layers_, n_blocks_, block_size_, n_kv_heads_, head_dim_;
+  int64_t n_layers_, block_size_, n_kv_heads_, head_dim_;
+  std::array<int64_t, 2> n_blocks_ = {0, 0};  // per group (KVGroup order); 0 sliding blocks: no sliding group
   KVType type_;
   size_t row_bytes_;
-  AlignedBuffer<uint8_t> k_;  // [n_layers][n_blocks][block_size][row_bytes]
-  AlignedBuffer<uint8_t> v_;  // [n_layers][n_blocks][block_size][row_bytes]
+  std::vector<KVGroup> group_;          // [n_layers] each layer's group
+  std::vector<int64_t> index_in_group_; // [n_layers] the layer's index among its group's layers
+  std::array<int64_t, 2> layers_in_group_ = {0, 0};
+  std::array<size_t, 2> group_offset_ = {0, 0};  // bytes before each group's rows
+  // Each group's layers one after the other: [group][layer in group][block][block_size][row_bytes]
+  AlignedBuffer<uint8_t> k_;
+  AlignedBuffer<uint8_t> v_;
 };
 
 }  // namespace kvserve

@@ -26,6 +26,9 @@ struct SequenceChunk {
   std::span<const BlockId> block_table;  // covers at least pos0 + n positions
   bool want_logits = false;              // the last token's logits are needed
   int64_t logits_rows = 1;               // with want_logits: logits of the last logits_rows tokens (speculative verification)
+  // The sliding layers' table when the storage has a sliding group (same
+  // coverage; kNoBlock before the window of pos0); empty otherwise.
+  std::span<const BlockId> sliding_block_table = {};
 };
 
 // Which attention kernel the forward pass runs.
@@ -96,6 +99,7 @@ class Transformer {
   std::vector<float> sliding_rope_angles_;  // same with sliding_rope_, when the model has sliding layers
   std::vector<int64_t> positions_;  // [n] each row's position
   std::vector<BlockId> row_blocks_;  // forward_batch: [n] the KV block each row's K/V goes to
+  std::vector<BlockId> sliding_row_blocks_;  // forward_batch: [n] same in the sliding group, when the storage has one
   // forward_batch only:
   std::vector<int32_t> batch_tokens_;         // [n] every chunk's tokens, concatenated
   std::vector<const uint8_t*> k_block_ptrs_;  // [sum of chunk table sizes] K block base of the current layer

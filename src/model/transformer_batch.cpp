@@ -20,7 +20,11 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
   project_qkv(w, n);
   k_block_ptrs_.clear();
   v_block_ptrs_.clear();
-  for (const SequenceChunk& c : chunks) kv.append_block_bases(layer, c.block_table, k_block_ptrs_, v_block_ptrs_);
+  const bool sliding = kv.is_sliding(layer);
+  check(!sliding || cfg_.is_sliding(layer), "only a sliding-window layer reads the sliding group's blocks");
+  const auto table_of = [sliding](const SequenceChunk& c) { return sliding ? c.sliding_block_table : c.block_table; };
+  const std::vector<BlockId>& row_blocks = sliding ? sliding_row_blocks_ : row_blocks_;
+  for (const SequenceChunk& c : chunks) kv.append_block_bases(layer, table_of(c), k_block_ptrs_, v_block_ptrs_);
   std::vector<PagedAttentionJob> jobs;
   jobs.reserve(chunks.size());
   // One row each, distinct slots: RoPE and the K/V writes go over the threads.
@@ -28,7 +32,7 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
   for (int64_t t = 0; t < n; ++t) {
     const int64_t pos = positions_[static_cast<size_t>(t)];
     rotate_qk(t, layer);
-    kv.write(layer, row_blocks_[static_cast<size_t>(t)], pos % B, k_.data() + t * kvd, v_.data() + t * kvd);
+    kv.write(layer, row_blocks[static_cast<size_t>(t)], pos % B, k_.data() + t * kvd, v_.data() + t * kvd);
   }
   int64_t row = 0, table_offset = 0;
   for (const SequenceChunk& c : chunks) {
@@ -36,7 +40,7 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
     jobs.push_back({q_.data() + row * qd, cn, c.pos0, kv.rows(k_block_ptrs_.data() + table_offset),
                     kv.rows(v_block_ptrs_.data() + table_offset), attn_.data() + row * qd});
     row += cn;
-    table_offset += static_cast<int64_t>(c.block_table.size());
+    table_offset += static_cast<int64_t>(table_of(c).size());
   }
   paged_attention(jobs, attention_shape(layer));
   matmul(w.wo, attn_.data(), n, proj_.data());
@@ -49,6 +53,8 @@ void Transformer::forward_batch(std::span<const SequenceChunk> chunks, PagedKVSt
     if (c.tokens.empty()) throw Error("forward_batch: a chunk has no tokens");
     const int64_t end = c.pos0 + static_cast<int64_t>(c.tokens.size());
     check(static_cast<int64_t>(c.block_table.size()) * kv.block_size() >= end, "the page table covers the chunk");
+    check(!kv.has_sliding_group() || c.sliding_block_table.size() == c.block_table.size(),
+          "the sliding table covers the chunk when the storage has a sliding group");
     batch_tokens_.insert(batch_tokens_.end(), c.tokens.begin(), c.tokens.end());
   }
   const auto n = static_cast<int64_t>(batch_tokens_.size());
@@ -58,10 +64,13 @@ void Transformer::forward_batch(std::span<const SequenceChunk> chunks, PagedKVSt
   embed(batch_tokens_);
   positions_.clear();
   row_blocks_.clear();
+  sliding_row_blocks_.clear();
   for (const SequenceChunk& c : chunks)
     for (int64_t pos = c.pos0; pos < c.pos0 + static_cast<int64_t>(c.tokens.size()); ++pos) {
+      const auto logical = static_cast<size_t>(pos / kv.block_size());
       positions_.push_back(pos);
-      row_blocks_.push_back(c.block_table[static_cast<size_t>(pos / kv.block_size())]);
+      row_blocks_.push_back(c.block_table[logical]);
+      if (kv.has_sliding_group()) sliding_row_blocks_.push_back(c.sliding_block_table[logical]);
     }
   prepare_rope(positions_);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {

@@ -95,6 +95,12 @@ std::string ServerMetrics::render(const EngineMetrics& e, const std::string& mod
   sample(out, "kvserve_kv_blocks_used", "gauge", "KV cache blocks held by sequences.", d(e.kv_blocks_used));
   sample(out, "kvserve_kv_blocks_free", "gauge", "KV cache blocks free.", d(e.kv_blocks_free));
   sample(out, "kvserve_kv_blocks_cached", "gauge", "Unreferenced KV blocks kept for prefix reuse.", d(e.kv_blocks_cached));
+  if (e.kv_sliding_blocks_total > 0) {  // Gemma 3's sliding-window layers: their own pool
+    sample(out, "kvserve_kv_sliding_blocks_total", "gauge", "Sliding-window layers' KV blocks in their pool.",
+           d(e.kv_sliding_blocks_total));
+    sample(out, "kvserve_kv_sliding_blocks_used", "gauge", "Sliding-window layers' KV blocks held by sequences.",
+           d(e.kv_sliding_blocks_used));
+  }
   const double hit_rate = e.prefix_query_tokens > 0 ? d(e.prefix_hit_tokens) / d(e.prefix_query_tokens) : 0.0;
   sample(out, "kvserve_prefix_cache_hit_rate", "gauge", "Prompt tokens found in the prefix cache / looked up.", hit_rate);
   sample(out, "kvserve_prefix_cache_query_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.",
