@@ -81,6 +81,12 @@ int64_t pool_blocks(const ModelConfig& c, const EngineOptions& o, int64_t contex
   return std::max<int64_t>(1, std::min(full, (int64_t{1} << 30) / per_block));
 }
 
+// Every layer here, or the first stage of a pipeline (the model is then rank 0's slice).
+std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions& o, const KVPoolShape& pool) {
+  if (o.pipeline.comm == nullptr) return make_local_runner(model, pool);
+  return make_pipeline_head(model, pool, o.pipeline);
+}
+
 }  // namespace
 
 class Engine::Impl {
@@ -91,10 +97,8 @@ class Engine::Impl {
         // The longest sequence must fit in the context and in the whole pool.
         context_limit_(std::min({options.max_context, model.config().context_length, n_blocks_ * options.block_size})),
         kv_(n_blocks_, options.block_size, options.prefix_caching),
-        storage_(model.config().n_layers, n_blocks_, options.block_size, model.config().n_kv_heads,
-                 model.config().head_dim, options.kv_type),
         scheduler_(SchedulerConfig{options.max_running, options.max_batch_tokens}, kv_),
-        transformer_(model, AttentionKernel::kFlash),
+        runner_(make_runner(model, options, {n_blocks_, options.block_size, options.kv_type})),
         thread_([this] { loop(); }) {
     publish_metrics();  // the pool size is known before the first request
   }
@@ -277,7 +281,7 @@ class Engine::Impl {
 
   void step() {
     const SchedulerOutput out = scheduler_.schedule(draft_source_);
-    for (const BlockCopy& c : out.copies) storage_.copy_block(c.src, c.dst);
+    for (const BlockCopy& c : out.copies) runner_->copy_block(c.src, c.dst);
     check(!out.chunks.empty() || scheduler_.idle(), "a busy scheduler plans work");
     if (out.chunks.empty()) return;
     std::vector<SequenceChunk> chunks;
@@ -290,7 +294,7 @@ class Engine::Impl {
     const auto vocab = static_cast<size_t>(model_.config().vocab_size);
     logits_.resize(static_cast<size_t>(n_rows) * vocab);
     const auto start = std::chrono::steady_clock::now();
-    transformer_.forward_batch(chunks, storage_, logits_.data());
+    runner_->forward_batch(chunks, logits_.data());
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     policy_.step_cost.observe(out.num_tokens(), took.count());
     scheduler_.finish_step(out);
@@ -343,7 +347,7 @@ class Engine::Impl {
       const auto span = std::span<const int32_t>(tokens).subspan(static_cast<size_t>(pos0), static_cast<size_t>(n));
       const SequenceChunk chunk{span, pos0, kv_.blocks(scratch), true, 1};
       const auto start = std::chrono::steady_clock::now();
-      transformer_.forward_batch(std::span<const SequenceChunk>(&chunk, 1), storage_, logits_.data());
+      runner_->forward_batch(std::span<const SequenceChunk>(&chunk, 1), logits_.data());
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     };
     pass(0, context);  // also faults the weights in
@@ -545,9 +549,8 @@ class Engine::Impl {
   int64_t context_limit_;  // tokens with K/V per sequence at most
   // Engine-thread state:
   KVCacheManager kv_;
-  PagedKVStorage storage_;
   Scheduler scheduler_;
-  Transformer transformer_;
+  std::unique_ptr<ModelRunner> runner_;  // the layers and their K/V bytes, here or along a pipeline
   std::map<RequestId, RequestState> requests_;
   std::map<SequenceId, std::pair<RequestId, int32_t>> owners_;  // each branch's sequence -> (request, branch)
   SequenceId next_seq_ = kNoSequence + 1;

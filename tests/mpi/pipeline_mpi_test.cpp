@@ -1,0 +1,155 @@
+// Pipeline parallelism across MPI processes (run by ctest as `mpirun -np 2
+// kvserve_mpi_tests`, one OpenMP thread each; docs/scaling.md): every test
+// runs on both ranks in the same order; rank 0 drives an engine (or a
+// pipeline head) and checks it against one process holding the whole model,
+// rank 1 runs its stage until rank 0 shuts it down. Greedy tokens identical,
+// log probabilities within 1e-5 relative, each rank's weights about half,
+// bytes per step equal to the analytic count. Failure handling (a rank
+// killed or stopped) is checked on whole processes by pipeline_failure_test.py.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+
+#include "engine/engine.h"
+#include "engine_run_util.h"
+#include "kv/kv_cache_manager.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/pipeline_messages.h"
+#include "parallel/pipeline_stage.h"
+#include "test_util.h"
+
+using namespace kvserve;
+using namespace kvserve::engine_run;
+
+namespace {
+
+Communicator* world = nullptr;  // set by main() for the whole run: MPI starts once per process
+constexpr std::chrono::milliseconds kTimeout{30000};
+
+ModelLoadOptions stage_of(int rank) { return {.pipeline_rank = rank, .pipeline_ranks = world->size()}; }
+
+// Rank 0's reference and pipelined outputs of `requests` over the model at `path`; the other ranks serve their stage.
+void expect_pipeline_equals_one_process(const std::string& path, const std::vector<GenerationRequest>& requests,
+                                        EngineOptions options) {
+  const auto whole = Model::load(path);
+  const auto stage = Model::load(path, stage_of(world->rank()));
+  // Each rank holds about its share: the layers split evenly, plus the embedding or the head.
+  EXPECT_LT(stage->resident_weight_bytes(), whole->resident_weight_bytes() * 7 / 10) << "rank " << world->rank();
+  if (world->rank() != 0) {
+    run_pipeline_stage(*stage, *world, kTimeout);
+    return;
+  }
+  const Tokenizer tok = Tokenizer::from_gguf(whole->file());
+  std::vector<Output> want, got;
+  {
+    Engine reference(*whole, tok, options);
+    want = run_together(reference, requests);
+  }
+  options.pipeline = {world, kTimeout, nullptr};
+  {
+    Engine engine(*stage, tok, options);
+    got = run_together(engine, requests);
+  }
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+    ASSERT_EQ(got[i].logprobs.size(), want[i].logprobs.size());
+    for (size_t t = 0; t < got[i].logprobs.size(); ++t)
+      for (size_t k = 0; k < got[i].logprobs[t].top.size(); ++k) {
+        const float a = got[i].logprobs[t].top[k].second, b = want[i].logprobs[t].top[k].second;
+        EXPECT_LE(std::fabs(a - b), 1e-5 * std::max(1.0f, std::fabs(b))) << "request " << i << " token " << t;
+      }
+  }
+}
+
+std::vector<GenerationRequest> with_logprobs(std::vector<GenerationRequest> rs) {
+  for (GenerationRequest& r : rs) r.top_logprobs = 5;
+  return rs;
+}
+
+TEST(PipelineMpi, TinyModelGivesTheOutputsOfOneProcess) {
+  test_util::TempFile file(".gguf");  // each rank writes the same deterministic file
+  test_util::write_synth_model(file.path(), "tiny-llama", DType::F32, 3);
+  EngineOptions o;
+  o.block_size = 4;
+  o.kv_blocks = 256;
+  std::vector<GenerationRequest> rs = mixed_requests(6, 320, 10);
+  GenerationRequest forked = greedy_request({5, 6, 7, 8, 9, 10}, 8);
+  forked.n = 3;
+  forked.sampling.temperature = 1.0f;
+  forked.sampling.seed = 7;
+  rs.push_back(forked);
+  GenerationRequest ngram = greedy_request({1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2}, 10);
+  ngram.speculation = {SpeculativeMode::kNgram, 4, false};
+  rs.push_back(ngram);
+  expect_pipeline_equals_one_process(file.path(), with_logprobs(rs), o);
+}
+
+TEST(PipelineMpi, DefaultModelGivesTheOutputsOfOneProcess) {
+  const std::string path = test_util::default_model_path();
+  if (path.empty()) GTEST_SKIP() << "the SmolLM2 model is not in models/";  // the same on every rank
+  const auto probe = Model::load(path);
+  const Tokenizer tok = Tokenizer::from_gguf(probe->file());
+  std::vector<GenerationRequest> rs;
+  for (const char* p : {"Once upon a time", "The capital of France is", "Once upon a time, in a land far away"})
+    rs.push_back(greedy_request(tok.encode(p, tok.add_bos()), 16));
+  expect_pipeline_equals_one_process(path, with_logprobs(rs), EngineOptions{});
+}
+
+// A 6-token prompt, then one token on each side of a fork (a copy-on-write
+// copy): rank 0 sends setup, plan + activations; rank 1 ready, then logits.
+TEST(PipelineMpi, BytesSentPerStepEqualTheAnalyticCount) {
+  test_util::TempFile file(".gguf");
+  test_util::write_synth_model(file.path(), "tiny-llama", DType::F32, 3);
+  const auto stage = Model::load(file.path(), stage_of(world->rank()));
+  const auto word = sizeof(int64_t), id = sizeof(BlockId), f32 = sizeof(float);
+  const auto dim = static_cast<size_t>(stage->config().dim), V = static_cast<size_t>(stage->config().vocab_size);
+  const uint64_t start = world->bytes_sent();
+  if (world->rank() != 0) {
+    run_pipeline_stage(*stage, *world, kTimeout);
+    if (world->rank() == world->size() - 1)
+      EXPECT_EQ(world->bytes_sent() - start, word + (word + V * f32) + (word + 2 * V * f32));
+    return;
+  }
+  const auto head = make_pipeline_head(*stage, {16, 4, KVType::F32}, {world, kTimeout, nullptr});
+  EXPECT_EQ(world->bytes_sent() - start, sizeof(PipelineSetup) * static_cast<size_t>(world->size() - 1));
+  KVCacheManager kv(16, 4, false);
+  std::vector<BlockCopy> copies;
+  const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66};
+  std::vector<float> logits(2 * V);
+  ASSERT_TRUE(kv.allocate(1, 0, 6, copies));
+  const SequenceChunk pre{prompt, 0, kv.blocks(1), true};
+  uint64_t before = world->bytes_sent();
+  head->forward_batch(std::span(&pre, 1), logits.data());
+  EXPECT_EQ(world->bytes_sent() - before, 3 * word + (4 * word + 2 * id) + 6 * dim * f32);
+  kv.fork(1, 2);
+  ASSERT_TRUE(kv.allocate(1, 6, 7, copies));
+  ASSERT_TRUE(kv.allocate(2, 6, 7, copies));
+  ASSERT_EQ(copies.size(), 1u);
+  for (const BlockCopy& bc : copies) head->copy_block(bc.src, bc.dst);
+  const std::vector<int32_t> a = {77}, b = {88};
+  const std::vector<SequenceChunk> step = {{a, 6, kv.blocks(1), true}, {b, 6, kv.blocks(2), true}};
+  before = world->bytes_sent();
+  head->forward_batch(step, logits.data());
+  EXPECT_EQ(world->bytes_sent() - before, 3 * word + 2 * id + 2 * (4 * word + 2 * id) + 2 * dim * f32);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!started_by_mpirun()) {
+    std::fprintf(stderr, "skipped: run under mpirun -np 2\n");
+    return 77;
+  }
+  omp_set_num_threads(1);
+  ::testing::InitGoogleTest(&argc, argv);
+  MpiCommunicator comm;
+  world = &comm;
+  // Only rank 0 prints gtest's report; a failure on any rank fails mpirun.
+  ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+  if (comm.rank() != 0) delete listeners.Release(listeners.default_result_printer());
+  const int failed = RUN_ALL_TESTS();
+  world = nullptr;
+  return failed;
+}
