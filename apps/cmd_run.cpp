@@ -93,8 +93,9 @@ void print_speculation(const RunOptions& opt, const Engine& engine) {
 // The draft: another model file, or the target's own first layers (same
 // mapped weights, no copy) when --draft is not given.
 std::unique_ptr<Model> load_draft(const RunOptions& opt, const Model& target) {
-  if (opt.draft.empty() && (opt.draft_layers < 1 || opt.draft_layers > target.config().n_layers))
-    throw Error("--draft-layers must be in [1, " + std::to_string(target.config().n_layers) + "], got " +
+  const int64_t layers = target.layer_range().total;  // the whole file's, also on a pipeline's rank 0
+  if (opt.draft.empty() && (opt.draft_layers < 1 || opt.draft_layers > layers))
+    throw Error("--draft-layers must be in [1, " + std::to_string(layers) + "], got " +
                 std::to_string(opt.draft_layers));
   const ModelLoadOptions draft_options = opt.draft_flags.load_options(opt.draft.empty() ? opt.draft_layers : 0);
   auto draft = Model::load(opt.draft.empty() ? opt.model : opt.draft, draft_options);

@@ -78,7 +78,10 @@ void serve(const ServeOptions& opt) {
   const sigset_t signals = block_shutdown_signals();
   PipelineSession pipeline(opt.pipeline);
   pipeline.guard([&] {
-    if (pipeline.rank() != 0) return pipeline.run_stage(opt.model);
+    if (pipeline.rank() != 0) {  // no watcher here: mpirun's SIGTERM ends a later stage at once
+      pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
+      return pipeline.run_stage(opt.model);
+    }
     serve_rank0(opt, spec_default, signals, pipeline);
   });
 }

@@ -34,12 +34,12 @@ class LoopbackCommunicator : public Communicator {
   void send(int to, int tag, std::span<const std::byte> bytes, std::chrono::milliseconds) override {
     check(to >= 0 && to < size() && to != rank_, "a loopback message goes to another rank of the group");
     LoopbackGroup::Mailbox& box = *mailboxes_[static_cast<size_t>(to)];
+    count_sent(bytes.size());  // before the message is visible: a receiver that reads the count after it sees it
     {
       std::lock_guard lock(box.mutex);
       box.messages.push_back({rank_, tag, std::vector<std::byte>(bytes.begin(), bytes.end())});
     }
     box.arrived.notify_all();
-    count_sent(bytes.size());
   }
 
   int recv(int from, int tag, std::vector<std::byte>& bytes, std::chrono::milliseconds timeout) override {
