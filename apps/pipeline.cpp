@@ -101,6 +101,7 @@ void PipelineSession::guard(const std::function<void()>& body) {
   if (!comm_) return body();
   try {
     body();
+    if (rank() == 0) end_pipeline(*comm_, timeout_of(flags_));  // the other ranks' run_stage returns
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvserve: error: pipeline rank %d: %s\n", rank(), e.what());
     std::fflush(stderr);

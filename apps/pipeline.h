@@ -43,8 +43,9 @@ class PipelineSession {
   void run_stage(const std::string& model_path) const;
   // Rank 0, after the engine is gone: what this rank held and sent.
   void report(const Model& stage) const;
-  // Runs `body`; on an exception prints it and ends every rank (MPI_Abort),
-  // so that a failure on one rank never leaves the others waiting.
+  // Runs `body`, then (rank 0) ends the pipeline; on an exception prints it
+  // and ends every rank (MPI_Abort), so that a failure on one rank never
+  // leaves the others waiting.
   void guard(const std::function<void()>& body);
 
  private:

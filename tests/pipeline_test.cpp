@@ -134,7 +134,7 @@ TEST_F(PipelineTest, TwoRanksGiveTheTokensAndLogprobsOfOneProcess) {
     expect_same_outputs(run_branches(engine, rs), want);
     EXPECT_GT(engine.metrics().prefix_hit_tokens, 0);
   }
-  pipeline.join();
+  pipeline.finish();
   EXPECT_EQ(pipeline.error(1), "");
 }
 
@@ -151,10 +151,13 @@ TEST_F(PipelineTest, ThreeRanksOnSlidingWindowLayersGiveTheOutputsOfOneProcess) 
     Engine engine(pipeline.first_stage(), tok, pipeline.engine_options(small_pool()));
     expect_same_outputs(run_branches(engine, rs), want);
   }
-  pipeline.join();
+  pipeline.finish();
 }
 
-TEST_F(PipelineTest, ADraftModelOnRankZeroSpeculatesAsInOneProcess) {
+// Two engines one after the other over one pipeline (what bench --serving
+// does): draft-model speculation, then auto speculation whose step cost is
+// measured through the pipeline at start.
+TEST_F(PipelineTest, DraftAndAutoSpeculationOnRankZeroGiveTheOutputsOfOneProcess) {
   const auto draft = Model::load(file_.path(), ModelLoadOptions{.max_layers = 1});
   std::vector<GenerationRequest> rs = mixed_requests(4, vocab(), 12);
   for (GenerationRequest& r : rs) r.speculation = {SpeculativeMode::kDraftModel, 3, false};
@@ -167,7 +170,15 @@ TEST_F(PipelineTest, ADraftModelOnRankZeroSpeculatesAsInOneProcess) {
     expect_same_outputs(run_branches(engine, rs), want);
     EXPECT_GT(engine.metrics().spec_rounds, 0);
   }
-  pipeline.join();
+  for (GenerationRequest& r : rs) r.speculation = {SpeculativeMode::kAuto, 3, false};
+  o.measure_step_cost = true;
+  {
+    Engine engine(pipeline.first_stage(), *tokenizer_, pipeline.engine_options(o));
+    EXPECT_FALSE(engine.step_cost_at_start().empty());
+    expect_same_outputs(run_branches(engine, rs), want);
+  }
+  pipeline.finish();
+  EXPECT_EQ(pipeline.error(1), "");
 }
 
 // Step 1: a 6-token prompt; fork; step 2: one token on each side after a
@@ -204,7 +215,7 @@ TEST_F(PipelineTest, BytesSentPerStepEqualTheAnalyticCount) {
     EXPECT_EQ(pipeline.comm(0).bytes_sent() - before0, 3 * word + 2 * id + 2 * (4 * word + 2 * id) + 2 * dim * f32);
     EXPECT_EQ(pipeline.comm(1).bytes_sent() - before1, word + 2 * V * f32);
   }
-  pipeline.join();
+  pipeline.finish();
 }
 
 TEST_F(PipelineTest, ARankThatNeverAnswersFailsTheStepWithItsNameInTime) {
@@ -308,7 +319,7 @@ TEST(PipelineRealModel, SmolLM2TwoRanksGiveTheOutputsOfOneProcess) {
     Engine engine(pipeline.first_stage(), tok, pipeline.engine_options(o));
     expect_same_outputs(run_branches(engine, rs), want);
   }
-  pipeline.join();
+  pipeline.finish();
 }
 
 TEST(PipelineCli, PipelineParallelWithoutMpirunOrMpiIsRefusedWithWhatToDo) {

@@ -32,9 +32,11 @@ class LoopbackPipeline {
         }
       });
   }
-  // The engine (or the pipeline head) must be gone: its destructor stopped the stages.
-  ~LoopbackPipeline() { join(); }
-  void join() {
+  ~LoopbackPipeline() { finish(); }
+  // Ends the pipeline and joins the stages; every engine over it must be gone.
+  void finish() {
+    if (!finished_) end_pipeline(group_.rank(0), timeout_);
+    finished_ = true;
     for (std::thread& t : threads_)
       if (t.joinable()) t.join();
   }
@@ -47,7 +49,7 @@ class LoopbackPipeline {
     base.pipeline = options();
     return base;
   }
-  // A later rank's error, after join(); "" when it ended normally.
+  // A later rank's error, after finish(); "" when it ended normally.
   const std::string& error(int rank) const { return errors_[static_cast<size_t>(rank - 1)]; }
 
  private:
@@ -57,6 +59,7 @@ class LoopbackPipeline {
   std::vector<std::unique_ptr<Model>> stages_;
   std::vector<std::string> errors_;
   std::vector<std::thread> threads_;
+  bool finished_ = false;
 };
 
 }  // namespace kvserve::pipeline_test

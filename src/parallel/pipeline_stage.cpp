@@ -71,28 +71,44 @@ class PipelineStage {
 
 }  // namespace
 
-PipelineStageStats run_pipeline_stage(const Model& stage, Communicator& comm, std::chrono::milliseconds timeout) {
-  if (comm.rank() == 0) throw Error("rank 0 of a pipeline runs the engine, not a later stage");
-  std::vector<std::byte> bytes;
-  comm.broadcast(0, bytes, Communicator::kForever);
-  const PipelineSetup setup = PipelineSetup::decode(bytes);
+namespace {
+
+// The setup of an engine on rank 0, checked against this rank's stage; tells
+// rank 0 why not and throws when it does not match.
+void check_setup(const PipelineSetup& setup, const Model& stage, Communicator& comm, std::chrono::milliseconds timeout) {
   const KVPoolShape pool{setup.n_blocks, setup.block_size, static_cast<KVType>(setup.kv_type)};
   const std::string differences = setup_differences(setup, pipeline_setup(stage, comm.size(), pool));
-  if (!differences.empty()) {
-    const std::string error = "its model or settings differ from rank 0's (" + differences +
-                              ", rank 0's first): give every rank the same file and flags";
-    comm.send(0, kPipelineReplyTag, encode_error_reply(error), timeout);
-    throw Error("pipeline rank " + std::to_string(comm.rank()) + ": " + error);
-  }
-  PipelineStage runner(stage, comm, setup, timeout);
-  std::vector<std::byte> ready;
-  encode_logits_reply({}, ready);
-  comm.send(0, kPipelineReplyTag, ready, timeout);
+  if (differences.empty()) return;
+  const std::string error = "its model or settings differ from rank 0's (" + differences +
+                            ", rank 0's first): give every rank the same file and flags";
+  comm.send(0, kPipelineReplyTag, encode_error_reply(error), timeout);
+  throw Error("pipeline rank " + std::to_string(comm.rank()) + ": " + error);
+}
+
+}  // namespace
+
+PipelineStageStats run_pipeline_stage(const Model& stage, Communicator& comm, std::chrono::milliseconds timeout) {
+  if (comm.rank() == 0) throw Error("rank 0 of a pipeline runs the engine, not a later stage");
   PipelineStageStats stats;
-  do {
-    comm.recv(comm.rank() - 1, kPipelineStepTag, bytes, Communicator::kForever);
-  } while (runner.execute(decode_step(bytes, stage.config().dim), stats));
-  return stats;
+  std::vector<std::byte> bytes;
+  for (;;) {
+    comm.broadcast(0, bytes, Communicator::kForever);  // the next engine's setup, or the end
+    if (bytes.empty()) return stats;
+    const PipelineSetup setup = PipelineSetup::decode(bytes);
+    check_setup(setup, stage, comm, timeout);
+    PipelineStage runner(stage, comm, setup, timeout);
+    std::vector<std::byte> ready;
+    encode_logits_reply({}, ready);
+    comm.send(0, kPipelineReplyTag, ready, timeout);
+    do {
+      comm.recv(comm.rank() - 1, kPipelineStepTag, bytes, Communicator::kForever);
+    } while (runner.execute(decode_step(bytes, stage.config().dim), stats));
+  }
+}
+
+void end_pipeline(Communicator& comm, std::chrono::milliseconds timeout) {
+  std::vector<std::byte> end;  // empty: no setup follows
+  comm.broadcast(0, end, timeout);
 }
 
 }  // namespace kvserve

@@ -52,6 +52,7 @@ void expect_pipeline_equals_one_process(const std::string& path, const std::vect
     Engine engine(*stage, tok, options);
     got = run_together(engine, requests);
   }
+  end_pipeline(*world, kTimeout);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
@@ -116,7 +117,7 @@ TEST(PipelineMpi, BytesSentPerStepEqualTheAnalyticCount) {
     }
     return;
   }
-  const auto head = make_pipeline_head(*stage, {16, 4, KVType::F32}, {world, kTimeout, nullptr});
+  auto head = make_pipeline_head(*stage, {16, 4, KVType::F32}, {world, kTimeout, nullptr});
   EXPECT_EQ(world->bytes_sent() - start, sizeof(PipelineSetup) * static_cast<size_t>(world->size() - 1));
   KVCacheManager kv(16, 4, false);
   std::vector<BlockCopy> copies;
@@ -137,6 +138,8 @@ TEST(PipelineMpi, BytesSentPerStepEqualTheAnalyticCount) {
   before = world->bytes_sent();
   head->forward_batch(step, logits.data());
   EXPECT_EQ(world->bytes_sent() - before, 3 * word + 2 * id + 2 * (4 * word + 2 * id) + 2 * dim * f32);
+  head.reset();
+  end_pipeline(*world, kTimeout);
 }
 
 }  // namespace
