@@ -2,10 +2,11 @@
 // kvserve_mpi_tests`, one OpenMP thread each; docs/scaling.md): every test
 // runs on both ranks in the same order; rank 0 drives an engine (or a
 // pipeline head) and checks it against one process holding the whole model,
-// rank 1 runs its stage until rank 0 shuts it down. Greedy tokens identical,
-// log probabilities within 1e-5 relative, each rank's weights about half,
-// bytes per step equal to the analytic count. Failure handling (a rank
-// killed or stopped) is checked on whole processes by pipeline_failure_test.py.
+// rank 1 runs its stage until rank 0 ends the pipeline. On the tiny and the
+// default model: greedy tokens identical, log probabilities and logits within
+// 1e-5 relative, each rank's weights about half, bytes per step equal to the
+// analytic count. A rank killed or stopped is checked on whole processes by
+// pipeline_failure_test.py.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -14,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine_run_util.h"
 #include "kv/kv_cache_manager.h"
+#include "parallel/model_runner.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/pipeline_messages.h"
 #include "parallel/pipeline_stage.h"
@@ -102,11 +104,34 @@ TEST(PipelineMpi, DefaultModelGivesTheOutputsOfOneProcess) {
 }
 
 // A 6-token prompt, then one token on each side of a fork (a copy-on-write
-// copy): rank 0 sends setup, plan + activations; rank 1 ready, then logits.
-TEST(PipelineMpi, BytesSentPerStepEqualTheAnalyticCount) {
-  test_util::TempFile file(".gguf");
-  test_util::write_synth_model(file.path(), "tiny-llama", DType::F32, 3);
-  const auto stage = Model::load(file.path(), stage_of(world->rank()));
+// copy), through `runner`; returns both steps' logits ([1 + 2][vocab]).
+// `sent` gets what `comm` counted for each step (null: not counted).
+std::vector<float> two_steps(ModelRunner& runner, int64_t vocab, Communicator* comm, uint64_t sent[2]) {
+  KVCacheManager kv(16, 4, false);
+  std::vector<BlockCopy> copies;
+  const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66}, a = {77}, b = {88};
+  std::vector<float> logits(static_cast<size_t>(3 * vocab));
+  EXPECT_TRUE(kv.allocate(1, 0, 6, copies));
+  const SequenceChunk pre{prompt, 0, kv.blocks(1), true};
+  uint64_t before = comm ? comm->bytes_sent() : 0;
+  runner.forward_batch(std::span(&pre, 1), logits.data());
+  if (comm) sent[0] = comm->bytes_sent() - before;
+  kv.fork(1, 2);
+  EXPECT_TRUE(kv.allocate(1, 6, 7, copies));
+  EXPECT_TRUE(kv.allocate(2, 6, 7, copies));
+  EXPECT_EQ(copies.size(), 1u);
+  for (const BlockCopy& bc : copies) runner.copy_block(bc.src, bc.dst);
+  const std::vector<SequenceChunk> step = {{a, 6, kv.blocks(1), true}, {b, 6, kv.blocks(2), true}};
+  before = comm ? comm->bytes_sent() : 0;
+  runner.forward_batch(step, logits.data() + vocab);
+  if (comm) sent[1] = comm->bytes_sent() - before;
+  return logits;
+}
+
+// Rank 0: the pipeline's logits against one process's, and the bytes of each
+// step against the analytic count; the last rank: the logits bytes it sent.
+void expect_logits_and_bytes(const std::string& path) {
+  const auto stage = Model::load(path, stage_of(world->rank()));
   const auto word = sizeof(int64_t), id = sizeof(BlockId), f32 = sizeof(float);
   const auto dim = static_cast<size_t>(stage->config().dim), V = static_cast<size_t>(stage->config().vocab_size);
   const uint64_t start = world->bytes_sent();
@@ -117,29 +142,32 @@ TEST(PipelineMpi, BytesSentPerStepEqualTheAnalyticCount) {
     }
     return;
   }
-  auto head = make_pipeline_head(*stage, {16, 4, KVType::F32}, {world, kTimeout, nullptr});
+  const KVPoolShape pool{16, 4, KVType::F32};
+  auto head = make_pipeline_head(*stage, pool, {world, kTimeout, nullptr});
   EXPECT_EQ(world->bytes_sent() - start, sizeof(PipelineSetup) * static_cast<size_t>(world->size() - 1));
-  KVCacheManager kv(16, 4, false);
-  std::vector<BlockCopy> copies;
-  const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66};
-  std::vector<float> logits(2 * V);
-  ASSERT_TRUE(kv.allocate(1, 0, 6, copies));
-  const SequenceChunk pre{prompt, 0, kv.blocks(1), true};
-  uint64_t before = world->bytes_sent();
-  head->forward_batch(std::span(&pre, 1), logits.data());
-  EXPECT_EQ(world->bytes_sent() - before, 3 * word + (4 * word + 2 * id) + 6 * dim * f32);
-  kv.fork(1, 2);
-  ASSERT_TRUE(kv.allocate(1, 6, 7, copies));
-  ASSERT_TRUE(kv.allocate(2, 6, 7, copies));
-  ASSERT_EQ(copies.size(), 1u);
-  for (const BlockCopy& bc : copies) head->copy_block(bc.src, bc.dst);
-  const std::vector<int32_t> a = {77}, b = {88};
-  const std::vector<SequenceChunk> step = {{a, 6, kv.blocks(1), true}, {b, 6, kv.blocks(2), true}};
-  before = world->bytes_sent();
-  head->forward_batch(step, logits.data());
-  EXPECT_EQ(world->bytes_sent() - before, 3 * word + 2 * id + 2 * (4 * word + 2 * id) + 2 * dim * f32);
+  uint64_t sent[2] = {};
+  const std::vector<float> got = two_steps(*head, static_cast<int64_t>(V), world, sent);
   head.reset();
   end_pipeline(*world, kTimeout);
+  // Plan (kind, copy count, chunk count; per chunk 4 words + its table; the copies) + activations.
+  EXPECT_EQ(sent[0], 3 * word + (4 * word + 2 * id) + 6 * dim * f32);
+  EXPECT_EQ(sent[1], 3 * word + 2 * id + 2 * (4 * word + 2 * id) + 2 * dim * f32);
+  const auto whole = Model::load(path);
+  const auto local = make_local_runner(*whole, pool);
+  const std::vector<float> want = two_steps(*local, static_cast<int64_t>(V), nullptr, sent);
+  EXPECT_LE(test_util::relative_error(got, want), 1e-5);
+}
+
+TEST(PipelineMpi, TinyModelLogitsAndBytesPerStep) {
+  test_util::TempFile file(".gguf");
+  test_util::write_synth_model(file.path(), "tiny-llama", DType::F32, 3);
+  expect_logits_and_bytes(file.path());
+}
+
+TEST(PipelineMpi, DefaultModelLogitsAndBytesPerStep) {
+  const std::string path = test_util::default_model_path();
+  if (path.empty()) GTEST_SKIP() << "the SmolLM2 model is not in models/";
+  expect_logits_and_bytes(path);
 }
 
 }  // namespace
