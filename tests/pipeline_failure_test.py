@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Whole kvserve processes under mpirun (docs/scaling.md): `run -f` and `run -p`
-pipelined over 2 ranks print the text of one process; a rank killed (SIGKILL)
+pipelined over 2 ranks (and `run -f` over 3) print the text of one process; a rank killed (SIGKILL)
 or stopped (SIGSTOP) while `serve` runs ends every rank with a clear error
 within seconds, never a hang. Usage: pipeline_failure_test.py KVSERVE MPIRUN"""
 import json
@@ -40,6 +40,10 @@ def compare_run(model, tmp):
     check(one.returncode == 0 and two.returncode == 0, "run -f exits 0 alone and pipelined: " + two.stderr[-400:])
     check(one.stdout == two.stdout and one.stdout.count("###") == 3, "run -f: the same text on 2 ranks as in one process")
     check("pipeline rank 1 of 2" in two.stderr and "bytes sent" in two.stderr, "each rank reports its layers and bytes")
+    three = run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "3", KVSERVE, "run", "-f", prompts,
+                 "--pipeline-parallel", "3"] + common)
+    check(three.returncode == 0 and three.stdout == one.stdout, "run -f: the same text on a chain of 3 ranks: "
+          + three.stderr[-300:])
     p_one = run([KVSERVE, "run", "-p", "Once upon a time"] + common)
     p_two = run(MPI + [KVSERVE, "run", "-p", "Once upon a time", "--pipeline-parallel", "2"] + common)
     check(p_two.returncode == 0 and p_one.stdout == p_two.stdout, "run -p: the same text on 2 ranks: %r vs %r"
