@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -66,6 +67,9 @@ void MpiCommunicator::abort(int code) {
 }
 
 void MpiCommunicator::send(int to, int tag, std::span<const std::byte> bytes, std::chrono::milliseconds timeout) {
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))  // MPI counts are ints
+    throw Error("pipeline: a message of " + std::to_string(bytes.size()) + " bytes is over MPI's 2 GiB limit: "
+                "lower --max-running or the batch size");
   MPI_Request request;
   int rc = MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, to, tag, MPI_COMM_WORLD, &request);
   int done = 0;
