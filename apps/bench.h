@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "apps/draft_flags.h"
+#include "apps/pipeline.h"
 
 namespace kvserve::cli {
 
@@ -43,6 +44,7 @@ struct BenchOptions {
   std::string kv_type = "f32";             // KV pool element type
   int64_t kv_mem_mib = 0;                  // KV pool budget (0: room for every running sequence at its longest)
   uint64_t seed = 1;
+  PipelineFlags pipeline;                  // --pipeline-parallel: the in-process --serving engine over mpirun's ranks
 };
 
 int run_llama_bench(const BenchOptions& options);

@@ -99,14 +99,14 @@ int run_structured_bench(const BenchOptions& o, const Model& model, const Tokeni
   return 0;
 }
 
-int run_engine_bench(const BenchOptions& o, const bench::WorkloadOptions& w) {
-  if (o.threads.front() > 0) omp_set_num_threads(o.threads.front());
-  auto model = Model::load(o.models.front());
+int run_engine_bench(const BenchOptions& o, const bench::WorkloadOptions& w, const PipelineSession& pipeline) {
+  auto model = Model::load(o.models.front(), pipeline.load_options());
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   const std::vector<bench::WorkItem> items = bench::make_workload(w, &tokenizer);
   bench::EnginePool pool;
   pool.kv_type = parse_kv_type(o.kv_type, "--kv-type");
   pool.kv_memory_bytes = o.kv_mem_mib << 20;
+  pool.pipeline = pipeline.engine_options();
   std::printf("model %s | %s | threads %d | activations %s\n", model->config().name.c_str(),
               bench::describe_workload(w, items, o.concurrency).c_str(), omp_get_max_threads(),
               activation_precision_name(activation_precision()));
@@ -122,7 +122,20 @@ int run_engine_bench(const BenchOptions& o, const bench::WorkloadOptions& w) {
     table.print_row(stdout, bench::schedule_name(s), summary,
                     {per_cpu, count(run.metrics.prefix_hit_tokens), count(run.metrics.steps), count(run.metrics.preemptions)});
   }
+  pipeline.report(*model);
   return 0;
+}
+
+// The in-process engine, or rank 0 of a pipeline (the other ranks serve their stage meanwhile).
+int run_engine_bench(const BenchOptions& o, const bench::WorkloadOptions& w) {
+  if (o.threads.front() > 0) omp_set_num_threads(o.threads.front());
+  PipelineSession pipeline(o.pipeline);
+  int rc = 0;
+  pipeline.guard([&] {
+    if (pipeline.rank() != 0) return pipeline.run_stage(o.models.front());
+    rc = run_engine_bench(o, w, pipeline);
+  });
+  return rc;
 }
 
 int run_remote_bench(const BenchOptions& o, const bench::WorkloadOptions& w) {

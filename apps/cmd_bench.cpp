@@ -2,6 +2,7 @@
 #include "apps/bench.h"
 #include "apps/activations_flag.h"
 #include "apps/commands.h"
+#include "core/error.h"
 
 namespace kvserve::cli {
 
@@ -52,8 +53,11 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--kv-mem", opt->kv_mem_mib, "With --serving: KV pool MiB (0: room for every running sequence)")
       ->capture_default_str();
+  add_pipeline_flags(cmd, opt->pipeline);
   cmd->callback([opt, model] {
     opt->model_given = model->count() > 0;
+    if (opt->pipeline.ranks > 1 && (!opt->serving || !opt->url.empty()))
+      throw Error("--pipeline-parallel runs the in-process engine of bench --serving (without --url)");
     int rc = 0;
     if (opt->spec) rc = run_spec_bench(*opt);
     else if (opt->serving) rc = run_serving_bench(*opt);

@@ -16,6 +16,7 @@
 #include "apps/activations_flag.h"
 #include "apps/commands.h"
 #include "apps/draft_flags.h"
+#include "apps/pipeline.h"
 #include "core/error.h"
 #include "engine/batch_speculation.h"
 #include "engine/spec_policy.h"
@@ -54,6 +55,7 @@ struct RunOptions {
   DraftFlags draft_flags;     // --draft-vocab, --draft-activations
   bool adaptive_k = false;
   bool keep_sliding_kv = false;  // -f: sliding-window layers keep every position (EngineOptions::sliding_window_kv off)
+  PipelineFlags pipeline;     // --pipeline-parallel: -p and -f run through the engine
 };
 
 void set_threads(int threads) {
@@ -92,8 +94,9 @@ void print_speculation(const RunOptions& opt, const Engine& engine) {
 // The draft: another model file, or the target's own first layers (same
 // mapped weights, no copy) when --draft is not given.
 std::unique_ptr<Model> load_draft(const RunOptions& opt, const Model& target) {
-  if (opt.draft.empty() && (opt.draft_layers < 1 || opt.draft_layers > target.config().n_layers))
-    throw Error("--draft-layers must be in [1, " + std::to_string(target.config().n_layers) + "], got " +
+  const int64_t layers = target.layer_range().total;  // the whole file's, also on a pipeline's rank 0
+  if (opt.draft.empty() && (opt.draft_layers < 1 || opt.draft_layers > layers))
+    throw Error("--draft-layers must be in [1, " + std::to_string(layers) + "], got " +
                 std::to_string(opt.draft_layers));
   const ModelLoadOptions draft_options = opt.draft_flags.load_options(opt.draft.empty() ? opt.draft_layers : 0);
   auto draft = Model::load(opt.draft.empty() ? opt.model : opt.draft, draft_options);
@@ -101,39 +104,85 @@ std::unique_ptr<Model> load_draft(const RunOptions& opt, const Model& target) {
   return draft;
 }
 
-// Every prompt of the file through one Engine; outputs printed in file order.
-void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokenizer) {
-  const std::vector<std::string> prompts = read_prompts(opt.prompts_file);
+// The engine's options for run -f / a pipelined run -p; `draft` receives the
+// draft model, which must outlive the engine.
+EngineOptions run_engine_options(const RunOptions& opt, const Model& model, int64_t max_queue,
+                                 const PipelineSession& pipeline, std::unique_ptr<Model>& draft) {
   EngineOptions eo;
   eo.max_context = std::min(opt.context, model.config().context_length);
   eo.max_running = opt.parallel;
   eo.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
-  eo.max_queue = static_cast<int64_t>(prompts.size());
+  eo.max_queue = max_queue;
   eo.threads = opt.threads;
   eo.sliding_window_kv = !opt.keep_sliding_kv;
   // Auto drafts with a model only when one is given (--draft); without it, prompt lookup or nothing.
   const bool with_draft = opt.spec == "draft" || (opt.spec == "auto" && !opt.draft.empty());
-  const std::unique_ptr<Model> draft = with_draft ? load_draft(opt, model) : nullptr;
+  if (with_draft) draft = load_draft(opt, model);
   eo.draft_model = draft.get();
   eo.measure_step_cost = opt.spec == "auto";
-  Engine engine(model, tokenizer, eo);
+  eo.pipeline = pipeline.engine_options();
+  return eo;
+}
+
+GenerationRequest run_request(const RunOptions& opt, const Tokenizer& tokenizer, const std::string& prompt, uint64_t seed) {
+  GenerationRequest r;
+  r.prompt = tokenizer.encode(prompt, tokenizer.add_bos());
+  r.sampling = opt.sampling;
+  r.sampling.seed = seed;
+  r.max_tokens = opt.n_predict;
+  r.ignore_eos = opt.ignore_eos;
+  r.speculation = {parse_speculative_mode(opt.spec), opt.draft_k, opt.adaptive_k};
+  return r;
+}
+
+// -p through the engine (a pipelined run): the continuation streams as it comes.
+void run_prompt_in_engine(const RunOptions& opt, const Model& model, const Tokenizer& tokenizer,
+                          const PipelineSession& pipeline) {
+  std::unique_ptr<Model> draft;
+  Engine engine(model, tokenizer, run_engine_options(opt, model, 1, pipeline, draft));
+  if (!opt.no_echo) std::fputs(opt.prompt.c_str(), stdout);
+  std::promise<void> done;
+  std::string error;
+  const auto t0 = std::chrono::steady_clock::now();
+  engine.submit(run_request(opt, tokenizer, opt.prompt, opt.sampling.seed), [&](const GenerationEvent& ev) {
+    std::fputs(ev.text.c_str(), stdout);
+    std::fflush(stdout);
+    if (!ev.finished) return;
+    error = ev.error;
+    done.set_value();
+  });
+  done.get_future().wait();
+  std::fputs("\n", stdout);
+  if (!error.empty()) throw Error(error);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const EngineMetrics m = engine.metrics();
+  std::fprintf(stderr, "prompt: %lld tokens | generation: %lld tokens | %.2f s, %.2f tokens/s | forward steps: %lld\n",
+               static_cast<long long>(m.prompt_tokens_total), static_cast<long long>(m.generated_tokens_total), seconds,
+               static_cast<double>(m.generated_tokens_total) / std::max(seconds, 1e-9), static_cast<long long>(m.steps));
+  print_speculation(opt, engine);
+}
+
+// Every prompt of the file through one Engine; outputs printed in file order.
+void run_file(const RunOptions& opt, const Model& model, const Tokenizer& tokenizer, const PipelineSession& pipeline) {
+  const std::vector<std::string> prompts = read_prompts(opt.prompts_file);
+  std::unique_ptr<Model> draft;
+  Engine engine(model, tokenizer, run_engine_options(opt, model, static_cast<int64_t>(prompts.size()), pipeline, draft));
   std::vector<std::string> outputs(prompts.size());
   std::vector<std::promise<void>> done(prompts.size());
   const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> errors(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerationRequest r;
-    r.prompt = tokenizer.encode(prompts[i], tokenizer.add_bos());
-    r.sampling = opt.sampling;
-    r.sampling.seed = opt.sampling.seed + i;
-    r.max_tokens = opt.n_predict;
-    r.ignore_eos = opt.ignore_eos;
-    r.speculation = {parse_speculative_mode(opt.spec), opt.draft_k, opt.adaptive_k};
-    engine.submit(std::move(r), [&outputs, &done, i](const GenerationEvent& ev) {
+    GenerationRequest r = run_request(opt, tokenizer, prompts[i], opt.sampling.seed + i);
+    engine.submit(std::move(r), [&outputs, &errors, &done, i](const GenerationEvent& ev) {
       outputs[i] += ev.text;
-      if (ev.finished) done[i].set_value();
+      if (!ev.finished) return;
+      errors[i] = ev.error;
+      done[i].set_value();
     });
   }
   for (auto& d : done) d.get_future().wait();
+  for (const std::string& e : errors)
+    if (!e.empty()) throw Error(e);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (size_t i = 0; i < prompts.size(); ++i)
     std::printf("### %zu\n%s%s\n\n", i + 1, opt.no_echo ? "" : prompts[i].c_str(), outputs[i].c_str());
@@ -189,6 +238,8 @@ GenerateResult generate_with_spec(const RunOptions& opt, const Model& target, De
   return r.generation;
 }
 
+void run_rank0(const RunOptions& opt, KVType kv_type, const PipelineSession& pipeline);
+
 void run(RunOptions opt) {
   set_threads(opt.threads);
   if (opt.parallel <= 0) throw Error("--parallel must be positive, got " + std::to_string(opt.parallel));
@@ -197,12 +248,27 @@ void run(RunOptions opt) {
   const Sampler probe(opt.sampling);  // validates the sampling flags before the model loads
   const KVType kv_type = parse_kv_type(opt.kv_type, "--kv-type");
 
+  if (opt.pipeline.ranks > 1 && opt.decoder != "cached")
+    throw Error("--pipeline-parallel runs in the batching engine: use --decoder cached");
+  PipelineSession pipeline(opt.pipeline);
+  pipeline.guard([&] {
+    if (pipeline.rank() != 0) return pipeline.run_stage(opt.model);
+    run_rank0(opt, kv_type, pipeline);
+  });
+}
+
+// The whole run, or rank 0's part of a pipelined one.
+void run_rank0(const RunOptions& opt, KVType kv_type, const PipelineSession& pipeline) {
   auto t0 = std::chrono::steady_clock::now();
-  auto model = Model::load(opt.model);
+  auto model = Model::load(opt.model, pipeline.load_options());
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  if (!opt.prompts_file.empty()) return run_file(opt, *model, tokenizer);
+  if (pipeline.active() || !opt.prompts_file.empty()) {
+    if (opt.prompts_file.empty()) run_prompt_in_engine(opt, *model, tokenizer, pipeline);
+    else run_file(opt, *model, tokenizer, pipeline);
+    return pipeline.report(*model);
+  }
   const std::vector<int32_t> prompt = tokenizer.encode(opt.prompt, tokenizer.add_bos());
   const int64_t context = std::min(opt.context, model->config().context_length);
   if (static_cast<int64_t>(prompt.size()) >= context)
@@ -290,6 +356,7 @@ void register_run(CLI::App& app) {
                 "Shrink the draft length when acceptance is low (--draft-k is the ceiling)");
   cmd->add_flag("--keep-sliding-kv", opt->keep_sliding_kv,
                 "With -f: sliding-window layers (Gemma 3) keep every position instead of freeing what left the window");
+  add_pipeline_flags(cmd, opt->pipeline);
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--no-echo", opt->no_echo, "Do not print the prompt before the continuation");
   cmd->callback([opt] { run(*opt); });

@@ -8,12 +8,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "apps/activations_flag.h"
 #include "apps/commands.h"
 #include "apps/draft_flags.h"
+#include "apps/pipeline.h"
 #include "core/error.h"
 #include "engine/batch_speculation.h"
 #include "engine/spec_policy.h"
@@ -48,6 +51,7 @@ struct ServeOptions {
   int64_t draft_k = 4;
   DraftFlags draft_flags;     // --draft-vocab, --draft-activations
   bool adaptive_k = false;
+  PipelineFlags pipeline;     // --pipeline-parallel: this process is rank 0 of an mpirun, or a later stage
 };
 
 // Blocks the shutdown signals in every thread (threads inherit the mask), so
@@ -62,14 +66,31 @@ sigset_t block_shutdown_signals() {
   return set;
 }
 
+void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_default, const sigset_t& signals,
+                 const PipelineSession& pipeline);
+
 void serve(const ServeOptions& opt) {
   if (opt.threads < 0) throw Error("--threads must be >= 0, got " + std::to_string(opt.threads));
   const SpeculationSettings spec_default{parse_speculative_mode(opt.spec), opt.draft_k, opt.adaptive_k};
   validate_speculation(spec_default, !opt.draft.empty());
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
+  // Before MPI starts its threads: every thread must leave the signals to the watcher.
   const sigset_t signals = block_shutdown_signals();
+  PipelineSession pipeline(opt.pipeline);
+  pipeline.guard([&] {
+    if (pipeline.rank() != 0) {  // no watcher here: mpirun's SIGTERM ends a later stage at once
+      pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
+      return pipeline.run_stage(opt.model);
+    }
+    serve_rank0(opt, spec_default, signals, pipeline);
+  });
+}
 
-  auto model = Model::load(opt.model);
+// The server, or rank 0 of a pipelined one: a lost rank fails the requests
+// it was running and shuts the server down with the error.
+void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_default, const sigset_t& signals,
+                 const PipelineSession& pipeline) {
+  auto model = Model::load(opt.model, pipeline.load_options());
   // Requests in draft mode draft with it; the Engine refuses a draft with another vocabulary.
   const std::unique_ptr<Model> draft = opt.draft.empty() ? nullptr : Model::load(opt.draft, opt.draft_flags.load_options());
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
@@ -83,6 +104,16 @@ void serve(const ServeOptions& opt) {
   engine_options.threads = opt.threads;
   engine_options.draft_model = draft.get();
   engine_options.measure_step_cost = spec_default.mode == SpeculativeMode::kAuto;
+  // A lost rank (on the engine thread): its error, and a wake-up for the watcher once it runs.
+  std::mutex failure_mutex;
+  std::string pipeline_failure;
+  std::optional<pthread_t> watcher_thread;
+  engine_options.pipeline = pipeline.engine_options([&](const std::string& error) {
+    std::fprintf(stderr, "kvserve: error: %s; shutting down\n", error.c_str());
+    std::lock_guard lock(failure_mutex);
+    pipeline_failure = error;
+    if (watcher_thread) pthread_kill(*watcher_thread, SIGTERM);
+  });
   Engine engine(*model, tokenizer, engine_options);
   if (!engine.step_cost_at_start().empty()) {
     const std::string cost = format_step_cost(engine.step_cost_at_start());
@@ -110,6 +141,11 @@ void serve(const ServeOptions& opt) {
     std::fprintf(stderr, "kvserve: signal %d, shutting down\n", signal_number);
     server.shutdown();
   });
+  {
+    std::lock_guard lock(failure_mutex);
+    watcher_thread = watcher.native_handle();
+    if (!pipeline_failure.empty()) pthread_kill(*watcher_thread, SIGTERM);
+  }
   std::fprintf(stderr, "kvserve: %s; serving %s on http://%s:%d\n", template_note.c_str(),
                server_options.model_id.c_str(), opt.host.c_str(), port);
   server.listen();
@@ -117,6 +153,9 @@ void serve(const ServeOptions& opt) {
   // shuts down (a no-op after a signal) and can be joined.
   pthread_kill(watcher.native_handle(), SIGTERM);
   watcher.join();
+  pipeline.report(*model);
+  std::lock_guard lock(failure_mutex);
+  if (!pipeline_failure.empty()) throw Error(pipeline_failure);
   std::fprintf(stderr, "kvserve: stopped\n");
 }
 
@@ -165,6 +204,7 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   add_draft_flags(cmd, opt->draft_flags);
   cmd->add_flag("--adaptive-k", opt->adaptive_k, "Shrink a request's draft length when its drafts are rejected");
+  add_pipeline_flags(cmd, opt->pipeline);
   cmd->callback([opt] { serve(*opt); });
 }
 

@@ -6,8 +6,9 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 # clang, its sanitizer/fuzzer runtimes and its OpenMP: the sanitizer and fuzzing stage of scripts/test.sh.
+# Open MPI: pipeline parallelism (--pipeline-parallel, docs/scaling.md) and its mpirun tests.
 for pkg in cmake ninja-build g++ libgtest-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev python3-pip \
-           clang libclang-rt-dev libomp-dev curl; do
+           clang libclang-rt-dev libomp-dev curl libopenmpi-dev openmpi-bin; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 # python3-pip is only needed where no pip is on PATH already (pyenv images have one).
@@ -24,6 +25,6 @@ fi
 
 # xgrammar's C++ core from its PyPI sdist (structured outputs), once.
 ./scripts/build_xgrammar.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVSERVE_MPI=ON >/dev/null
 cmake --build build -j"$(nproc)"
 ./scripts/fetch_models.sh

@@ -22,7 +22,8 @@ CC=clang CXX=clang++ cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=De
   -DKVSERVE_FUZZ=ON >/dev/null
 cmake --build build-sanitize -j"$(nproc)" --target kvserve_tests kvserve fuzz_targets
 # The real-model tests are slow without optimization, and the client and cluster tests drive the same
-# server code through processes; they ran above.
+# server code through processes; they ran above. This build has no MPI (KVSERVE_MPI is off): the mpirun
+# tests (pipeline_mpi, pipeline_failure) ran above, the in-process pipeline tests run here.
 KVSERVE_SKIP_SLOW=1 ctest --test-dir build-sanitize --output-on-failure -j2 -E 'RealModel|openai_client|structured_output_client|tool_calls_qwen|^cluster$'
 
 echo "== fuzzing under ASan + UBSan, ${KVSERVE_FUZZ_SECONDS:-20} s per target, ${SECONDS} s after the start ==" >&2

@@ -148,6 +148,7 @@ EngineOptions engine_options(const std::vector<WorkItem>& items, int concurrency
     eo.kv_memory_bytes = pool.kv_memory_bytes;
   else
     eo.kv_blocks = (concurrency + 1) * ((longest + eo.block_size - 1) / eo.block_size);
+  eo.pipeline = pool.pipeline;
   return eo;
 }
 

@@ -39,6 +39,8 @@ struct EnginePool {
   // compiler's cache before it is submitted (as the server does) and follows it.
   ConstraintCompiler* compiler = nullptr;
   std::optional<ConstraintSpec> constraint;
+  // The model is rank 0's stage of a pipeline over these ranks (docs/scaling.md); each run is one engine over it.
+  PipelineOptions pipeline;
 };
 
 // The engine options run_engine uses (exposed so a front end can print the pool it gets).

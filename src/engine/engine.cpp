@@ -69,7 +69,8 @@ std::vector<int32_t> end_of_generation_ids(const Tokenizer& tokenizer, int32_t v
 // Whether the sliding-window layers' K/V go to their own group, which frees
 // the blocks that left every window (docs/kv_planner.md).
 bool uses_sliding_group(const ModelConfig& c, const EngineOptions& o) {
-  return o.sliding_window_kv && c.sliding_window > 0 &&
+  // A pipeline's stages mirror one pool shape: its ranks keep every position (docs/scaling.md).
+  return o.sliding_window_kv && o.pipeline.comm == nullptr && c.sliding_window > 0 &&
          std::find(c.layer_is_sliding.begin(), c.layer_is_sliding.end(), true) != c.layer_is_sliding.end();
 }
 
@@ -124,6 +125,12 @@ PagedKVStorage make_kv_storage(const ModelConfig& c, const EngineOptions& o, con
   return PagedKVStorage(c.layer_is_sliding, pools.full, pools.sliding, o.block_size, c.n_kv_heads, c.head_dim, o.kv_type);
 }
 
+// Every layer here, or the first stage of a pipeline (the model is then rank 0's slice).
+std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions& o, const PoolBlocks& pools) {
+  if (o.pipeline.comm == nullptr) return make_local_runner(model, make_kv_storage(model.config(), o, pools));
+  return make_pipeline_head(model, {pools.full, o.block_size, o.kv_type}, o.pipeline);
+}
+
 }  // namespace
 
 class Engine::Impl {
@@ -135,9 +142,8 @@ class Engine::Impl {
         // (the sliding pool holds at least one sequence's window: pool_blocks).
         context_limit_(std::min({options.max_context, model.config().context_length, pools_.full * options.block_size})),
         kv_(make_kv_manager(model.config(), options, pools_)),
-        storage_(make_kv_storage(model.config(), options, pools_)),
         scheduler_(SchedulerConfig{options.max_running, options.max_batch_tokens}, kv_),
-        transformer_(model, AttentionKernel::kFlash),
+        runner_(make_runner(model, options, pools_)),
         draft_batch_(options.draft_model == nullptr
                          ? nullptr
                          : std::make_unique<DraftModelBatch>(*options.draft_model, pools_.full, options.block_size,
@@ -323,7 +329,7 @@ class Engine::Impl {
   void step() {
     const SchedulerOutput out = scheduler_.schedule(draft_source_);
     note_peak_blocks();
-    for (const BlockCopy& c : out.copies) storage_.copy_block(c.src, c.dst, c.group);
+    for (const BlockCopy& c : out.copies) runner_->copy_block(c.src, c.dst, c.group);
     if (draft_batch_)
       for (SequenceId id : out.preempted) draft_batch_->release(id);  // recomputed later, drafts included
     check(!out.chunks.empty() || scheduler_.idle(), "a busy scheduler plans work");
@@ -339,7 +345,7 @@ class Engine::Impl {
     const auto vocab = static_cast<size_t>(model_.config().vocab_size);
     logits_.resize(static_cast<size_t>(n_rows) * vocab);
     const auto start = std::chrono::steady_clock::now();
-    transformer_.forward_batch(chunks, storage_, logits_.data());
+    runner_->forward_batch(chunks, logits_.data());
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     policy_.step_cost.observe(out.num_tokens(), took.count());
     scheduler_.finish_step(out);
@@ -392,7 +398,7 @@ class Engine::Impl {
       const auto span = std::span<const int32_t>(tokens).subspan(static_cast<size_t>(pos0), static_cast<size_t>(n));
       const SequenceChunk chunk{span, pos0, kv_.blocks(scratch), true, 1, kv_.sliding_blocks(scratch)};
       const auto start = std::chrono::steady_clock::now();
-      transformer_.forward_batch(std::span<const SequenceChunk>(&chunk, 1), storage_, logits_.data());
+      runner_->forward_batch(std::span<const SequenceChunk>(&chunk, 1), logits_.data());
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     };
     pass(0, context);  // also faults the weights in
@@ -617,8 +623,8 @@ class Engine::Impl {
     m.kv_blocks_used_peak = std::max(m.kv_blocks_used_peak, kv_.pool().used());
     if (kv_.has_sliding_group())
       m.kv_sliding_blocks_used_peak = std::max(m.kv_sliding_blocks_used_peak, kv_.sliding_pool().used());
-    m.kv_bytes_used_peak = m.kv_blocks_used_peak * storage_.block_bytes(KVGroup::kFull) +
-                           m.kv_sliding_blocks_used_peak * storage_.block_bytes(KVGroup::kSliding);
+    m.kv_bytes_used_peak = m.kv_blocks_used_peak * runner_->block_bytes(KVGroup::kFull) +
+                           m.kv_sliding_blocks_used_peak * runner_->block_bytes(KVGroup::kSliding);
   }
 
   void publish_metrics() {
@@ -650,9 +656,8 @@ class Engine::Impl {
   int64_t context_limit_;  // tokens with K/V per sequence at most
   // Engine-thread state:
   KVCacheManager kv_;
-  PagedKVStorage storage_;
   Scheduler scheduler_;
-  Transformer transformer_;
+  std::unique_ptr<ModelRunner> runner_;  // the layers and their K/V bytes, here or along a pipeline
   std::unique_ptr<DraftModelBatch> draft_batch_;  // null without a draft model
   std::vector<DraftModelRequest> draft_requests_;  // the current step's
   std::map<RequestId, RequestState> requests_;

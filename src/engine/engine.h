@@ -18,6 +18,7 @@
 #include "grammar/token_constraint.h"
 #include "kv/kv_planner.h"
 #include "model/model.h"
+#include "parallel/pipeline_head.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -110,6 +111,12 @@ struct EngineOptions {
   // start when measure_step_cost is set, else before the first auto request.
   std::vector<std::pair<int64_t, double>> step_cost;
   bool measure_step_cost = false;
+  // Pipeline parallelism (docs/scaling.md): with pipeline.comm set, the model
+  // is rank 0's stage (ModelLoadOptions::pipeline_rank 0) and every forward
+  // step continues on the other ranks, which run run_pipeline_stage(). The
+  // communicator must outlive the engine. Their KV pools mirror this one, so
+  // kv_memory_bytes budgets each rank for the layers it holds.
+  PipelineOptions pipeline;
 };
 
 struct EngineMetrics {

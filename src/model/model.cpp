@@ -106,27 +106,54 @@ LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) 
 
 }  // namespace
 
+namespace {
+// The blocks a load keeps: the first max_layers (a draft: a whole model of
+// that many), or a pipeline rank's even share of the file's.
+LayerRange kept_layers(const std::string& path, int64_t file_layers, const ModelLoadOptions& o) {
+  if (o.max_layers < 0 || o.max_layers > file_layers)
+    throw Error(path + ": cannot keep the first " + std::to_string(o.max_layers) + " layers, the model has " +
+                std::to_string(file_layers) + " (use 1.." + std::to_string(file_layers) + ", or 0 for all)");
+  if (o.pipeline_ranks < 1 || o.pipeline_rank < 0 || o.pipeline_rank >= o.pipeline_ranks)
+    throw Error("pipeline rank " + std::to_string(o.pipeline_rank) + " of " + std::to_string(o.pipeline_ranks) +
+                " does not exist");
+  if (o.pipeline_ranks > 1 && o.max_layers > 0) throw Error("a pipeline stage cannot also keep only its first layers");
+  if (o.pipeline_ranks > file_layers)
+    throw Error(path + ": " + std::to_string(o.pipeline_ranks) + " pipeline ranks need at least as many layers, the model has " +
+                std::to_string(file_layers));
+  if (o.max_layers > 0) return {0, o.max_layers, o.max_layers};
+  const int64_t r = o.pipeline_rank, n = o.pipeline_ranks;
+  return {r * file_layers / n, (r + 1) * file_layers / n, file_layers};
+}
+}  // namespace
+
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptions& options) {
   auto m = std::unique_ptr<Model>(new Model());
   m->file_ = std::make_unique<GGUFFile>(path);
   m->config_ = ModelConfig::from_gguf(*m->file_);
-  if (options.max_layers < 0 || options.max_layers > m->config_.n_layers)
-    throw Error(path + ": cannot keep the first " + std::to_string(options.max_layers) + " layers, the model has " +
-                std::to_string(m->config_.n_layers) + " (use 1.." + std::to_string(m->config_.n_layers) +
-                ", or 0 for all)");
+  const LayerRange range = kept_layers(path, m->config_.n_layers, options);
+  m->layer_range_ = range;
   // Everything downstream (decoders, KV caches) sizes itself from n_layers.
-  if (options.max_layers > 0 && options.max_layers < m->config_.n_layers) {
+  if (options.max_layers > 0 && options.max_layers < m->config_.n_layers)
     m->config_.name += " (first " + std::to_string(options.max_layers) + " of " +
                        std::to_string(m->config_.n_layers) + " layers)";
-    m->config_.n_layers = options.max_layers;
-  }
+  if (options.pipeline_ranks > 1)
+    m->config_.name += " (layers " + std::to_string(range.first) + ".." + std::to_string(range.end - 1) + " of " +
+                       std::to_string(range.total) + ")";
+  m->config_.n_layers = range.end - range.first;
+  // Per-layer flags are indexed by the stage's own layer numbers.
+  if (m->config_.sliding_window > 0)
+    m->config_.layer_is_sliding = std::vector<bool>(m->config_.layer_is_sliding.begin() + range.first,
+                                                    m->config_.layer_is_sliding.begin() + range.end);
   const ModelConfig& c = m->config_;
   WeightLoader w(*m->file_);
   ModelWeights& mw = m->weights_;
-  mw.token_embd = w.matrix("token_embd.weight", c.vocab_size, c.dim);
-  mw.output_norm = w.vector("output_norm.weight", c.dim);
   mw.tied_output = m->file_->find_tensor("output.weight") == nullptr;
-  mw.output = mw.tied_output ? mw.token_embd : w.matrix("output.weight", c.vocab_size, c.dim);
+  if (m->embeds_tokens() || (m->has_output_head() && mw.tied_output))
+    mw.token_embd = w.matrix("token_embd.weight", c.vocab_size, c.dim);
+  if (m->has_output_head()) {
+    mw.output_norm = w.vector("output_norm.weight", c.dim);
+    mw.output = mw.tied_output ? mw.token_embd : w.matrix("output.weight", c.vocab_size, c.dim);
+  }
   if (options.max_output_rows < 0)
     throw Error(path + ": the output head cannot keep " + std::to_string(options.max_output_rows) + " rows");
   if (options.max_output_rows > 0 && options.max_output_rows < c.vocab_size) {
@@ -134,7 +161,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
     mw.output.nbytes = mw.output.row_bytes() * static_cast<size_t>(options.max_output_rows);
     m->config_.name += " (logits for the first " + std::to_string(options.max_output_rows) + " tokens)";
   }
-  for (int64_t i = 0; i < c.n_layers; ++i) mw.layers.push_back(load_layer(w, c, i));
+  for (int64_t i = range.first; i < range.end; ++i) mw.layers.push_back(load_layer(w, c, i));
   m->activations_ = options.activations;
   const char* repack_env = std::getenv("KVSERVE_REPACK");  // "0": keep the old kernels (A/B benchmarks)
   const bool repack = options.repack && !(repack_env != nullptr && std::string_view(repack_env) == "0");
@@ -173,7 +200,7 @@ void Model::repack_matrices(bool quantized, bool floats) {
   std::vector<TensorView*> todo;
   for (LayerWeights& l : weights_.layers)
     for (TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) todo.push_back(t);
-  todo.push_back(&weights_.output);
+  if (has_output_head()) todo.push_back(&weights_.output);
   std::erase_if(todo, [&](const TensorView* t) {
     const bool wanted = (quantized && packable_type(t->type)) || (floats && float_weight_type(t->type));
     return !wanted || t->packed != nullptr;
@@ -206,9 +233,35 @@ size_t Model::packed_bytes() const {
 }
 
 size_t Model::weight_bytes_per_token() const {
-  size_t bytes = weights_.output.nbytes + weights_.token_embd.row_bytes();
+  size_t bytes = (has_output_head() ? weights_.output.nbytes : 0) + (embeds_tokens() ? weights_.token_embd.row_bytes() : 0);
   for (const LayerWeights& l : weights_.layers)
     bytes += l.wq.nbytes + l.wk.nbytes + l.wv.nbytes + l.wo.nbytes + l.w_gate.nbytes + l.w_up.nbytes + l.w_down.nbytes;
+  return bytes;
+}
+
+namespace {
+size_t f32_bytes(const std::vector<float>& v) { return v.size() * sizeof(float); }
+// A matrix's bytes in memory: its repacked copy when it has one, else the mapped bytes.
+size_t matrix_bytes(const TensorView& t) {
+  if (t.packed == nullptr) return t.nbytes;
+  const size_t group = float_weight_type(t.type) ? float_packed_group_bytes(t.type, t.cols()) : packed_group_bytes(t.type, t.cols());
+  return static_cast<size_t>((t.rows() + 7) / 8) * group;
+}
+}  // namespace
+
+size_t Model::resident_weight_bytes() const {
+  const ModelWeights& w = weights_;
+  size_t bytes = f32_bytes(w.output_norm);
+  if (embeds_tokens()) bytes += w.token_embd.nbytes;
+  // A tied head repacked is a copy beside the embedding; unpacked it is the embedding itself.
+  if (has_output_head() && (!w.tied_output || w.output.packed != nullptr || !embeds_tokens()))
+    bytes += matrix_bytes(w.output);
+  for (const LayerWeights& l : w.layers) {
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) bytes += matrix_bytes(*t);
+    for (const std::vector<float>* v : {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.attn_post_norm,
+                                        &l.ffn_norm, &l.ffn_post_norm})
+      bytes += f32_bytes(*v);
+  }
   return bytes;
 }
 

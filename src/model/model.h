@@ -59,6 +59,23 @@ struct ModelLoadOptions {
   // and float matrices for the float GEMM (kernels/float_packed.h) whenever
   // the CPU has it.
   bool repack = true;
+  // This process's stage of a pipeline of pipeline_ranks processes
+  // (src/parallel/, docs/scaling.md): rank r holds the file's blocks
+  // [r * L / ranks, (r + 1) * L / ranks) and the model then looks like one of
+  // that many layers to everything downstream (KV caches size themselves from
+  // n_layers). Only those blocks are mapped and repacked; the token embedding
+  // is loaded by rank 0 only, the final norm and output head by the last rank
+  // only (a tied head is the embedding, so that rank maps it too). Not
+  // combined with max_layers.
+  int pipeline_rank = 0;
+  int pipeline_ranks = 1;
+};
+
+// The file's transformer blocks a Model holds: [first, end) of total.
+struct LayerRange {
+  int64_t first = 0;
+  int64_t end = 0;
+  int64_t total = 0;
 };
 
 class Model {
@@ -75,11 +92,23 @@ class Model {
   size_t weight_bytes_per_token() const;
   // Bytes of repacked weights held beside the mapped file (0 when not repacked).
   size_t packed_bytes() const;
+  // The file's blocks this model runs (a pipeline stage holds a slice).
+  const LayerRange& layer_range() const { return layer_range_; }
+  // Whether it holds the token embedding (it is a pipeline's first stage or
+  // the whole model) and the final norm + output head (the last stage).
+  bool embeds_tokens() const { return layer_range_.first == 0; }
+  bool has_output_head() const { return layer_range_.end == layer_range_.total; }
+  // Weight bytes this process holds once every tensor it uses was read: its
+  // matrices (repacked copies where repacked, else the mapped bytes), the
+  // embedding and head when held (once when tied), norms and biases as f32.
+  // The embedding counts whole, although a step reads only its tokens' rows.
+  size_t resident_weight_bytes() const;
 
  private:
   std::unique_ptr<GGUFFile> file_;
   ModelConfig config_;
   ModelWeights weights_;
+  LayerRange layer_range_;
   std::optional<ActivationPrecision> activations_;
   std::vector<AlignedBuffer<uint8_t>> packed_;
 

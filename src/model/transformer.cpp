@@ -148,6 +148,8 @@ void Transformer::ffn_block(int64_t layer, int64_t n) {
 void Transformer::forward(std::span<const int32_t> tokens, ContiguousKVCache& cache, float* logits, bool all_logits) {
   const auto n = static_cast<int64_t>(tokens.size());
   if (n == 0) throw Error("forward: empty batch");
+  if (!model_.embeds_tokens() || !model_.has_output_head())
+    throw Error("a pipeline stage runs in the batching engine (forward_stage), not in a single-sequence decoder");
   if (cache.size() + n > cache.capacity())
     throw Error("sequence of " + std::to_string(cache.size() + n) + " tokens exceeds the KV cache capacity of " +
                 std::to_string(cache.capacity()) + " tokens");

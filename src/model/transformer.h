@@ -55,6 +55,17 @@ class Transformer {
   // chunk and token order, to logits ([rows wanted][vocab]). Defined in transformer_batch.cpp.
   void forward_batch(std::span<const SequenceChunk> chunks, PagedKVStorage& kv, float* logits);
 
+  // One pipeline stage's share of forward_batch (src/parallel/): the model's
+  // layers (a stage's slice, ModelLoadOptions::pipeline_rank) over the
+  // residual stream x_in ([n][dim], what the previous stage sent; null: the
+  // tokens' embeddings), then either logits as forward_batch (x_out null: the
+  // last stage) or the residual stream after its layers into x_out ([n][dim],
+  // for the next stage). Chunks are checked (logits_rows included) before
+  // anything runs. Throws kvserve::Error when the model lacks the embedding or
+  // head that this call needs.
+  void forward_stage(std::span<const SequenceChunk> chunks, PagedKVStorage& kv, const float* x_in, float* x_out,
+                     float* logits);
+
   // Query rows that went through attention since construction (all layers
   // count once per token): the naive decoder's N(N+1)/2 vs the cached N.
   int64_t attention_rows() const { return attention_rows_; }
@@ -77,6 +88,11 @@ class Transformer {
   void ffn_block(int64_t layer, int64_t n);
   // Logits of xn_'s first n_rows rows, [n_rows][vocab] (see max_output_rows).
   void output_logits(int64_t n_rows, float* logits);
+  // Concatenates the chunks' tokens into batch_tokens_, their positions and
+  // K/V blocks into positions_ and row_blocks_, after checking each chunk.
+  void gather_batch(std::span<const SequenceChunk> chunks, const PagedKVStorage& kv);
+  // xn_ = the final norm of the rows whose logits are wanted; returns their count.
+  int64_t normalize_output_rows(std::span<const SequenceChunk> chunks);
   void paged_attention_block(int64_t layer, std::span<const SequenceChunk> chunks, PagedKVStorage& kv);
 
   const Model& model_;

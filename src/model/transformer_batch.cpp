@@ -47,50 +47,72 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
   add_residual(w.attn_post_norm, n);
 }
 
-void Transformer::forward_batch(std::span<const SequenceChunk> chunks, PagedKVStorage& kv, float* logits) {
+void Transformer::gather_batch(std::span<const SequenceChunk> chunks, const PagedKVStorage& kv) {
   batch_tokens_.clear();
-  for (const SequenceChunk& c : chunks) {
-    if (c.tokens.empty()) throw Error("forward_batch: a chunk has no tokens");
-    const int64_t end = c.pos0 + static_cast<int64_t>(c.tokens.size());
-    check(static_cast<int64_t>(c.block_table.size()) * kv.block_size() >= end, "the page table covers the chunk");
-    check(!kv.has_sliding_group() || c.sliding_block_table.size() == c.block_table.size(),
-          "the sliding table covers the chunk when the storage has a sliding group");
-    batch_tokens_.insert(batch_tokens_.end(), c.tokens.begin(), c.tokens.end());
-  }
-  const auto n = static_cast<int64_t>(batch_tokens_.size());
-  if (n == 0) throw Error("forward_batch: empty batch");
-  const ScopedActivationPrecision precision(model_.activations());
-  resize_scratch(n);
-  embed(batch_tokens_);
   positions_.clear();
   row_blocks_.clear();
   sliding_row_blocks_.clear();
-  for (const SequenceChunk& c : chunks)
-    for (int64_t pos = c.pos0; pos < c.pos0 + static_cast<int64_t>(c.tokens.size()); ++pos) {
+  for (const SequenceChunk& c : chunks) {
+    const auto cn = static_cast<int64_t>(c.tokens.size());
+    if (cn == 0) throw Error("forward_batch: a chunk has no tokens");
+    if (c.want_logits && (c.logits_rows < 1 || c.logits_rows > cn))
+      throw Error("forward_batch: logits_rows must be in [1, " + std::to_string(cn) + "], got " +
+                  std::to_string(c.logits_rows));
+    check(static_cast<int64_t>(c.block_table.size()) * kv.block_size() >= c.pos0 + cn, "the page table covers the chunk");
+    check(!kv.has_sliding_group() || c.sliding_block_table.size() == c.block_table.size(),
+          "the sliding table covers the chunk when the storage has a sliding group");
+    batch_tokens_.insert(batch_tokens_.end(), c.tokens.begin(), c.tokens.end());
+    for (int64_t pos = c.pos0; pos < c.pos0 + cn; ++pos) {
       const auto logical = static_cast<size_t>(pos / kv.block_size());
       positions_.push_back(pos);
       row_blocks_.push_back(c.block_table[logical]);
       if (kv.has_sliding_group()) sliding_row_blocks_.push_back(c.sliding_block_table[logical]);
     }
+  }
+  if (batch_tokens_.empty()) throw Error("forward_batch: empty batch");
+}
+
+int64_t Transformer::normalize_output_rows(std::span<const SequenceChunk> chunks) {
+  int64_t row = 0, n_out = 0;
+  for (const SequenceChunk& c : chunks) {
+    row += static_cast<int64_t>(c.tokens.size());
+    if (!c.want_logits) continue;
+    for (int64_t r = row - c.logits_rows; r < row; ++r, ++n_out)
+      rmsnorm(x_.data() + r * cfg_.dim, model_.weights().output_norm.data(), cfg_.dim, cfg_.norm_eps,
+              xn_.data() + n_out * cfg_.dim);
+  }
+  return n_out;
+}
+
+void Transformer::forward_batch(std::span<const SequenceChunk> chunks, PagedKVStorage& kv, float* logits) {
+  forward_stage(chunks, kv, nullptr, nullptr, logits);
+}
+
+void Transformer::forward_stage(std::span<const SequenceChunk> chunks, PagedKVStorage& kv, const float* x_in,
+                                float* x_out, float* logits) {
+  if (x_in == nullptr && !model_.embeds_tokens())
+    throw Error("this pipeline stage has no token embedding: it runs from the previous stage's activations");
+  if (x_out == nullptr && !model_.has_output_head())
+    throw Error("this pipeline stage has no output head: it hands its activations to the next stage");
+  gather_batch(chunks, kv);
+  const auto n = static_cast<int64_t>(batch_tokens_.size());
+  const auto row_floats = static_cast<size_t>(n * cfg_.dim);
+  const ScopedActivationPrecision precision(model_.activations());
+  resize_scratch(n);
+  if (x_in != nullptr) std::memcpy(x_.data(), x_in, row_floats * sizeof(float));
+  else embed(batch_tokens_);
   prepare_rope(positions_);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     paged_attention_block(l, chunks, kv);
     ffn_block(l, n);
   }
   attention_rows_ += n;
-  // Only the rows whose logits are wanted go through the output head.
-  int64_t row = 0, n_out = 0;
-  for (const SequenceChunk& c : chunks) {
-    const auto cn = static_cast<int64_t>(c.tokens.size());
-    row += cn;
-    if (!c.want_logits) continue;
-    if (c.logits_rows < 1 || c.logits_rows > cn)
-      throw Error("forward_batch: logits_rows must be in [1, " + std::to_string(cn) + "], got " +
-                  std::to_string(c.logits_rows));
-    for (int64_t r = row - c.logits_rows; r < row; ++r, ++n_out)
-      rmsnorm(x_.data() + r * cfg_.dim, model_.weights().output_norm.data(), cfg_.dim, cfg_.norm_eps,
-              xn_.data() + n_out * cfg_.dim);
+  if (x_out != nullptr) {
+    std::memcpy(x_out, x_.data(), row_floats * sizeof(float));
+    return;
   }
+  // Only the rows whose logits are wanted go through the output head.
+  const int64_t n_out = normalize_output_rows(chunks);
   if (n_out > 0) output_logits(n_out, logits);
 }
 
