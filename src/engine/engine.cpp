@@ -564,26 +564,25 @@ class Engine::Impl {
   // in the sequences' tokens become the drafts.
   void run_draft_model(const SchedulerOutput& out) {
     draft_requests_.clear();
+    drafting_.clear();
     for (const ScheduledChunk& c : out.chunks) {
       if (c.n_draft == 0) continue;
       Branch& b = branch_of(*c.seq);
       if (!b.spec.drafts_pending()) continue;
       const auto history = std::span<const int32_t>(c.seq->tokens).first(static_cast<size_t>(c.seq->num_tokens() - c.n_draft));
       draft_requests_.push_back({c.seq->id, history, c.n_draft, &b.sampler, &b.spec.pending_proposal()});
+      drafting_.emplace_back(c.seq, &b);
     }
     if (draft_requests_.empty()) return;
     const auto start = std::chrono::steady_clock::now();
     draft_batch_->run(draft_requests_);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     int64_t drafted = 0;
-    for (const ScheduledChunk& c : out.chunks) {
-      if (c.n_draft == 0) continue;
-      Branch& b = branch_of(*c.seq);
-      if (!b.spec.drafts_pending()) continue;
-      const std::vector<int32_t>& drafts = b.spec.pending_proposal().tokens;
-      std::copy(drafts.begin(), drafts.end(), c.seq->tokens.end() - c.n_draft);
-      b.spec.drafts_computed();
-      drafted += c.n_draft;
+    for (auto [seq, b] : drafting_) {
+      const std::vector<int32_t>& drafts = b->spec.pending_proposal().tokens;
+      std::copy(drafts.begin(), drafts.end(), seq->tokens.end() - static_cast<std::ptrdiff_t>(drafts.size()));
+      b->spec.drafts_computed();
+      drafted += static_cast<int64_t>(drafts.size());
     }
     policy_.observe_draft_seconds(took.count() / static_cast<double>(drafted));
     std::lock_guard lock(mutex_);
@@ -660,6 +659,7 @@ class Engine::Impl {
   std::unique_ptr<ModelRunner> runner_;  // the layers and their K/V bytes, here or along a pipeline
   std::unique_ptr<DraftModelBatch> draft_batch_;  // null without a draft model
   std::vector<DraftModelRequest> draft_requests_;  // the current step's
+  std::vector<std::pair<Sequence*, Branch*>> drafting_;  // their sequences and branches, in the same order
   std::map<RequestId, RequestState> requests_;
   std::map<SequenceId, std::pair<RequestId, int32_t>> owners_;  // each branch's sequence -> (request, branch)
   SequenceId next_seq_ = kNoSequence + 1;
