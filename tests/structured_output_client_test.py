@@ -136,8 +136,14 @@ def check_regex_choice_grammar_json_object():
     if reply.choices[0].finish_reason == "stop":
         check(text.count("(") == text.count(")"), text)
         eval(text)  # a well-formed expression (digits, operators, parentheses only: checked above)
-    reply = chat("Give me a JSON object describing a cat.", response_format={"type": "json_object"})
-    check(isinstance(json.loads(reply.choices[0].message.content), dict), reply.choices[0].message.content)
+    # A short answer is asked for: greedy output differs between CPUs (kernel summation order), and a 135M model can
+    # loop inside a JSON string until max_tokens, which leaves a valid but unfinished prefix.
+    reply = chat("Give me a JSON object with a cat's name and age.", response_format={"type": "json_object"})
+    text = reply.choices[0].message.content
+    if reply.choices[0].finish_reason == "stop":
+        check(isinstance(json.loads(text), dict), text)
+    else:
+        check(text.lstrip().startswith("{"), text)
     # Sampling with logprobs reports the constrained distribution.
     reply = chat("Pick a colour.", temperature=1, seed=5, logprobs=True, top_logprobs=3,
                  extra_body={"guided_choice": ["red", "green"]})
