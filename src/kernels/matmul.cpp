@@ -173,7 +173,9 @@ struct PreparedProduct {
   // Piece k of `pieces` contiguous row ranges.
   void run_piece(int64_t k, int64_t pieces) const {
     if (packed_kernel != nullptr) {
-      const int64_t groups = (job.rows + 7) / 8, g0 = groups * k / pieces, g1 = groups * (k + 1) / pieces;
+      // Split on pairs of groups: the 512-bit kernels take two a call.
+      const int64_t groups = (job.rows + 7) / 8, pairs = (groups + 1) / 2;
+      const int64_t g0 = 2 * (pairs * k / pieces), g1 = std::min(groups, 2 * (pairs * (k + 1) / pieces));
       if (g0 < g1) packed_kernel(packed_job, g0, g1);
       return;
     }

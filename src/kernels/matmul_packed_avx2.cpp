@@ -5,7 +5,7 @@
 namespace kvserve {
 
 const PackedKernels& avx2_packed_kernels() {
-  static const PackedKernels table = packed_simd::make_packed_kernels<4>();
+  static const PackedKernels table = packed_simd::make_packed_kernels<packed_simd::Ymm, 4>();
   return table;
 }
 

@@ -3,12 +3,15 @@
 // templates, instantiated by matmul_packed_avx2.cpp and _avx512.cpp with their
 // own instruction sets (hence every function is static).
 //
-// One call computes 8 rows (one packed group) x N tokens. Each 32-bit lane is
-// one row: a chunk register (4 values of 8 rows) meets a token's 4 activation
+// One call computes one or two packed groups (8 rows each) x N tokens. Each
+// 32-bit lane is one row: a chunk register (4 values of 8 rows, or of 16 rows
+// from two adjacent groups in a 512-bit register) meets a token's 4 activation
 // bytes broadcast to all lanes in maddubs (u8 weights x s8 activations -> s16
 // pairs), the s16 sums of a few chunks are folded into s32 by madd with the
 // rows' integer scales (1 for the 32-value types), and each super-block ends
 // with the float multiply-adds of repack.h's reference, in the same order.
+// Every operation is lane-local, so a row's result is the same bit for bit in
+// a 256-bit or a 512-bit register (batch invariance does not depend on it).
 // Bounds that keep the s16 sums exact: a pair is at most 2 x 15 x 127 (4-bit),
 // 2 x 31 x 127 (5-bit), 2 x 63 x 127 (6-bit), 2 x 128 x 127 (Q8_0, signs moved
 // onto the activations), 2 x 127 x 127 (IQ4 levels, likewise), so 8, 4, 2, 1
@@ -35,73 +38,172 @@ static inline void unroll(F&& f) {
   unroll_impl(f, std::make_integer_sequence<int, N>{});
 }
 
-static inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 static inline __m128i load64(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
-static inline __m256i broadcast4(const int8_t* p) {
+static inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+static inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+static inline int32_t four_bytes(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof(v));
-  return _mm256_set1_epi32(v);
-}
-static inline __m256 load_f16x8(const uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-// Lane r = (s_r, s_r) as two s16, from 8 unsigned / signed bytes s_0..s_7.
-static inline __m256i scale_pairs_u8(const uint8_t* p) {
-  const __m256i v = _mm256_cvtepu8_epi32(load64(p));
-  return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
-}
-static inline __m256i scale_pairs_i8(const uint8_t* p) {
-  const __m256i v = _mm256_cvtepi8_epi32(load64(p));
-  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(v, 16));
-}
-// Lane r = (a_r, b_r) as two s16.
-static inline __m256i pairs_u8(const uint8_t* a, const uint8_t* b) {
-  return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(load64(a), load64(b)));
-}
-static inline __m256i pairs_i8(const uint8_t* a, const uint8_t* b) {
-  return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(load64(a), load64(b)));
-}
-// Bit kBit of every byte moved to bit 4 (the Q5 fifth bits).
-template <int kBit>
-static inline __m256i fifth_bit(__m256i h) {
-  __m256i v = h;
-  if constexpr (kBit < 4) v = _mm256_slli_epi16(h, 4 - kBit);
-  if constexpr (kBit > 4) v = _mm256_srli_epi16(h, kBit - 4);
-  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
-// Bits 2k, 2k + 1 of every byte moved to bits 4, 5 (the Q6_K top bits).
-template <int kPair>
-static inline __m256i top_bits(__m256i h) {
-  __m256i v = h;
-  if constexpr (kPair < 2) v = _mm256_slli_epi16(h, 4 - 2 * kPair);
-  if constexpr (kPair > 2) v = _mm256_srli_epi16(h, 2 * kPair - 4);
-  return _mm256_and_si256(v, _mm256_set1_epi8(0x30));
+  return v;
 }
 
-// Bit kBit of every byte moved to bit 2 (the Q3_K high bits).
-template <int kBit>
-static inline __m256i third_bit(__m256i h) {
-  __m256i v = h;
-  if constexpr (kBit < 2) v = _mm256_slli_epi16(h, 2 - kBit);
-  if constexpr (kBit > 2) v = _mm256_srli_epi16(h, kBit - 2);
-  return _mm256_and_si256(v, _mm256_set1_epi8(0x04));
-}
-// Lane r = (s_r, s_r) as two s16 from the low nibbles of 8 bytes (Q2_K scales).
-static inline __m256i scale_pairs_low4(const uint8_t* p) {
-  const __m256i v = _mm256_and_si256(_mm256_cvtepu8_epi32(load64(p)), _mm256_set1_epi32(15));
-  return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
-}
-// Lane r = (a_r >> 4, b_r >> 4) as two s16 (Q2_K mins).
-static inline __m256i pairs_high4(const uint8_t* a, const uint8_t* b) {
-  const __m128i low4 = _mm_set1_epi8(15);
-  const __m128i ha = _mm_and_si128(_mm_srli_epi16(load64(a), 4), low4), hb = _mm_and_si128(_mm_srli_epi16(load64(b), 4), low4);
-  return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(ha, hb));
-}
+// The same offset in the one or two row groups a register covers: p in the
+// first, p + stride in the second.
+struct Rows {
+  const uint8_t* p;
+  size_t stride;
+  Rows operator+(size_t offset) const { return {p + offset, stride}; }
+};
 
+// One 8-row group per register.
+struct Ymm {
+  using I = __m256i;
+  using F = __m256;
+  static constexpr int kRows = 8;
+  static I load(Rows r) { return load256(r.p); }
+  static I zero() { return _mm256_setzero_si256(); }
+  static I set8(char v) { return _mm256_set1_epi8(v); }
+  static I set16(short v) { return _mm256_set1_epi16(v); }
+  static I set32(int v) { return _mm256_set1_epi32(v); }
+  static I broadcast4(const int8_t* p) { return _mm256_set1_epi32(four_bytes(p)); }
+  // The 16 IQ4 levels in every 128-bit lane (shuffle_epi8's table).
+  static I levels() { return _mm256_broadcastsi128_si256(load128(reinterpret_cast<const uint8_t*>(kIQ4NLValues))); }
+  // Lane r = byte r of the 8 at r.p (per group), widened.
+  static I u8_lanes(Rows r) { return _mm256_cvtepu8_epi32(load64(r.p)); }
+  static I i8_lanes(Rows r) { return _mm256_cvtepi8_epi32(load64(r.p)); }
+  // Lane r = (f(a)_r, f(b)_r) as two s16, f applied to each group's 8 bytes.
+  template <typename Fn>
+  static I u8_pairs(Rows a, Rows b, Fn f) { return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(f(load64(a.p)), f(load64(b.p)))); }
+  static I i8_pairs(Rows a, Rows b) { return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(load64(a.p), load64(b.p))); }
+  static F f16(Rows r) { return _mm256_cvtph_ps(load128(r.p)); }
+  static F fzero() { return _mm256_setzero_ps(); }
+  static F fset(float v) { return _mm256_set1_ps(v); }
+  static void store(float* out, F v) { _mm256_storeu_ps(out, v); }
+};
+
+static inline __m256i and_(__m256i a, __m256i b) { return _mm256_and_si256(a, b); }
+static inline __m256i or_(__m256i a, __m256i b) { return _mm256_or_si256(a, b); }
+static inline __m256i add16(__m256i a, __m256i b) { return _mm256_add_epi16(a, b); }
+static inline __m256i add32(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
+static inline __m256i sub32(__m256i a, __m256i b) { return _mm256_sub_epi32(a, b); }
+static inline __m256i maddubs(__m256i u, __m256i s) { return _mm256_maddubs_epi16(u, s); }
+static inline __m256i madd(__m256i a, __m256i b) { return _mm256_madd_epi16(a, b); }
+static inline __m256i abs8(__m256i a) { return _mm256_abs_epi8(a); }
+static inline __m256i lookup(__m256i table, __m256i idx) { return _mm256_shuffle_epi8(table, idx); }
+// x with the signs of w (x where w > 0, -x where w < 0; x where w == 0 does
+// not matter: it meets |w| = 0).
+static inline __m256i sign_of(__m256i x, __m256i w) { return _mm256_sign_epi8(x, w); }
+template <int k> static inline __m256i shl16(__m256i a) { return _mm256_slli_epi16(a, k); }
+template <int k> static inline __m256i shr16(__m256i a) { return _mm256_srli_epi16(a, k); }
+template <int k> static inline __m256i shl32(__m256i a) { return _mm256_slli_epi32(a, k); }
+static inline __m256 to_float(__m256i a) { return _mm256_cvtepi32_ps(a); }
+static inline __m256 fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+static inline __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
 // Pins v to a register at this point. GCC otherwise computes all of a
 // sub-block's maddubs first and sums them later, spilling the products (16
 // registers); this keeps each token's s16 sum a running chain.
 static inline void pin(__m256i& v) { __asm__("" : "+x"(v)); }
+
+#ifdef __AVX512BW__
+// Two adjacent 8-row groups per register: the low 256 bits are the first
+// group, laid out as in Ymm. On a CPU that splits 512-bit operations in two
+// (Zen 4) this halves the instructions per multiply, not the multiplies.
+struct Zmm {
+  using I = __m512i;
+  using F = __m512;
+  static constexpr int kRows = 16;
+  static __m256i join(__m128i lo, __m128i hi) { return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1); }
+  static I load(Rows r) { return _mm512_inserti64x4(_mm512_castsi256_si512(load256(r.p)), load256(r.p + r.stride), 1); }
+  static I zero() { return _mm512_setzero_si512(); }
+  static I set8(char v) { return _mm512_set1_epi8(v); }
+  static I set16(short v) { return _mm512_set1_epi16(v); }
+  static I set32(int v) { return _mm512_set1_epi32(v); }
+  static I broadcast4(const int8_t* p) { return _mm512_set1_epi32(four_bytes(p)); }
+  static I levels() { return _mm512_broadcast_i32x4(load128(reinterpret_cast<const uint8_t*>(kIQ4NLValues))); }
+  static __m128i bytes8x2(Rows r) { return _mm_unpacklo_epi64(load64(r.p), load64(r.p + r.stride)); }
+  static I u8_lanes(Rows r) { return _mm512_cvtepu8_epi32(bytes8x2(r)); }
+  static I i8_lanes(Rows r) { return _mm512_cvtepi8_epi32(bytes8x2(r)); }
+  template <typename Fn>
+  static I u8_pairs(Rows a, Rows b, Fn f) {
+    return _mm512_cvtepu8_epi16(join(_mm_unpacklo_epi8(f(load64(a.p)), f(load64(b.p))),
+                                     _mm_unpacklo_epi8(f(load64(a.p + a.stride)), f(load64(b.p + b.stride)))));
+  }
+  static I i8_pairs(Rows a, Rows b) {
+    return _mm512_cvtepi8_epi16(join(_mm_unpacklo_epi8(load64(a.p), load64(b.p)),
+                                     _mm_unpacklo_epi8(load64(a.p + a.stride), load64(b.p + b.stride))));
+  }
+  static F f16(Rows r) { return _mm512_cvtph_ps(join(load128(r.p), load128(r.p + r.stride))); }
+  static F fzero() { return _mm512_setzero_ps(); }
+  static F fset(float v) { return _mm512_set1_ps(v); }
+  static void store(float* out, F v) { _mm512_storeu_ps(out, v); }
+};
+
+static inline __m512i and_(__m512i a, __m512i b) { return _mm512_and_si512(a, b); }
+static inline __m512i or_(__m512i a, __m512i b) { return _mm512_or_si512(a, b); }
+static inline __m512i add16(__m512i a, __m512i b) { return _mm512_add_epi16(a, b); }
+static inline __m512i add32(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
+static inline __m512i sub32(__m512i a, __m512i b) { return _mm512_sub_epi32(a, b); }
+static inline __m512i maddubs(__m512i u, __m512i s) { return _mm512_maddubs_epi16(u, s); }
+static inline __m512i madd(__m512i a, __m512i b) { return _mm512_madd_epi16(a, b); }
+static inline __m512i abs8(__m512i a) { return _mm512_abs_epi8(a); }
+static inline __m512i lookup(__m512i table, __m512i idx) { return _mm512_shuffle_epi8(table, idx); }
+// No 512-bit sign_epi8: negate x where w's sign bit is set.
+static inline __m512i sign_of(__m512i x, __m512i w) {
+  return _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+}
+template <int k> static inline __m512i shl16(__m512i a) { return _mm512_slli_epi16(a, k); }
+template <int k> static inline __m512i shr16(__m512i a) { return _mm512_srli_epi16(a, k); }
+template <int k> static inline __m512i shl32(__m512i a) { return _mm512_slli_epi32(a, k); }
+static inline __m512 to_float(__m512i a) { return _mm512_cvtepi32_ps(a); }
+static inline __m512 fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+static inline __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+static inline void pin(__m512i& v) { __asm__("" : "+v"(v)); }
+#endif
+
+// Lane r = (s_r, s_r) as two s16 from 8 unsigned / signed bytes s_0..s_7.
+template <typename V>
+static inline typename V::I scale_pairs_u8(Rows p) {
+  const auto v = V::u8_lanes(p);
+  return or_(v, shl32<16>(v));
+}
+template <typename V>
+static inline typename V::I scale_pairs_i8(Rows p) {
+  const auto v = V::i8_lanes(p);
+  return or_(and_(v, V::set32(0xffff)), shl32<16>(v));
+}
+// Lane r = (s_r, s_r) as two s16 from the low nibbles of 8 bytes (Q2_K scales).
+template <typename V>
+static inline typename V::I scale_pairs_low4(Rows p) {
+  const auto v = and_(V::u8_lanes(p), V::set32(15));
+  return or_(v, shl32<16>(v));
+}
+static inline __m128i same(__m128i v) { return v; }
+static inline __m128i high4(__m128i v) { return _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15)); }
+
+// Bit kBit of every byte moved to bit 4 (the Q5 fifth bits).
+template <int kBit, typename I>
+static inline I fifth_bit(I h, I mask) {
+  I v = h;
+  if constexpr (kBit < 4) v = shl16<4 - kBit>(h);
+  if constexpr (kBit > 4) v = shr16<kBit - 4>(h);
+  return and_(v, mask);
+}
+// Bits 2k, 2k + 1 of every byte moved to bits 4, 5 (the Q6_K top bits).
+template <int kPair, typename I>
+static inline I top_bits(I h, I mask) {
+  I v = h;
+  if constexpr (kPair < 2) v = shl16<4 - 2 * kPair>(h);
+  if constexpr (kPair > 2) v = shr16<2 * kPair - 4>(h);
+  return and_(v, mask);
+}
+// Bit kBit of every byte moved to bit 2 (the Q3_K high bits).
+template <int kBit, typename I>
+static inline I third_bit(I h, I mask) {
+  I v = h;
+  if constexpr (kBit < 2) v = shl16<2 - kBit>(h);
+  if constexpr (kBit > 2) v = shr16<kBit - 2>(h);
+  return and_(v, mask);
+}
 
 constexpr bool is_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 // Q2_K / Q3_K: 2-bit planes (and Q3_K's third bit).
@@ -127,64 +229,66 @@ struct Layout {
 
 // Adds chunk p's two weight registers (chunks 2p, 2p + 1 of sub-block q) times
 // each token's activations x[t] (that sub-block's 32 bytes) into acc16[t].
-template <DType T, int N, int kP>
-static inline void chunk_pair(const uint8_t* q, const int8_t* const (&x)[N], __m256i (&acc16)[N]) {
-  const __m256i nibbles = _mm256_set1_epi8(0x0f);
-  const __m256i packed = load256(q + 32 * kP);
-  __m256i lo = _mm256_and_si256(packed, nibbles);
-  __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibbles);
+template <DType T, typename V, int N, int kP>
+static inline void chunk_pair(Rows q, const int8_t* const (&x)[N], typename V::I (&acc16)[N]) {
+  using I = typename V::I;
+  const I nibbles = V::set8(0x0f);
+  const I packed = V::load(q + 32 * kP);
+  I lo = and_(packed, nibbles);
+  I hi = and_(shr16<4>(packed), nibbles);
   if constexpr (has_fifth_bit(T)) {
-    const __m256i h = load256(q + 128);
-    lo = _mm256_or_si256(lo, fifth_bit<2 * kP>(h));
-    hi = _mm256_or_si256(hi, fifth_bit<2 * kP + 1>(h));
+    const I h = V::load(q + 128), mask = V::set8(0x10);
+    lo = or_(lo, fifth_bit<2 * kP>(h, mask));
+    hi = or_(hi, fifth_bit<2 * kP + 1>(h, mask));
   }
   if constexpr (T == DType::Q6_K) {
-    const __m256i h = load256(q + 128 + 32 * (kP / 2));
-    lo = _mm256_or_si256(lo, top_bits<(2 * kP) % 4>(h));
-    hi = _mm256_or_si256(hi, top_bits<(2 * kP + 1) % 4>(h));
+    const I h = V::load(q + 128 + 32 * (kP / 2)), mask = V::set8(0x30);
+    lo = or_(lo, top_bits<(2 * kP) % 4>(h, mask));
+    hi = or_(hi, top_bits<(2 * kP + 1) % 4>(h, mask));
   }
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
-    acc16[t] = _mm256_add_epi16(acc16[t], _mm256_maddubs_epi16(lo, broadcast4(x[t] + 8 * kP)));
-    acc16[t] = _mm256_add_epi16(acc16[t], _mm256_maddubs_epi16(hi, broadcast4(x[t] + 8 * kP + 4)));
+    acc16[t] = add16(acc16[t], maddubs(lo, V::broadcast4(x[t] + 8 * kP)));
+    acc16[t] = add16(acc16[t], maddubs(hi, V::broadcast4(x[t] + 8 * kP + 4)));
     if constexpr (N > 1) pin(acc16[t]);  // one token: 16 registers suffice, let GCC schedule
   }
 }
 
 // acc32[t] += madd(acc16[t], scale); acc16[t] = 0.
-template <int N>
-static inline void fold(__m256i (&acc16)[N], __m256i scale, __m256i (&acc32)[N]) {
+template <typename V, int N>
+static inline void fold(typename V::I (&acc16)[N], typename V::I scale, typename V::I (&acc32)[N]) {
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
-    acc32[t] = _mm256_add_epi32(acc32[t], _mm256_madd_epi16(acc16[t], scale));
-    acc16[t] = _mm256_setzero_si256();
+    acc32[t] = add32(acc32[t], madd(acc16[t], scale));
+    acc16[t] = V::zero();
   }
 }
 
-// One chunk of signed weights w (IQ4 levels, |w| <= 127) times each token's
-// 4 activation bytes at x[t] + 4c, signs moved onto the activations,
-// scaled by `scale` into acc32[t] (one chunk per fold, as for Q8_0).
-template <int N>
-static inline void signed_chunk(__m256i w, const int8_t* const (&x)[N], int c, __m256i scale, __m256i (&acc32)[N]) {
-  const __m256i w_abs = _mm256_abs_epi8(w);
+// One chunk of signed weights w (IQ4 levels, |w| <= 127; Q8_0) times each
+// token's 4 activation bytes at x[t] + 4c, signs moved onto the activations,
+// scaled by `scale` into acc32[t] (one chunk per fold).
+template <typename V, int N>
+static inline void signed_chunk(typename V::I w, const int8_t* const (&x)[N], int c, typename V::I scale,
+                                typename V::I (&acc32)[N]) {
+  const auto w_abs = abs8(w);
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
-    const __m256i xs = _mm256_sign_epi8(broadcast4(x[t] + 4 * c), w);
-    acc32[t] = _mm256_add_epi32(acc32[t], _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, xs), scale));
+    const auto xs = sign_of(V::broadcast4(x[t] + 4 * c), w);
+    acc32[t] = add32(acc32[t], madd(maddubs(w_abs, xs), scale));
   }
 }
 
 // IQ4 sub-block: each 4-bit plane register's nibbles (chunks 2p, 2p + 1)
 // looked up in kIQ4NLValues.
-template <int N>
-static inline void level_dots(const uint8_t* q, const int8_t* const (&x)[N], __m256i scale, __m256i (&acc32)[N]) {
-  const __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
-  const __m256i nibbles = _mm256_set1_epi8(0x0f);
+template <typename V, int N>
+static inline void level_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I (&acc32)[N]) {
+  using I = typename V::I;
+  const I levels = V::levels();
+  const I nibbles = V::set8(0x0f);
   unroll<4>([&](auto p) {
-    const __m256i packed = load256(q + 32 * p);
-    signed_chunk(_mm256_shuffle_epi8(levels, _mm256_and_si256(packed, nibbles)), x, 2 * p, scale, acc32);
-    signed_chunk(_mm256_shuffle_epi8(levels, _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibbles)), x, 2 * p + 1,
-                 scale, acc32);
+    const I packed = V::load(q + 32 * p);
+    signed_chunk<V>(lookup(levels, and_(packed, nibbles)), x, 2 * p, scale, acc32);
+    signed_chunk<V>(lookup(levels, and_(shr16<4>(packed), nibbles)), x, 2 * p + 1, scale, acc32);
   });
 }
 
@@ -192,171 +296,161 @@ static inline void level_dots(const uint8_t* q, const int8_t* const (&x)[N], __m
 // 2s, 2s + 1 (Q3_K: bit c of the high plane's bytes is chunk c's third bit,
 // unsigned q + 4 in 0..7). Chunks 0..3 are one 16-value group (scale), 4..7
 // the next (scale_hi); pairs <= 2 x 7 x 127, four of them fit s16.
-template <DType T, int N>
-static inline void two_bit_dots(const uint8_t* q, const int8_t* const (&x)[N], __m256i scale, __m256i scale_hi,
-                                __m256i (&acc32)[N]) {
-  __m256i acc16[N];
+template <DType T, typename V, int N>
+static inline void two_bit_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I scale_hi,
+                                typename V::I (&acc32)[N]) {
+  using I = typename V::I;
+  I acc16[N];
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) acc16[t] = _mm256_setzero_si256();
+  for (int t = 0; t < N; ++t) acc16[t] = V::zero();
   unroll<2>([&](auto p) {
-    const __m256i packed = load256(q + 32 * p);
+    const I packed = V::load(q + 32 * p);
     unroll<4>([&](auto s) {
       constexpr int c = 4 * decltype(p)::value + decltype(s)::value;
-      __m256i w = _mm256_and_si256(_mm256_srli_epi16(packed, 2 * decltype(s)::value), _mm256_set1_epi8(3));
-      if constexpr (T == DType::Q3_K) w = _mm256_or_si256(w, third_bit<c>(load256(q + 64)));
+      I w = and_(shr16<2 * decltype(s)::value>(packed), V::set8(3));
+      if constexpr (T == DType::Q3_K) w = or_(w, third_bit<c>(V::load(q + 64), V::set8(0x04)));
       #pragma GCC unroll 16
       for (int t = 0; t < N; ++t) {
-        acc16[t] = _mm256_add_epi16(acc16[t], _mm256_maddubs_epi16(w, broadcast4(x[t] + 4 * c)));
+        acc16[t] = add16(acc16[t], maddubs(w, V::broadcast4(x[t] + 4 * c)));
         if constexpr (N > 1) pin(acc16[t]);
       }
     });
-    fold(acc16, decltype(p)::value == 0 ? scale : scale_hi, acc32);
+    fold<V>(acc16, decltype(p)::value == 0 ? scale : scale_hi, acc32);
   });
 }
 
 // The integer dots of one 32-value sub-block (the whole block for the
 // 32-value types), scaled by `scale` (Q6_K: scale_hi for chunks 4..7).
-template <DType T, int N>
-static inline void sub_block_dots(const uint8_t* q, const int8_t* const (&x)[N], __m256i scale, __m256i scale_hi,
-                                  __m256i (&acc32)[N]) {
+template <DType T, typename V, int N>
+static inline void sub_block_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I scale_hi,
+                                  typename V::I (&acc32)[N]) {
+  using I = typename V::I;
   if constexpr (T == DType::Q8_0) {
-    unroll<8>([&](auto c) {
-      const __m256i w = load256(q + 32 * c);
-      const __m256i w_abs = _mm256_abs_epi8(w);
-      #pragma GCC unroll 16
-      for (int t = 0; t < N; ++t) {
-        const __m256i xs = _mm256_sign_epi8(broadcast4(x[t] + 4 * c), w);
-        acc32[t] = _mm256_add_epi32(acc32[t], _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, xs), scale));
-      }
-    });
+    unroll<8>([&](auto c) { signed_chunk<V>(V::load(q + 32 * c), x, c, scale, acc32); });
     return;
   }
   if constexpr (has_levels(T)) {
-    level_dots(q, x, scale, acc32);
+    level_dots<V>(q, x, scale, acc32);
     return;
   }
   if constexpr (is_two_bit(T)) {
-    two_bit_dots<T, N>(q, x, scale, scale_hi, acc32);
+    two_bit_dots<T, V, N>(q, x, scale, scale_hi, acc32);
     return;
   }
-  __m256i acc16[N];
+  I acc16[N];
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) acc16[t] = _mm256_setzero_si256();
+  for (int t = 0; t < N; ++t) acc16[t] = V::zero();
   unroll<4>([&](auto p) {
-    chunk_pair<T, N, p>(q, x, acc16);
-    if constexpr (T == DType::Q6_K) fold(acc16, p < 2 ? scale : scale_hi, acc32);
-    else if constexpr (has_fifth_bit(T)) { if constexpr (p % 2 == 1) fold(acc16, scale, acc32); }
-    else if constexpr (p == 3) fold(acc16, scale, acc32);
+    chunk_pair<T, V, N, p>(q, x, acc16);
+    if constexpr (T == DType::Q6_K) fold<V>(acc16, p < 2 ? scale : scale_hi, acc32);
+    else if constexpr (has_fifth_bit(T)) { if constexpr (p % 2 == 1) fold<V>(acc16, scale, acc32); }
+    else if constexpr (p == 3) fold<V>(acc16, scale, acc32);
   });
 }
 
 // One 32-value super-block of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL for N tokens.
-template <DType T, int N>
-static inline void block32(const uint8_t* sb, const int8_t* const (&x)[N], const PackedAct32* const (&a)[N],
-                           __m256 (&acc)[N]) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i isum[N];
+template <DType T, typename V, int N>
+static inline void block32(Rows sb, const int8_t* const (&x)[N], const PackedAct32* const (&a)[N],
+                           typename V::F (&acc)[N]) {
+  const auto ones = V::set16(1);
+  typename V::I isum[N];
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) isum[t] = _mm256_setzero_si256();
-  sub_block_dots<T, N>(sb + Layout<T>::kHeader, x, ones, ones, isum);
-  const __m256 d = load_f16x8(sb);
+  for (int t = 0; t < N; ++t) isum[t] = V::zero();
+  sub_block_dots<T, V, N>(sb + Layout<T>::kHeader, x, ones, ones, isum);
+  const auto d = V::f16(sb);
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
-    if constexpr (T == DType::Q4_0) isum[t] = _mm256_sub_epi32(isum[t], _mm256_set1_epi32(8 * a[t]->sum));
-    if constexpr (T == DType::Q5_0) isum[t] = _mm256_sub_epi32(isum[t], _mm256_set1_epi32(16 * a[t]->sum));
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, _mm256_set1_ps(a[t]->d)), acc[t]);
-    if constexpr (has_min(T)) acc[t] = _mm256_fmadd_ps(load_f16x8(sb + 16), _mm256_set1_ps(a[t]->s), acc[t]);
+    if constexpr (T == DType::Q4_0) isum[t] = sub32(isum[t], V::set32(8 * a[t]->sum));
+    if constexpr (T == DType::Q5_0) isum[t] = sub32(isum[t], V::set32(16 * a[t]->sum));
+    acc[t] = fmadd(to_float(isum[t]), mul(d, V::fset(a[t]->d)), acc[t]);
+    if constexpr (has_min(T)) acc[t] = fmadd(V::f16(sb + 16), V::fset(a[t]->s), acc[t]);
+  }
+}
+
+// bias[t] += sum over k of madd(pair(k), the token's 2 s16 sums at sums[t] + 2k).
+template <typename V, int N, int kPairs, typename PairFn>
+static inline void bias_dots(PairFn pair, const int16_t* const (&sums)[N], typename V::I (&bias)[N]) {
+  #pragma GCC unroll 16
+  for (int k = 0; k < kPairs; ++k) {
+    const auto p = pair(k);
+    #pragma GCC unroll 16
+    for (int t = 0; t < N; ++t)
+      bias[t] = add32(bias[t], madd(p, V::broadcast4(reinterpret_cast<const int8_t*>(sums[t] + 2 * k))));
   }
 }
 
 // One 256-value super-block of Q2_K..Q6_K / IQ4_XS for N tokens; x[t] points
 // at the super-block's activations.
-template <DType T, int N>
-static inline void block256(const uint8_t* sb, const int8_t* const (&x)[N], const PackedAct256* const (&a)[N],
-                            __m256 (&acc)[N]) {
+template <DType T, typename V, int N>
+static inline void block256(Rows sb, const int8_t* const (&x)[N], const PackedAct256* const (&a)[N],
+                            typename V::F (&acc)[N]) {
   using L = Layout<T>;
-  __m256i dots[N], bias[N];
+  typename V::I dots[N], bias[N];
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) dots[t] = bias[t] = _mm256_setzero_si256();
+  for (int t = 0; t < N; ++t) dots[t] = bias[t] = V::zero();
   for (int j = 0; j < 8; ++j) {
     const int8_t* xj[N];
     #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) xj[t] = x[t] + 32 * j;
-    const uint8_t* q = sb + L::kHeader + static_cast<size_t>(j) * L::kSubBytes;
+    const Rows q = sb + (L::kHeader + static_cast<size_t>(j) * L::kSubBytes);
     if constexpr (T == DType::Q6_K || T == DType::Q3_K) {
-      sub_block_dots<T, N>(q, xj, scale_pairs_i8(sb + 16 + 16 * j), scale_pairs_i8(sb + 24 + 16 * j), dots);
+      sub_block_dots<T, V, N>(q, xj, scale_pairs_i8<V>(sb + (16 + 16 * j)), scale_pairs_i8<V>(sb + (24 + 16 * j)), dots);
     } else if constexpr (T == DType::Q2_K) {
-      sub_block_dots<T, N>(q, xj, scale_pairs_low4(sb + 32 + 16 * j), scale_pairs_low4(sb + 40 + 16 * j), dots);
+      sub_block_dots<T, V, N>(q, xj, scale_pairs_low4<V>(sb + (32 + 16 * j)), scale_pairs_low4<V>(sb + (40 + 16 * j)),
+                              dots);
     } else if constexpr (T == DType::IQ4_XS) {
-      const __m256i scale = scale_pairs_i8(sb + 16 + 8 * j);
-      sub_block_dots<T, N>(q, xj, scale, scale, dots);
+      const auto scale = scale_pairs_i8<V>(sb + (16 + 8 * j));
+      sub_block_dots<T, V, N>(q, xj, scale, scale, dots);
     } else {
-      const __m256i scale = scale_pairs_u8(sb + 32 + 8 * j);
-      sub_block_dots<T, N>(q, xj, scale, scale, dots);
+      const auto scale = scale_pairs_u8<V>(sb + (32 + 8 * j));
+      sub_block_dots<T, V, N>(q, xj, scale, scale, dots);
     }
   }
-  const __m256 d = load_f16x8(sb);
+  const auto d = V::f16(sb);
   if constexpr (T == DType::IQ4_XS) {
     #pragma GCC unroll 16
-    for (int t = 0; t < N; ++t)
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[t]), _mm256_mul_ps(d, _mm256_set1_ps(a[t]->d)), acc[t]);
-  } else if constexpr (T == DType::Q6_K || T == DType::Q3_K) {  // w = d scale_g (q - 32), d scale_g (q - 4)
-    #pragma GCC unroll 16
-    for (int k = 0; k < 8; ++k) {
-      const __m256i pair = pairs_i8(sb + 16 + 16 * k, sb + 24 + 16 * k);
-      #pragma GCC unroll 16
-      for (int t = 0; t < N; ++t)
-        bias[t] = _mm256_add_epi32(bias[t], _mm256_madd_epi16(pair, broadcast4(reinterpret_cast<const int8_t*>(a[t]->sum16 + 2 * k))));
-    }
+    for (int t = 0; t < N; ++t) acc[t] = fmadd(to_float(dots[t]), mul(d, V::fset(a[t]->d)), acc[t]);
+    return;
+  }
+  const int16_t* sums[N];
+  #pragma GCC unroll 16
+  for (int t = 0; t < N; ++t) sums[t] = T == DType::Q4_K || T == DType::Q5_K ? a[t]->sum32 : a[t]->sum16;
+  if constexpr (T == DType::Q6_K || T == DType::Q3_K) {  // w = d scale_g (q - 32), d scale_g (q - 4)
+    bias_dots<V, N, 8>([&](int k) { return V::i8_pairs(sb + (16 + 16 * k), sb + (24 + 16 * k)); }, sums, bias);
     #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
-      const __m256i total = _mm256_sub_epi32(dots[t], _mm256_slli_epi32(bias[t], T == DType::Q6_K ? 5 : 2));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, _mm256_set1_ps(a[t]->d)), acc[t]);
+      const auto total = sub32(dots[t], shl32<T == DType::Q6_K ? 5 : 2>(bias[t]));
+      acc[t] = fmadd(to_float(total), mul(d, V::fset(a[t]->d)), acc[t]);
     }
-  } else if constexpr (T == DType::Q2_K) {  // w = d scale_g q - dmin min_g
-    #pragma GCC unroll 16
-    for (int k = 0; k < 8; ++k) {
-      const __m256i pair = pairs_high4(sb + 32 + 16 * k, sb + 40 + 16 * k);
-      #pragma GCC unroll 16
-      for (int t = 0; t < N; ++t)
-        bias[t] = _mm256_add_epi32(bias[t], _mm256_madd_epi16(pair, broadcast4(reinterpret_cast<const int8_t*>(a[t]->sum16 + 2 * k))));
-    }
-    const __m256 neg_dmin = load_f16x8(sb + 16);
-    #pragma GCC unroll 16
-    for (int t = 0; t < N; ++t) {
-      const __m256 dx = _mm256_set1_ps(a[t]->d);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[t]), _mm256_mul_ps(d, dx), acc[t]);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bias[t]), _mm256_mul_ps(neg_dmin, dx), acc[t]);
-    }
+    return;
+  }
+  if constexpr (T == DType::Q2_K) {  // w = d scale_g q - dmin min_g
+    bias_dots<V, N, 8>([&](int k) { return V::u8_pairs(sb + (32 + 16 * k), sb + (40 + 16 * k), high4); }, sums, bias);
   } else {
-    #pragma GCC unroll 16
-    for (int k = 0; k < 4; ++k) {
-      const __m256i pair = pairs_u8(sb + 96 + 16 * k, sb + 104 + 16 * k);
-      #pragma GCC unroll 16
-      for (int t = 0; t < N; ++t)
-        bias[t] = _mm256_add_epi32(bias[t], _mm256_madd_epi16(pair, broadcast4(reinterpret_cast<const int8_t*>(a[t]->sum32 + 2 * k))));
-    }
-    const __m256 neg_dmin = load_f16x8(sb + 16);
-    #pragma GCC unroll 16
-    for (int t = 0; t < N; ++t) {
-      const __m256 dx = _mm256_set1_ps(a[t]->d);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[t]), _mm256_mul_ps(d, dx), acc[t]);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bias[t]), _mm256_mul_ps(neg_dmin, dx), acc[t]);
-    }
+    bias_dots<V, N, 4>([&](int k) { return V::u8_pairs(sb + (96 + 16 * k), sb + (104 + 16 * k), same); }, sums, bias);
+  }
+  const auto neg_dmin = V::f16(sb + 16);
+  #pragma GCC unroll 16
+  for (int t = 0; t < N; ++t) {
+    const auto dx = V::fset(a[t]->d);
+    acc[t] = fmadd(to_float(dots[t]), mul(d, dx), acc[t]);
+    acc[t] = fmadd(to_float(bias[t]), mul(neg_dmin, dx), acc[t]);
   }
 }
 
-// 8 rows of one group x tokens [t0, t0 + N) into out[N][8].
-template <DType T, int N>
-static void group_tokens(const PackedJob& job, const uint8_t* group, int64_t t0, float* out) {
+// V::kRows rows from group g (with group g + 1 when V holds two; stride 0
+// repeats group g for a lone last group) x tokens [t0, t0 + N) into
+// out[N][V::kRows].
+template <DType T, typename V, int N>
+static void group_tokens(const PackedJob& job, Rows group, int64_t t0, float* out) {
   using L = Layout<T>;
   const int64_t n_sb = job.cols / L::kValues;
   PackedActRow rows[N];
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) rows[t] = packed_act_row(job.xq + static_cast<size_t>(t0 + t) * job.xq_row_bytes, job.cols);
-  __m256 acc[N];
+  typename V::F acc[N];
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
+  for (int t = 0; t < N; ++t) acc[t] = V::fzero();
   using Act = std::conditional_t<is_256(T), PackedAct256, PackedAct32>;
   for (int64_t b = 0; b < n_sb; ++b) {
     const int8_t* x[N];
@@ -366,56 +460,63 @@ static void group_tokens(const PackedJob& job, const uint8_t* group, int64_t t0,
       x[t] = rows[t].qs + b * L::kValues;
       a[t] = static_cast<const Act*>(rows[t].blocks) + b;
     }
-    const uint8_t* sb = group + static_cast<size_t>(b) * L::kBytes;
-    if constexpr (is_256(T)) block256<T, N>(sb, x, a, acc);
-    else block32<T, N>(sb, x, a, acc);
+    const Rows sb = group + static_cast<size_t>(b) * L::kBytes;
+    if constexpr (is_256(T)) block256<T, V, N>(sb, x, a, acc);
+    else block32<T, V, N>(sb, x, a, acc);
   }
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
+  for (int t = 0; t < N; ++t) V::store(out + V::kRows * t, acc[t]);
 }
 
-template <DType T, int N>
-static void group_tokens_store(const PackedJob& job, int64_t g, int64_t t0) {
-  float out[N * 8];
-  group_tokens<T, N>(job, job.w + static_cast<size_t>(g) * job.group_bytes, t0, out);
-  const int64_t valid = std::min<int64_t>(8, job.rows - 8 * g);
+template <DType T, typename V, int N>
+static void group_tokens_store(const PackedJob& job, int64_t g, int64_t g_end, int64_t t0) {
+  float out[N * V::kRows];
+  const bool pair = V::kRows == 16 && g + 1 < g_end;
+  const Rows group{job.w + static_cast<size_t>(g) * job.group_bytes, pair ? job.group_bytes : 0};
+  group_tokens<T, V, N>(job, group, t0, out);
+  const int64_t valid = std::min<int64_t>(pair ? 16 : 8, job.rows - 8 * g);
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) std::memcpy(job.y + (t0 + t) * job.rows + 8 * g, out + 8 * t, sizeof(float) * static_cast<size_t>(valid));
+  for (int t = 0; t < N; ++t)
+    std::memcpy(job.y + (t0 + t) * job.rows + 8 * g, out + V::kRows * t, sizeof(float) * static_cast<size_t>(valid));
 }
 
 // 1 <= n <= kMaxN tokens from t0.
-template <DType T, int kMaxN>
-static void group_tokens_n(const PackedJob& job, int64_t g, int64_t t0, int64_t n) {
+template <DType T, typename V, int kMaxN>
+static void group_tokens_n(const PackedJob& job, int64_t g, int64_t g_end, int64_t t0, int64_t n) {
   if constexpr (kMaxN > 1) {
-    if (n < kMaxN) return group_tokens_n<T, kMaxN - 1>(job, g, t0, n);
+    if (n < kMaxN) return group_tokens_n<T, V, kMaxN - 1>(job, g, g_end, t0, n);
   }
-  group_tokens_store<T, kMaxN>(job, g, t0);
+  group_tokens_store<T, V, kMaxN>(job, g, g_end, t0);
 }
 
-// Row groups [g0, g1) for all tokens. Prefill takes the tokens in tiles whose
-// activations stay in L2 while the groups stream past; every (row, token)
-// takes the same arithmetic whatever the tile or the call's token count.
-template <DType T, int kMaxN>
+// Row groups [g0, g1) for all tokens, V::kRows / 8 groups a call. Prefill
+// takes the tokens in tiles whose activations stay in L2 while the groups
+// stream past; every (row, token) takes the same arithmetic whatever the tile
+// or the call's token count.
+template <DType T, typename V, int kMaxN>
 static void packed_rows(const PackedJob& job, int64_t g0, int64_t g1) {
   constexpr size_t kTileBytes = 192 * 1024;
+  constexpr int64_t kGroups = V::kRows / 8;
   int64_t tile = job.n_tokens;
   if (tile > 16) {
     tile = std::max<int64_t>(kMaxN, static_cast<int64_t>(kTileBytes / job.xq_row_bytes) / kMaxN * kMaxN);
   }
   for (int64_t t0 = 0; t0 < job.n_tokens; t0 += tile) {
     const int64_t t1 = std::min(job.n_tokens, t0 + tile);
-    for (int64_t g = g0; g < g1; ++g)
-      for (int64_t t = t0; t < t1; t += kMaxN) group_tokens_n<T, kMaxN>(job, g, t, std::min<int64_t>(kMaxN, t1 - t));
+    for (int64_t g = g0; g < g1; g += kGroups)
+      for (int64_t t = t0; t < t1; t += kMaxN)
+        group_tokens_n<T, V, kMaxN>(job, g, g1, t, std::min<int64_t>(kMaxN, t1 - t));
   }
 }
 
-template <int kMaxN>
+template <typename V, int kMaxN>
 static PackedKernels make_packed_kernels() {
-  return {packed_rows<DType::Q4_0, kMaxN>, packed_rows<DType::Q4_1, kMaxN>, packed_rows<DType::Q5_0, kMaxN>,
-          packed_rows<DType::Q5_1, kMaxN>, packed_rows<DType::Q8_0, kMaxN>,
-          packed_rows<DType::IQ4_NL, kMaxN>, packed_rows<DType::IQ4_XS, kMaxN>,
-          packed_rows<DType::Q2_K, kMaxN>, packed_rows<DType::Q3_K, kMaxN>, packed_rows<DType::Q4_K, kMaxN>, packed_rows<DType::Q5_K, kMaxN>,
-          packed_rows<DType::Q6_K, kMaxN>};
+  return {packed_rows<DType::Q4_0, V, kMaxN>,   packed_rows<DType::Q4_1, V, kMaxN>,
+          packed_rows<DType::Q5_0, V, kMaxN>,   packed_rows<DType::Q5_1, V, kMaxN>,
+          packed_rows<DType::Q8_0, V, kMaxN>,   packed_rows<DType::IQ4_NL, V, kMaxN>,
+          packed_rows<DType::IQ4_XS, V, kMaxN>, packed_rows<DType::Q2_K, V, kMaxN>,
+          packed_rows<DType::Q3_K, V, kMaxN>,   packed_rows<DType::Q4_K, V, kMaxN>,
+          packed_rows<DType::Q5_K, V, kMaxN>,   packed_rows<DType::Q6_K, V, kMaxN>};
 }
 
 }  // namespace packed_simd
