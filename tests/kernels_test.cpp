@@ -552,5 +552,33 @@ TEST(KernelOps, SiluMulAndAddMatchDoubleFormulas) {
   }
 }
 
+// Gemma's gated GELU: the SIMD path (polynomial exp) against the double
+// formula and the scalar reference (libm tanh), on awkward lengths, large
+// magnitudes, and with each value's result independent of n and position.
+TEST(KernelOps, GeluTanhMulSimdMatchesTheFormula) {
+  const auto gelu = [](double x) { return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); };
+  for (Isa isa : available_isas()) {
+    set_kernel_isa(isa);
+    for (int64_t n : {1, 7, 9, 300, 16384 + 13}) {
+      std::vector<float> gate = random_floats(static_cast<size_t>(n), 21, -9.0f, 9.0f), up = random_floats(static_cast<size_t>(n), 22);
+      gate[0] = n > 1 ? 100.0f : -100.0f;  // saturated: x and 0
+      if (n > 2) gate[1] = 0.0f;
+      std::vector<float> got = gate, scalar = gate;
+      gelu_tanh_mul(got.data(), up.data(), n);
+      gelu_tanh_mul_scalar(scalar.data(), up.data(), n);
+      for (size_t i = 0; i < gate.size(); ++i) {
+        const double want = gelu(gate[i]) * up[i], bound = 2e-6 * (1.0 + std::fabs(gate[i])) * std::fabs(up[i]) + 1e-30;
+        ASSERT_NEAR(got[i], want, bound) << isa_name(isa) << " n " << n << " i " << i << " x " << gate[i];
+        ASSERT_NEAR(scalar[i], want, bound) << "scalar, n " << n << " i " << i << " x " << gate[i];
+      }
+      if (n < 9) continue;
+      std::vector<float> shifted(gate.begin() + 3, gate.end());  // the same values at other positions and n
+      gelu_tanh_mul(shifted.data(), up.data() + 3, n - 3);
+      for (size_t i = 0; i < shifted.size(); ++i) ASSERT_EQ(shifted[i], got[i + 3]) << isa_name(isa) << " n " << n << " i " << i;
+    }
+  }
+  set_kernel_isa(best_isa());
+}
+
 }  // namespace
 }  // namespace kvserve

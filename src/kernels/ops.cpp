@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/dispatch.h"
+
 namespace kvserve {
 
 void rmsnorm(const float* x, const float* weight, int64_t n, float eps, float* out) {
@@ -44,6 +46,13 @@ void silu_mul(float* gate, const float* up, int64_t n) {
 }
 
 void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
+#if KVSERVE_HAVE_SIMD
+  if (active_isa() != Isa::Scalar) return gelu_tanh_mul_avx2(gate, up, n);
+#endif
+  gelu_tanh_mul_scalar(gate, up, n);
+}
+
+void gelu_tanh_mul_scalar(float* gate, const float* up, int64_t n) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
 #pragma omp parallel for schedule(static) if (n >= kParallelElements)
   for (int64_t i = 0; i < n; ++i) {

@@ -1,6 +1,6 @@
 #pragma once
-// Element-wise and row-wise transformer ops (scalar; memory-light next to
-// matmul). The gated activations, add_inplace and rmsnorm_rows split long inputs (a batch)
+// Element-wise and row-wise transformer ops (scalar but for gelu_tanh_mul;
+// memory-light next to matmul). The gated activations, add_inplace and rmsnorm_rows split long inputs (a batch)
 // over the OpenMP threads; results do not depend on the split.
 #include <cstdint>
 
@@ -20,8 +20,15 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dims, int64_t
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
 
-// gate[i] = gelu(gate[i]) * up[i], GELU's tanh approximation (Gemma's gelu_pytorch_tanh)
+// gate[i] = gelu(gate[i]) * up[i], GELU's tanh approximation (Gemma's gelu_pytorch_tanh).
+// With SIMD kernels active: gelu_tanh_mul_avx2, else the scalar loop (libm tanh),
+// its reference (they agree to ~1e-6 relative; each is element-wise, so a value's
+// result does not depend on n or its position).
 void gelu_tanh_mul(float* gate, const float* up, int64_t n);
+void gelu_tanh_mul_scalar(float* gate, const float* up, int64_t n);
+#if KVSERVE_HAVE_SIMD
+void gelu_tanh_mul_avx2(float* gate, const float* up, int64_t n);
+#endif
 
 // x[i] = cap * tanh(x[i] / cap) (Gemma's logit soft-capping)
 void softcap(float* x, int64_t n, float cap);
