@@ -51,7 +51,7 @@ void expect_flash_matches_reference(const Case& c) {
 
 // Under the sanitizer (skip_slow) the longest cases shrink but still cross
 // key tiles (64) and key splits (256).
-int64_t long_case(int64_t n) { return test_util::skip_slow() ? std::min<int64_t>(n, 600) : n; }
+int64_t long_case(int64_t n) { return test_util::skip_slow() ? std::min<int64_t>(n, 300) : n; }
 
 TEST(FlashAttention, PrefillMatchesReference) {
   for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{63}, int64_t{64}, int64_t{65}, long_case(1000)})

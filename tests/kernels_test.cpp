@@ -541,15 +541,24 @@ TEST(KernelOps, SoftmaxMatchesDoubleFormulaAndZeroesMinusInfinity) {
 }
 
 TEST(KernelOps, SiluMulAndAddMatchDoubleFormulas) {
-  const std::vector<float> gate = random_floats(300, 15, -8.0f, 8.0f), up = random_floats(300, 16);
-  std::vector<float> g = gate, sum = gate;
-  silu_mul(g.data(), up.data(), 300);
-  add_inplace(sum.data(), up.data(), 300);
-  for (size_t i = 0; i < gate.size(); ++i) {
-    const double v = gate[i];
-    EXPECT_NEAR(g[i], v / (1.0 + std::exp(-v)) * up[i], 1e-5 * (1 + std::fabs(v))) << i;
-    EXPECT_EQ(sum[i], gate[i] + up[i]);
+  for (Isa isa : available_isas()) {
+    set_kernel_isa(isa);
+    for (int64_t n : {1, 7, 300, 16384 + 5}) {
+      std::vector<float> gate = random_floats(static_cast<size_t>(n), 15, -8.0f, 8.0f), up = random_floats(static_cast<size_t>(n), 16);
+      gate[0] = n > 1 ? 100.0f : -100.0f;
+      std::vector<float> g = gate, scalar = gate, sum = gate;
+      silu_mul(g.data(), up.data(), n);
+      silu_mul_scalar(scalar.data(), up.data(), n);
+      add_inplace(sum.data(), up.data(), n);
+      for (size_t i = 0; i < gate.size(); ++i) {
+        const double v = gate[i], want = v / (1.0 + std::exp(-v)) * up[i];
+        ASSERT_NEAR(g[i], want, 2e-6 * (1 + std::fabs(v)) * std::fabs(up[i]) + 1e-30) << isa_name(isa) << " n " << n << " i " << i;
+        ASSERT_NEAR(scalar[i], want, 2e-6 * (1 + std::fabs(v)) * std::fabs(up[i]) + 1e-30) << "scalar, i " << i;
+        EXPECT_EQ(sum[i], gate[i] + up[i]);
+      }
+    }
   }
+  set_kernel_isa(best_isa());
 }
 
 // Gemma's gated GELU: the SIMD path (polynomial exp) against the double

@@ -269,8 +269,9 @@ double vs_f32_bound(KVType type) {
 TEST(KvQuant, FlashOverTypedRowsMatchesReference) {
   for_each_isa([] {
     for (KVType type : kAllTypes)
-      for (int64_t n : {1, 63, 65, 1000})
-        for (int64_t hd : n < 1000 ? std::vector<int64_t>{32, 128} : std::vector<int64_t>{64}) {
+      // Under the sanitizer the long case shrinks to 300 keys: still past a key split (256).
+      for (int64_t n : {int64_t{1}, int64_t{63}, int64_t{65}, test_util::skip_slow() ? int64_t{300} : int64_t{1000}})
+        for (int64_t hd : n < 300 ? std::vector<int64_t>{32, 128} : std::vector<int64_t>{64}) {
           expect_typed_flash_matches(type, {n, 1, hd, 2, 3}, vs_f32_bound(type));            // decode
           expect_typed_flash_matches(type, {n, std::min<int64_t>(n, 33), hd, 1, 4}, vs_f32_bound(type));  // prefill
         }

@@ -41,6 +41,13 @@ void rmsnorm_rows(const float* x, const float* weight, int64_t rows, int64_t dim
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {
+#if KVSERVE_HAVE_SIMD
+  if (active_isa() != Isa::Scalar) return silu_mul_avx2(gate, up, n);
+#endif
+  silu_mul_scalar(gate, up, n);
+}
+
+void silu_mul_scalar(float* gate, const float* up, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kParallelElements)
   for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }

@@ -1,5 +1,5 @@
 #pragma once
-// Element-wise and row-wise transformer ops (scalar but for gelu_tanh_mul;
+// Element-wise and row-wise transformer ops (scalar but for the gated activations;
 // memory-light next to matmul). The gated activations, add_inplace and rmsnorm_rows split long inputs (a batch)
 // over the OpenMP threads; results do not depend on the split.
 #include <cstdint>
@@ -17,8 +17,12 @@ void rmsnorm_rows(const float* x, const float* weight, int64_t rows, int64_t dim
 // Only the first rot_dims dimensions of each head are rotated.
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dims, int64_t pos, float theta, bool neox);
 
-// gate[i] = silu(gate[i]) * up[i]
+// gate[i] = silu(gate[i]) * up[i]; SIMD and scalar (libm expf) as gelu_tanh_mul below.
 void silu_mul(float* gate, const float* up, int64_t n);
+void silu_mul_scalar(float* gate, const float* up, int64_t n);
+#if KVSERVE_HAVE_SIMD
+void silu_mul_avx2(float* gate, const float* up, int64_t n);
+#endif
 
 // gate[i] = gelu(gate[i]) * up[i], GELU's tanh approximation (Gemma's gelu_pytorch_tanh).
 // With SIMD kernels active: gelu_tanh_mul_avx2, else the scalar loop (libm tanh),
