@@ -141,6 +141,36 @@ TEST_P(PackedMatmul, Q8ReferenceIsWithinActivationRoundingOfF32) {
     }
 }
 
+// The SIMD activation quantizer writes the scalar loop's bytes: random
+// values of several magnitudes, an all-zero block (d = 0), exact halves
+// (round to even) and the extremes of a block.
+TEST(PackedActivations, SimdMatchesScalarBytes) {
+#if KVSERVE_HAVE_SIMD
+  if (!isa_available(Isa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(41);
+  for (DType type : {DType::Q4_0, DType::Q4_K})
+    for (int64_t cols : packed_act_is_256(type) ? std::vector<int64_t>{256, 768, 4096} : std::vector<int64_t>{32, 96, 2080}) {
+      for (float scale : {1e-3f, 1.0f, 300.0f}) {
+        std::uniform_real_distribution<float> dist(-scale, scale);
+        std::vector<float> x(static_cast<size_t>(cols));
+        for (float& v : x) v = dist(rng);
+        for (int64_t j = 0; j < 32; ++j) x[static_cast<size_t>(j)] = 0.0f;                       // a zero block
+        if (cols >= 64) {  // max 127, so d = 1: the others are exact ties, -14.5 .. 15.5, rounded to even
+          x[32] = 127.0f;
+          for (int64_t j = 33; j < 64; ++j) x[static_cast<size_t>(j)] = static_cast<float>(j - 48) + 0.5f;
+        }
+        const size_t bytes = packed_act_row_bytes(type, cols);
+        std::vector<uint8_t> want(bytes, 0xa5), got(bytes, 0xa5);
+        quantize_packed_activations_scalar(type, x.data(), cols, want.data());
+        quantize_packed_activations_avx2(type, x.data(), cols, got.data());
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), bytes)) << dtype_name(type) << " cols " << cols << " scale " << scale;
+      }
+    }
+#else
+  GTEST_SKIP() << "built without SIMD kernels";
+#endif
+}
+
 TEST(PackedMatmul, UnpackableTypesAreRefused) {
   TestMatrix m = make_matrix(DType::Q4_0, 8, 64, 3);
   m.view.type = DType::F16;

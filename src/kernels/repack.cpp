@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "kernels/dispatch.h"
 #include "kernels/quantize_kquants.h"
 
 namespace kvserve {
@@ -329,6 +330,13 @@ float quantize_block(const float* x, int n, int8_t* q) {
 }  // namespace
 
 void quantize_packed_activations(DType type, const float* x, int64_t cols, uint8_t* dst) {
+#if KVSERVE_HAVE_SIMD
+  if (active_isa() != Isa::Scalar) return quantize_packed_activations_avx2(type, x, cols, dst);
+#endif
+  quantize_packed_activations_scalar(type, x, cols, dst);
+}
+
+void quantize_packed_activations_scalar(DType type, const float* x, int64_t cols, uint8_t* dst) {
   auto* qs = reinterpret_cast<int8_t*>(dst);
   uint8_t* blocks = dst + qs_bytes(cols);
   if (packed_act_is_256(type)) {

@@ -1,0 +1,76 @@
+// quantize_packed_activations with AVX2: 8 values a step. The same bytes as
+// the scalar loop in repack.cpp (max|x| is exact in any order, x * (1 / d)
+// is the same float multiply, and the conversion rounds to nearest even as
+// nearbyint does in the default rounding mode; the sums are integers), which
+// PackedActivations.SimdMatchesScalarBytes checks. It was 5% of
+// Qwen2.5-Coder-0.5B's prefill as a scalar loop (perf, Zen 4, pp512).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/repack.h"
+
+namespace kvserve {
+namespace {
+
+size_t qs_bytes(int64_t cols) { return (static_cast<size_t>(cols) + 63) / 64 * 64; }
+
+float max_abs(const float* x, int n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps();
+  for (int j = 0; j < n; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+// q[0..32) = round(x[0..32) * inv_d); returns the 8 sums of 4 consecutive q.
+__m256i quantize32(const float* x, __m256 inv_d, int8_t* q) {
+  __m256i v[4];
+  for (int k = 0; k < 4; ++k) v[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), inv_d));
+  // packs interleave 128-bit lanes: [0-3 8-11 16-19 24-27 | 4-7 12-15 20-23 28-31] as dwords of bytes
+  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+  const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), ordered), _mm256_set1_epi16(1));
+}
+
+// d = max|x| / 127 over n values (a multiple of 32), q = round(x / d); sums4[i]
+// = the sum of q[4i .. 4i + 4). Returns d.
+float quantize_block(const float* x, int n, int8_t* q, int32_t* sums4) {
+  const float d = max_abs(x, n) / 127.0f;
+  const __m256 inv_d = _mm256_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+  for (int j = 0; j < n; j += 32)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums4 + j / 4), quantize32(x + j, inv_d, q + j));
+  return d;
+}
+
+}  // namespace
+
+void quantize_packed_activations_avx2(DType type, const float* x, int64_t cols, uint8_t* dst) {
+  auto* qs = reinterpret_cast<int8_t*>(dst);
+  uint8_t* blocks = dst + qs_bytes(cols);
+  int32_t sums4[64];
+  if (packed_act_is_256(type)) {
+    auto* out = reinterpret_cast<PackedAct256*>(blocks);
+    for (int64_t b = 0; b < cols / 256; ++b) {
+      PackedAct256 a{};
+      a.d = quantize_block(x + b * 256, 256, qs + b * 256, sums4);
+      for (int g = 0; g < 16; ++g) a.sum16[g] = static_cast<int16_t>(sums4[4 * g] + sums4[4 * g + 1] + sums4[4 * g + 2] + sums4[4 * g + 3]);
+      for (int j = 0; j < 8; ++j) a.sum32[j] = static_cast<int16_t>(a.sum16[2 * j] + a.sum16[2 * j + 1]);
+      std::memcpy(out + b, &a, sizeof(a));
+    }
+    return;
+  }
+  auto* out = reinterpret_cast<PackedAct32*>(blocks);
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    PackedAct32 a{};
+    a.d = quantize_block(x + b * 32, 32, qs + b * 32, sums4);
+    for (int i = 0; i < 8; ++i) a.sum += sums4[i];
+    a.s = a.d * static_cast<float>(a.sum);
+    std::memcpy(out + b, &a, sizeof(a));
+  }
+}
+
+}  // namespace kvserve
