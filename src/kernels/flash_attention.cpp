@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -41,28 +42,41 @@ void load_rows(const KVRows& rows, size_t offset, const AttentionVectorOps& ops,
   }
 }
 
-// Folds the tile's keys [begin, last) into one row's state (the tile starts at t0).
-void attend_tile_row(RowBlock& rows, int64_t r, const KVTile& tile, const HeadSource& src, int64_t t0,
-                     int64_t begin, int64_t last) {
-  const int64_t hd = src.head_dim;
-  float scores[kKeyTile];
-  float tile_max = -std::numeric_limits<float>::infinity();
-  for (int64_t j = begin; j < last; ++j) {
-    scores[j - t0] = src.ops->dot(rows.q[r], tile.k[j - t0], hd) * src.scale;
-    tile_max = std::max(tile_max, scores[j - t0]);
+// Folds the tile's keys [begin, last) into the states of rows [r0, r0 + n)
+// (n <= kAttentionRowsPerCall rows that see the same keys; the tile starts at
+// t0). Each row's arithmetic is what it would be alone: the row ops take
+// several rows only to share the key loads.
+void attend_tile_rows(RowBlock& rows, int64_t r0, int n, const KVTile& tile, const HeadSource& src, int64_t t0,
+                      int64_t begin, int64_t last) {
+  const int64_t hd = src.head_dim, n_keys = last - begin;
+  float scores[kAttentionRowsPerCall][kKeyTile];
+  const float* q[kAttentionRowsPerCall];
+  float* s[kAttentionRowsPerCall];
+  float* o[kAttentionRowsPerCall];
+  for (int i = 0; i < n; ++i) {
+    q[i] = rows.q[r0 + i];
+    s[i] = scores[i];
+    o[i] = rows.acc.data() + (r0 + i) * hd;
   }
-  OnlineSoftmax& st = rows.state[r];
-  float* o = rows.acc.data() + r * hd;
-  const float new_max = std::max(st.max, tile_max);
-  const float rescale = st.max == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(st.max - new_max);
-  if (rescale != 1.0f) src.ops->scale(rescale, o, hd);
-  st.sum *= rescale;
-  st.max = new_max;
-  for (int64_t j = begin; j < last; ++j) {
-    const float p = std::exp(scores[j - t0] - new_max);
-    st.sum += p;
-    src.ops->axpy(p, tile.v[j - t0], o, hd);
+  src.ops->dot_keys(q, n, tile.k + (begin - t0), n_keys, hd, s);
+  for (int i = 0; i < n; ++i) {
+    float tile_max = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n_keys; ++j) {
+      s[i][j] *= src.scale;
+      tile_max = std::max(tile_max, s[i][j]);
+    }
+    OnlineSoftmax& st = rows.state[r0 + i];
+    const float new_max = std::max(st.max, tile_max);
+    const float rescale = st.max == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(st.max - new_max);
+    if (rescale != 1.0f) src.ops->scale(rescale, o[i], hd);
+    st.sum *= rescale;
+    st.max = new_max;
+    for (int64_t j = 0; j < n_keys; ++j) {  // scores become the weights p
+      s[i][j] = std::exp(s[i][j] - new_max);
+      st.sum += s[i][j];
+    }
   }
+  src.ops->axpy_keys(s, n, tile.v + (begin - t0), n_keys, o, hd);
 }
 
 // Folds keys [j0, j1) of the source head into every row's state, one tile
@@ -83,9 +97,17 @@ void attend_tile_row(RowBlock& rows, int64_t r, const KVTile& tile, const HeadSo
     const int64_t t1 = std::min(j1, t0 + kKeyTile), from = std::max(t0, min_first);
     load_rows(*src.k, src.k_offset, *src.ops, src.head_dim, t0, from, t1, tile.k_buf, tile.k);
     load_rows(*src.v, src.v_offset, *src.ops, src.head_dim, t0, from, t1, tile.v_buf, tile.v);
-    for (int64_t r = 0; r < rows.n_rows; ++r) {
-      const int64_t begin = std::max(t0, rows.first[r]), last = std::min(t1, rows.pos[r] + 1);
-      if (last > begin) attend_tile_row(rows, r, tile, src, t0, begin, last);  // else: no key of the tile in view
+    // Runs of consecutive rows that see the same keys of the tile (the query
+    // heads of one position; every row of a tile wholly in view) go together.
+    const auto range = [&](int64_t r) {
+      return std::pair{std::max(t0, rows.first[r]), std::min(t1, rows.pos[r] + 1)};
+    };
+    for (int64_t r = 0; r < rows.n_rows;) {
+      const auto [begin, last] = range(r);
+      int n = 1;
+      while (n < kAttentionRowsPerCall && r + n < rows.n_rows && range(r + n) == std::pair{begin, last}) ++n;
+      if (last > begin) attend_tile_rows(rows, r, n, tile, src, t0, begin, last);  // else: no key of the tile in view
+      r += n;
     }
   }
 }

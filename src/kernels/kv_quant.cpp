@@ -162,8 +162,22 @@ void dequantize_kv_rows(const KVRows& rows, int64_t n_kv, int64_t n_kv_heads, in
       dequantize_kv_row(rows.type, rows.token(pos) + h * head_bytes, out + (pos * n_kv_heads + h) * head_dim, head_dim);
 }
 
+namespace {
+void scalar_dot_keys(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n,
+                     float* const* out) {
+  for (int r = 0; r < n_rows; ++r)
+    for (int64_t j = 0; j < n_keys; ++j) out[r][j] = scalar_dot(q[r], k[j], n);
+}
+void scalar_axpy_keys(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y,
+                      int64_t n) {
+  for (int r = 0; r < n_rows; ++r)
+    for (int64_t j = 0; j < n_keys; ++j) scalar_axpy(p[r][j], v[j], y[r], n);
+}
+}  // namespace
+
 const AttentionVectorOps& scalar_attention_vector_ops() {
-  static const AttentionVectorOps ops{scalar_dot, scalar_axpy, scalar_scale, dequantize_kv_row_scalar};
+  static const AttentionVectorOps ops{scalar_dot,      scalar_axpy,     scalar_scale, dequantize_kv_row_scalar,
+                                      scalar_dot_keys, scalar_axpy_keys};
   return ops;
 }
 

@@ -78,7 +78,16 @@ struct AttentionVectorOps {
   void (*axpy)(float a, const float* x, float* y, int64_t n);
   void (*scale)(float a, float* y, int64_t n);
   void (*dequantize)(KVType type, const uint8_t* src, float* dst, int64_t n);
+  // For up to kAttentionRowsPerCall query rows r reading the same keys:
+  // out[r][j] = dot(q[r], k[j], n) for j < n_keys, and
+  // y[r] += p[r][j] v[j] for j = 0, 1, .. in order: the same bits as dot and
+  // axpy per row and key (a row's arithmetic never depends on the others in
+  // the call), with each key's vector loaded once for all rows and the rows'
+  // outputs held in registers across the keys.
+  void (*dot_keys)(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n, float* const* out);
+  void (*axpy_keys)(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y, int64_t n);
 };
+constexpr int kAttentionRowsPerCall = 4;
 // The ops for the active kernel ISA (kernels/dispatch.h).
 const AttentionVectorOps& attention_vector_ops();
 const AttentionVectorOps& scalar_attention_vector_ops();

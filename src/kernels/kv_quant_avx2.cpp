@@ -21,7 +21,7 @@ float horizontal_sum(__m256 v) {
 
 // A fixed summation order for a given n: two 8-wide chains, a fixed
 // reduction, then the tail in order (the same for every caller).
-float dot(const float* a, const float* b, int64_t n) {
+[[gnu::always_inline]] inline float dot(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -42,6 +42,58 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] += a * x[i];
+}
+
+void dot_keys(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
+  for (int64_t j = 0; j < n_keys; ++j)
+    for (int r = 0; r < n_rows; ++r) out[r][j] = dot(q[r], k[j], n);
+}
+
+// y[r][i .. i + 8 kChunks) += p[r][j] v[j][..] over the keys in order, for
+// kRows rows at once (each v chunk loaded once, the rows' y in registers):
+// the same multiply-adds per element as axpy.
+template <int kRows, int kChunks>
+void axpy_keys_block(const float* const* p, const float* const* v, int64_t n_keys, float* const* y, int64_t i) {
+  __m256 acc[kRows][kChunks];
+  #pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+    #pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) acc[r][c] = _mm256_loadu_ps(y[r] + i + 8 * c);
+  for (int64_t j = 0; j < n_keys; ++j) {
+    __m256 x[kChunks];
+    #pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) x[c] = _mm256_loadu_ps(v[j] + i + 8 * c);
+    #pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 pr = _mm256_set1_ps(p[r][j]);
+      #pragma GCC unroll 16
+      for (int c = 0; c < kChunks; ++c) acc[r][c] = _mm256_fmadd_ps(pr, x[c], acc[r][c]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+    #pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) _mm256_storeu_ps(y[r] + i + 8 * c, acc[r][c]);
+}
+
+template <int kRows>
+void axpy_keys_rows(const float* const* p, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) axpy_keys_block<kRows, 2>(p, v, n_keys, y, i);
+  for (; i + 8 <= n; i += 8) axpy_keys_block<kRows, 1>(p, v, n_keys, y, i);
+  for (int r = 0; r < kRows && i < n; ++r)  // the tail as axpy's, key by key
+    for (int64_t j = 0; j < n_keys; ++j)
+      for (int64_t t = i; t < n; ++t) y[r][t] += p[r][j] * v[j][t];
+}
+
+void axpy_keys(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
+  static_assert(kAttentionRowsPerCall == 4);
+  switch (n_rows) {
+    case 4: return axpy_keys_rows<4>(p, v, n_keys, y, n);
+    case 3: return axpy_keys_rows<3>(p, v, n_keys, y, n);
+    case 2: return axpy_keys_rows<2>(p, v, n_keys, y, n);
+    default: return axpy_keys_rows<1>(p, v, n_keys, y, n);
+  }
 }
 
 void scale(float a, float* y, int64_t n) {
@@ -87,7 +139,7 @@ void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
 }  // namespace
 
 const AttentionVectorOps& avx2_attention_vector_ops() {
-  static const AttentionVectorOps ops{dot, axpy, scale, dequantize};
+  static const AttentionVectorOps ops{dot, axpy, scale, dequantize, dot_keys, axpy_keys};
   return ops;
 }
 

@@ -17,7 +17,7 @@ namespace {
 
 __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 
-float dot(const float* a, const float* b, int64_t n) {
+[[gnu::always_inline]] inline float dot(const float* a, const float* b, int64_t n) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -38,6 +38,59 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   if (i < n) {
     const __mmask16 m = tail_mask(n - i);
     _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+void dot_keys(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
+  for (int64_t j = 0; j < n_keys; ++j)
+    for (int r = 0; r < n_rows; ++r) out[r][j] = dot(q[r], k[j], n);
+}
+
+// y[r][i .. i + 16 kChunks) += p[r][j] v[j][..] over the keys in order, for
+// kRows rows at once: each v chunk loaded once, kRows x kChunks registers of
+// y held across the keys. The same multiply-adds per element as axpy; `tail`
+// masks the last chunk (all lanes but at the row's end).
+template <int kRows, int kChunks>
+void axpy_keys_block(const float* const* p, const float* const* v, int64_t n_keys, float* const* y, int64_t i,
+                     __mmask16 tail) {
+  const auto mask = [tail](int c) { return c == kChunks - 1 ? tail : __mmask16(0xffff); };
+  __m512 acc[kRows][kChunks];
+  #pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+    #pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) acc[r][c] = _mm512_maskz_loadu_ps(mask(c), y[r] + i + 16 * c);
+  for (int64_t j = 0; j < n_keys; ++j) {
+    __m512 x[kChunks];
+    #pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) x[c] = _mm512_maskz_loadu_ps(mask(c), v[j] + i + 16 * c);
+    #pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 pr = _mm512_set1_ps(p[r][j]);
+      #pragma GCC unroll 16
+      for (int c = 0; c < kChunks; ++c) acc[r][c] = _mm512_fmadd_ps(pr, x[c], acc[r][c]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+    #pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) _mm512_mask_storeu_ps(y[r] + i + 16 * c, mask(c), acc[r][c]);
+}
+
+template <int kRows>
+void axpy_keys_rows(const float* const* p, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) axpy_keys_block<kRows, 4>(p, v, n_keys, y, i, 0xffff);
+  for (; i + 16 <= n; i += 16) axpy_keys_block<kRows, 1>(p, v, n_keys, y, i, 0xffff);
+  if (i < n) axpy_keys_block<kRows, 1>(p, v, n_keys, y, i, tail_mask(n - i));
+}
+
+void axpy_keys(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
+  static_assert(kAttentionRowsPerCall == 4);
+  switch (n_rows) {
+    case 4: return axpy_keys_rows<4>(p, v, n_keys, y, n);
+    case 3: return axpy_keys_rows<3>(p, v, n_keys, y, n);
+    case 2: return axpy_keys_rows<2>(p, v, n_keys, y, n);
+    default: return axpy_keys_rows<1>(p, v, n_keys, y, n);
   }
 }
 
@@ -115,7 +168,7 @@ void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
 }  // namespace
 
 const AttentionVectorOps& avx512_attention_vector_ops() {
-  static const AttentionVectorOps ops{dot, axpy, scale, dequantize};
+  static const AttentionVectorOps ops{dot, axpy, scale, dequantize, dot_keys, axpy_keys};
   return ops;
 }
 
