@@ -41,9 +41,43 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   }
 }
 
+// dot(q[r], k[j], n) for kRows rows at once: each row's operations are
+// dot's, each key chunk is loaded once for the rows.
+template <int kRows>
+void dot_keys_rows(const float* const* q, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const float* kj = k[j];
+    __m512 acc0[kRows], acc1[kRows];
+    #pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m512 k0 = _mm512_loadu_ps(kj + i), k1 = _mm512_loadu_ps(kj + i + 16);
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) {
+        acc0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + i), k0, acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + i + 16), k1, acc1[r]);
+      }
+    }
+    for (; i < n; i += 16) {
+      const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
+      const __m512 k0 = _mm512_maskz_loadu_ps(m, kj + i);
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) acc0[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[r] + i), k0, acc0[r]);
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) out[r][j] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+  }
+}
+
 void dot_keys(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
-  for (int64_t j = 0; j < n_keys; ++j)
-    for (int r = 0; r < n_rows; ++r) out[r][j] = dot(q[r], k[j], n);
+  static_assert(kAttentionRowsPerCall == 4);
+  switch (n_rows) {
+    case 4: return dot_keys_rows<4>(q, k, n_keys, n, out);
+    case 3: return dot_keys_rows<3>(q, k, n_keys, n, out);
+    case 2: return dot_keys_rows<2>(q, k, n_keys, n, out);
+    default: return dot_keys_rows<1>(q, k, n_keys, n, out);
+  }
 }
 
 // y[r][i .. i + 16 kChunks) += p[r][j] v[j][..] over the keys in order, for
