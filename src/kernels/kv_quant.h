@@ -14,6 +14,7 @@
 // The block types need head_dim % 32 == 0 (require_kv_type_fits throws otherwise).
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kv/kv_planner.h"
 
@@ -88,6 +89,19 @@ struct AttentionVectorOps {
   void (*axpy_keys)(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y, int64_t n);
 };
 constexpr int kAttentionRowsPerCall = 4;
+
+// f(std::integral_constant<int, n_rows>{}) for n_rows in 1..kAttentionRowsPerCall:
+// how the SIMD tables reach their row-count templates.
+template <typename F>
+void with_attention_rows(int n_rows, F&& f) {
+  static_assert(kAttentionRowsPerCall == 4);
+  switch (n_rows) {
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    default: return f(std::integral_constant<int, 1>{});
+  }
+}
 // The ops for the active kernel ISA (kernels/dispatch.h).
 const AttentionVectorOps& attention_vector_ops();
 const AttentionVectorOps& scalar_attention_vector_ops();

@@ -71,13 +71,7 @@ void dot_keys_rows(const float* const* q, const float* const* k, int64_t n_keys,
 }
 
 void dot_keys(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
-  static_assert(kAttentionRowsPerCall == 4);
-  switch (n_rows) {
-    case 4: return dot_keys_rows<4>(q, k, n_keys, n, out);
-    case 3: return dot_keys_rows<3>(q, k, n_keys, n, out);
-    case 2: return dot_keys_rows<2>(q, k, n_keys, n, out);
-    default: return dot_keys_rows<1>(q, k, n_keys, n, out);
-  }
+  with_attention_rows(n_rows, [&](auto rows) { dot_keys_rows<decltype(rows)::value>(q, k, n_keys, n, out); });
 }
 
 // y[r][i .. i + 16 kChunks) += p[r][j] v[j][..] over the keys in order, for
@@ -119,13 +113,7 @@ void axpy_keys_rows(const float* const* p, const float* const* v, int64_t n_keys
 }
 
 void axpy_keys(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
-  static_assert(kAttentionRowsPerCall == 4);
-  switch (n_rows) {
-    case 4: return axpy_keys_rows<4>(p, v, n_keys, y, n);
-    case 3: return axpy_keys_rows<3>(p, v, n_keys, y, n);
-    case 2: return axpy_keys_rows<2>(p, v, n_keys, y, n);
-    default: return axpy_keys_rows<1>(p, v, n_keys, y, n);
-  }
+  with_attention_rows(n_rows, [&](auto rows) { axpy_keys_rows<decltype(rows)::value>(p, v, n_keys, y, n); });
 }
 
 void scale(float a, float* y, int64_t n) {
