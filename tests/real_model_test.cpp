@@ -39,8 +39,11 @@ json load_reference(const std::string& name) {
 // such a step the ids must match exactly; the first mismatch is only
 // accepted at a near-tie (margin < 0.25) after at least half the tokens.
 // Returns the steps that matched. With exact activations the first mismatch
-// must also come after half the tokens; 8-bit activations move SmolLM2's
-// logits by up to ~0.2, so there any near-tie may flip (docs/performance.md).
+// must also come after half the tokens; 8-bit activations move the logits by
+// up to ~0.3, so there any step with a margin under kQ8NearTie may flip (seen:
+// 0.29 on SmolLM2's fibonacci case with the AVX2 table and the vector SiLU;
+// other ISAs and the scalar SiLU flip other steps, all near-ties).
+constexpr double kQ8NearTie = 0.35;
 size_t expect_greedy_matches(Decoder& decoder, const json& c, bool exact = true) {
   const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
   const auto want = c["generated_ids"].get<std::vector<int32_t>>();
@@ -49,7 +52,7 @@ size_t expect_greedy_matches(Decoder& decoder, const json& c, bool exact = true)
     const int32_t got = argmax(logits);
     if (got != want[s]) {
       const double margin = c["steps"][s]["margin"].get<double>();
-      EXPECT_LT(margin, 0.25) << c["name"] << ": step " << s << " got " << got << ", want " << want[s];
+      EXPECT_LT(margin, exact ? 0.25 : kQ8NearTie) << c["name"] << ": step " << s << " got " << got << ", want " << want[s];
       if (exact) {
         EXPECT_GE(s, want.size() / 2) << c["name"] << ": diverged early at a near-tie, step " << s;
       }
