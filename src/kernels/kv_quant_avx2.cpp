@@ -19,33 +19,9 @@ float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// A fixed summation order for a given n: two 8-wide chains, a fixed
+// dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
+// the rows. A fixed summation order for a given n: two 8-wide chains, a fixed
 // reduction, then the tail in order (the same for every caller).
-[[gnu::always_inline]] inline float dot(const float* a, const float* b, int64_t n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-  }
-  if (i + 8 <= n) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    i += 8;
-  }
-  float sum = horizontal_sum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-void axpy(float a, const float* x, float* y, int64_t n) {
-  const __m256 va = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += a * x[i];
-}
-
-// dot(q[r], k[j], n) for kRows rows at once: each row's operations are
-// dot's, each key chunk is loaded once for the rows.
 template <int kRows>
 void dot_keys_rows(const float* const* q, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
   for (int64_t j = 0; j < n_keys; ++j) {
@@ -120,6 +96,20 @@ void axpy_keys_rows(const float* const* p, const float* const* v, int64_t n_keys
 
 void axpy_keys(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
   with_attention_rows(n_rows, [&](auto rows) { axpy_keys_rows<decltype(rows)::value>(p, v, n_keys, y, n); });
+}
+
+// One row, one key: the kRows = 1 cases above (so dot_keys / axpy_keys give
+// these bits by construction).
+float dot(const float* a, const float* b, int64_t n) {
+  float out;
+  float* const o = &out;
+  dot_keys_rows<1>(&a, &b, 1, n, &o);
+  return out;
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  const float* const p = &a;
+  axpy_keys_rows<1>(&p, &x, 1, &y, n);
 }
 
 void scale(float a, float* y, int64_t n) {

@@ -17,32 +17,8 @@ namespace {
 
 __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 
-[[gnu::always_inline]] inline float dot(const float* a, const float* b, int64_t n) {
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
-  }
-  for (; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
-    acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc0);
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-}
-
-void axpy(float a, const float* x, float* y, int64_t n) {
-  const __m512 va = _mm512_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
-  }
-}
-
-// dot(q[r], k[j], n) for kRows rows at once: each row's operations are
-// dot's, each key chunk is loaded once for the rows.
+// dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
+// the rows: two 16-wide chains, the masked tail into the first, one reduction.
 template <int kRows>
 void dot_keys_rows(const float* const* q, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
   for (int64_t j = 0; j < n_keys; ++j) {
@@ -114,6 +90,20 @@ void axpy_keys_rows(const float* const* p, const float* const* v, int64_t n_keys
 
 void axpy_keys(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
   with_attention_rows(n_rows, [&](auto rows) { axpy_keys_rows<decltype(rows)::value>(p, v, n_keys, y, n); });
+}
+
+// One row, one key: the kRows = 1 cases above (so dot_keys / axpy_keys give
+// these bits by construction).
+float dot(const float* a, const float* b, int64_t n) {
+  float out;
+  float* const o = &out;
+  dot_keys_rows<1>(&a, &b, 1, n, &o);
+  return out;
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  const float* const p = &a;
+  axpy_keys_rows<1>(&p, &x, 1, &y, n);
 }
 
 void scale(float a, float* y, int64_t n) {
