@@ -4,7 +4,6 @@
 // (SiLU: libm expf); perf, Zen 4, pp512.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "kernels/ops.h"
@@ -48,13 +47,11 @@ inline __m256 silu_mul8(__m256 x, __m256 up) {
   return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), up);
 }
 
-constexpr int64_t kParallelElements = 16384;  // as ops.cpp
-
 // gate[i] = f8(gate[i..i+8), up[i..i+8)) over [0, n).
 template <typename F8>
 void gated(float* gate, const float* up, int64_t n, F8 f8) {
   const int64_t steps = n / 8;
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+#pragma omp parallel for schedule(static) if (n >= kOpsParallelElements)
   for (int64_t s = 0; s < steps; ++s)
     _mm256_storeu_ps(gate + 8 * s, f8(_mm256_loadu_ps(gate + 8 * s), _mm256_loadu_ps(up + 8 * s)));
   // The last n % 8 values through the same 8-wide code: each value's result

@@ -31,12 +31,11 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dims, int64_t
 }
 
 // Element-wise ops split over the OpenMP threads when a batch makes them
-// long enough to pay for a parallel region (a few microseconds); each element
-// is computed the same way either way.
-constexpr int64_t kParallelElements = 16384;
+// long enough to pay for a parallel region (a few microseconds,
+// kOpsParallelElements); each element is computed the same way either way.
 
 void rmsnorm_rows(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out) {
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * dim >= kParallelElements)
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * dim >= kOpsParallelElements)
   for (int64_t r = 0; r < rows; ++r) rmsnorm(x + r * dim, weight, dim, eps, out + r * dim);
 }
 
@@ -48,7 +47,7 @@ void silu_mul(float* gate, const float* up, int64_t n) {
 }
 
 void silu_mul_scalar(float* gate, const float* up, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+#pragma omp parallel for schedule(static) if (n >= kOpsParallelElements)
   for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
@@ -61,7 +60,7 @@ void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
 
 void gelu_tanh_mul_scalar(float* gate, const float* up, int64_t n) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+#pragma omp parallel for schedule(static) if (n >= kOpsParallelElements)
   for (int64_t i = 0; i < n; ++i) {
     const float x = gate[i];
     gate[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x))) * up[i];
@@ -93,7 +92,7 @@ void softmax(float* x, int64_t n) {
 }
 
 void add_inplace(float* x, const float* y, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+#pragma omp parallel for schedule(static) if (n >= kOpsParallelElements)
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 

@@ -17,6 +17,10 @@ void rmsnorm_rows(const float* x, const float* weight, int64_t rows, int64_t dim
 // Only the first rot_dims dimensions of each head are rotated.
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dims, int64_t pos, float theta, bool neox);
 
+// The element count from which the element-wise ops (here and in
+// activations_avx2.cpp) split over the OpenMP threads.
+constexpr int64_t kOpsParallelElements = 16384;
+
 // gate[i] = silu(gate[i]) * up[i]; SIMD and scalar (libm expf) as gelu_tanh_mul below.
 void silu_mul(float* gate, const float* up, int64_t n);
 void silu_mul_scalar(float* gate, const float* up, int64_t n);

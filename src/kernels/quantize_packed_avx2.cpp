@@ -13,8 +13,6 @@
 namespace kvserve {
 namespace {
 
-size_t qs_bytes(int64_t cols) { return (static_cast<size_t>(cols) + 63) / 64 * 64; }
-
 float max_abs(const float* x, int n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 m = _mm256_setzero_ps();
@@ -50,7 +48,7 @@ float quantize_block(const float* x, int n, int8_t* q, int32_t* sums4) {
 
 void quantize_packed_activations_avx2(DType type, const float* x, int64_t cols, uint8_t* dst) {
   auto* qs = reinterpret_cast<int8_t*>(dst);
-  uint8_t* blocks = dst + qs_bytes(cols);
+  uint8_t* blocks = dst + packed_act_qs_bytes(cols);
   int32_t sums4[64];
   if (packed_act_is_256(type)) {
     auto* out = reinterpret_cast<PackedAct256*>(blocks);

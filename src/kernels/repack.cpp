@@ -303,18 +303,16 @@ void repack_rows8(const TensorView& w, uint8_t* dst) {
 
 bool packed_act_is_256(DType type) { return is_256(type); }
 
-namespace {
-size_t qs_bytes(int64_t cols) { return (static_cast<size_t>(cols) + 63) / 64 * 64; }
-}  // namespace
+size_t packed_act_qs_bytes(int64_t cols) { return (static_cast<size_t>(cols) + 63) / 64 * 64; }
 
 size_t packed_act_row_bytes(DType type, int64_t cols) {
   const size_t blocks = packed_act_is_256(type) ? static_cast<size_t>(cols / 256) * sizeof(PackedAct256)
                                                 : static_cast<size_t>(cols / 32) * sizeof(PackedAct32);
-  return qs_bytes(cols) + (blocks + 63) / 64 * 64;
+  return packed_act_qs_bytes(cols) + (blocks + 63) / 64 * 64;
 }
 
 PackedActRow packed_act_row(const uint8_t* row, int64_t cols) {
-  return {reinterpret_cast<const int8_t*>(row), row + qs_bytes(cols)};
+  return {reinterpret_cast<const int8_t*>(row), row + packed_act_qs_bytes(cols)};
 }
 
 namespace {
@@ -338,7 +336,7 @@ void quantize_packed_activations(DType type, const float* x, int64_t cols, uint8
 
 void quantize_packed_activations_scalar(DType type, const float* x, int64_t cols, uint8_t* dst) {
   auto* qs = reinterpret_cast<int8_t*>(dst);
-  uint8_t* blocks = dst + qs_bytes(cols);
+  uint8_t* blocks = dst + packed_act_qs_bytes(cols);
   if (packed_act_is_256(type)) {
     auto* out = reinterpret_cast<PackedAct256*>(blocks);
     for (int64_t b = 0; b < cols / 256; ++b) {

@@ -77,9 +77,10 @@ struct PackedAct256 {
 
 // Whether a packed type's activations come in super-blocks of 256.
 bool packed_act_is_256(DType type);
-// Bytes of one token's activations: qs (cols bytes, padded to 64), then one
-// PackedAct32 per 32 or PackedAct256 per 256 values; a multiple of 64.
+// Bytes of one token's activations: qs (packed_act_qs_bytes: cols bytes, padded
+// to 64), then one PackedAct32 per 32 or PackedAct256 per 256 values; a multiple of 64.
 size_t packed_act_row_bytes(DType type, int64_t cols);
+size_t packed_act_qs_bytes(int64_t cols);
 // Quantizes one token: d = max|x| / 127 per block, q = round(x / d). With SIMD
 // kernels active the AVX2 loop, else the scalar one; both write the same bytes.
 void quantize_packed_activations(DType type, const float* x, int64_t cols, uint8_t* dst);
