@@ -180,30 +180,22 @@ static inline typename V::I scale_pairs_low4(Rows p) {
 static inline __m128i same(__m128i v) { return v; }
 static inline __m128i high4(__m128i v) { return _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15)); }
 
+// h shifted by kLeft bits within each 16-bit lane (right for a negative kLeft).
+template <int kLeft, typename I>
+static inline I shift16(I h) {
+  if constexpr (kLeft > 0) return shl16<kLeft>(h);
+  else if constexpr (kLeft < 0) return shr16<-kLeft>(h);
+  else return h;
+}
 // Bit kBit of every byte moved to bit 4 (the Q5 fifth bits).
 template <int kBit, typename I>
-static inline I fifth_bit(I h, I mask) {
-  I v = h;
-  if constexpr (kBit < 4) v = shl16<4 - kBit>(h);
-  if constexpr (kBit > 4) v = shr16<kBit - 4>(h);
-  return and_(v, mask);
-}
+static inline I fifth_bit(I h, I mask) { return and_(shift16<4 - kBit>(h), mask); }
 // Bits 2k, 2k + 1 of every byte moved to bits 4, 5 (the Q6_K top bits).
 template <int kPair, typename I>
-static inline I top_bits(I h, I mask) {
-  I v = h;
-  if constexpr (kPair < 2) v = shl16<4 - 2 * kPair>(h);
-  if constexpr (kPair > 2) v = shr16<2 * kPair - 4>(h);
-  return and_(v, mask);
-}
+static inline I top_bits(I h, I mask) { return and_(shift16<4 - 2 * kPair>(h), mask); }
 // Bit kBit of every byte moved to bit 2 (the Q3_K high bits).
 template <int kBit, typename I>
-static inline I third_bit(I h, I mask) {
-  I v = h;
-  if constexpr (kBit < 2) v = shl16<2 - kBit>(h);
-  if constexpr (kBit > 2) v = shr16<kBit - 2>(h);
-  return and_(v, mask);
-}
+static inline I third_bit(I h, I mask) { return and_(shift16<2 - kBit>(h), mask); }
 
 constexpr bool is_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 // Q2_K / Q3_K: 2-bit planes (and Q3_K's third bit).
