@@ -10,6 +10,9 @@
 //    Float types (f32 f16 bf16, f32 activations): the old row kernels vs the
 //    float GEMM over repacked rows (kernels/float_packed.h), on SmolLM2 shapes,
 //    against the f32 FMA peak.
+// 3. --decode-stream TYPE...: one-token matmuls over 320 MiB of repacked
+//    copies (far past the last-level cache, as in decode), GB/s of weights
+//    against the read-bandwidth probe measured just before and after.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -30,6 +33,7 @@
 #include "kernels/float_packed.h"
 #include "kernels/matmul.h"
 #include "kernels/quantize.h"
+#include "kernels/read_bandwidth.h"
 #include "kernels/repack.h"
 
 namespace kvserve {
@@ -197,16 +201,53 @@ void bench_type(DType type, const Shape& s) {
   }
 }
 
+// Decode's view of a kernel: one token against matrices that come from DRAM.
+void bench_decode_stream(DType type) {
+  const Shape s{"8960x1536", 8960, 1536};
+  AlignedBuffer<uint8_t> bytes;
+  const TensorView plain = random_matrix(type, s, bytes);
+  const size_t one = packed_matrix_bytes(type, s.rows, s.cols);
+  const size_t copies = std::max<size_t>(8, (size_t{320} << 20) / one);
+  AlignedBuffer<uint8_t> packed(one * copies);
+  repack_rows8(plain, packed.data());
+  for (size_t c = 1; c < copies; ++c) std::copy_n(packed.data(), one, packed.data() + c * one);
+  std::vector<float> x(static_cast<size_t>(s.cols)), y(static_cast<size_t>(s.rows));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 29) * 0.1f - 1.4f;
+  const int threads = omp_get_max_threads();
+  const double probe_before = read_bandwidth_gbps(packed.data(), packed.size(), threads);
+  const double best = best_time([&] {
+    for (size_t c = 0; c < copies; ++c) {
+      TensorView w = plain;
+      w.packed = packed.data() + c * one;
+      matmul(w, x.data(), 1, y.data());
+    }
+  }, 2.0);
+  const double probe_after = read_bandwidth_gbps(packed.data(), packed.size(), threads);
+  const double gbps = static_cast<double>(one * copies) / best / 1e9;
+  std::printf("| %s | %zu x %s | %.1f | %.1f / %.1f | %.0f%% |\n", dtype_name(type), copies, s.label, gbps,
+              probe_before, probe_after, 100.0 * gbps / std::max(probe_before, probe_after));
+  std::fflush(stdout);
+}
+
 int run(int argc, char** argv) {
-  bool peak_only = false;
+  bool peak_only = false, decode_stream = false;
   std::vector<DType> types;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--peak-only") peak_only = true;
+    else if (arg == "--decode-stream") decode_stream = true;
     else types.push_back(parse_dtype(arg));
   }
   if (types.empty()) types = {DType::Q4_1, DType::Q8_0, DType::Q5_0, DType::Q4_K, DType::Q6_K};
   std::printf("kernel table: %s, %d threads\n\n", isa_name(active_isa()), omp_get_max_threads());
+  if (decode_stream) {
+    set_activation_precision(ActivationPrecision::kQ8);
+    std::printf("## one token over repacked weights from memory\n\n");
+    std::printf("| type | matrices | weights GB/s | probe GB/s before / after | of the better probe |\n|---|---|---:|---:|---:|\n");
+    for (DType type : types)
+      if (packable_type(type)) bench_decode_stream(type);
+    return 0;
+  }
   print_peak();
   if (peak_only) return 0;
   set_activation_precision(ActivationPrecision::kQ8);
