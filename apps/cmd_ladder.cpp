@@ -49,6 +49,9 @@ void register_ladder(CLI::App& app) {
   cmd->add_option("--draft-k", o.draft_k, "rung 7: drafts per speculative round at most (auto speculation chooses k, 0 included)")->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "Threads for rungs 4-7 (0: all cores)")->capture_default_str();
   cmd->add_option("--temp-dir", o.temp_dir, "Where the f32 / q8_0 model copies go (default: the temp dir)");
+  cmd->add_flag("--long-context", o.long_context,
+                "Only rungs 2 and 3 (materializing vs flash attention) with rung 4's weights, kernels and threads: "
+                "for a long --prompt-len, where attention's share shows");
   cmd->add_option("--plot", a->plot, "Write a PNG bar chart here");
   cmd->add_flag("--json", a->json, "Print the raw numbers as JSON instead of the table");
   cmd->callback([a] { ladder(*a); });

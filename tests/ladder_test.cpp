@@ -90,6 +90,26 @@ TEST_F(LadderTest, ASlowRungIsCutAndScaledByCountedRows) {
   EXPECT_NE(format_ladder_markdown(r).find("scaled to the whole workload"), std::string::npos);
 }
 
+TEST_F(LadderTest, LongContextRunsRungsTwoAndThreeOnRungFoursWeights) {
+  LadderOptions o = small();
+  o.long_context = true;
+  o.requests = 2;
+  o.prompt_len = 150;
+  const LadderResult r = run_ladder(o);
+  ASSERT_EQ(r.rungs.size(), 2u);
+  EXPECT_TRUE(r.long_context);
+  EXPECT_EQ(r.rungs[0].number, 2);
+  EXPECT_EQ(r.rungs[1].number, 3);
+  for (const LadderRung& rung : r.rungs) {
+    EXPECT_NE(rung.weights, "f32") << "long context runs rung 4's quantized weights";
+    EXPECT_EQ(rung.attention_rows, o.requests * (o.prompt_len + o.gen_len - 1)) << rung.number;
+    EXPECT_EQ(rung.agreement, 1.0) << "flash attention changed the greedy text";
+  }
+  EXPECT_EQ(r.rungs[0].outputs, r.rungs[1].outputs);
+  EXPECT_NE(format_ladder_markdown(r).find("Long context: rungs 2 and 3 only"), std::string::npos);
+  EXPECT_TRUE(ladder_json(r)["long_context"].get<bool>());
+}
+
 TEST_F(LadderTest, RejectsBadSizes) {
   LadderOptions o = small();
   o.shared_prefix = o.prompt_len;

@@ -350,11 +350,14 @@ struct ModelPlan {
   std::string f32_path, quantized_path, quantized_type;
 };
 
-ModelPlan plan_models(const LadderOptions& o, LadderResult& result, ModelCopies& copies) {
+// Without `with_f32` (--long-context), no f32 copy is made.
+ModelPlan plan_models(const LadderOptions& o, LadderResult& result, ModelCopies& copies, bool with_f32) {
   const DType stored = Model::load(o.model_path)->weights().layers.at(0).wq.type;
   const std::string stored_name = dtype_name(stored);
   ModelPlan plan;
-  if (stored == DType::F32) {
+  if (!with_f32) {
+    result.f32_weights_note = "no f32 copy (long context)";
+  } else if (stored == DType::F32) {
     plan.f32_path = o.model_path;
     result.f32_weights_note = "the model's own f32 weights";
   } else {
@@ -455,6 +458,34 @@ void run_quantized_rungs(const LadderOptions& o, LadderResult& result, const Mod
   finish_rung(o, result, std::move(spec));
 }
 
+// --long-context: rung 2 (materializing attention) and rung 3 (flash
+// attention) with rung 4's quantized weights, best kernels and threads, one
+// request at a time as in the f32 rungs.
+void run_attention_rungs(const LadderOptions& o, LadderResult& result, const ModelPlan& plan,
+                         const Tokenizer& tokenizer, const Workload& w) {
+  auto model = Model::load(plan.quantized_path);
+  const int threads = o.threads > 0 ? o.threads : omp_get_num_procs();
+  const KernelSetup fast(best_isa(), threads);
+  const auto p = static_cast<int64_t>(w.prompts.front().size());
+  const struct {
+    int number;
+    const char* kind;
+    const char* name;
+  } rungs[] = {{2, "cached-reference", "KV cache, materializing attention"}, {3, "cached", "+ flash attention"}};
+  for (const auto& r : rungs) {
+    LadderRung rung = start_rung(r.number, r.name, plan.quantized_type, best_isa(), threads);
+    say(o, "rung " + std::to_string(r.number) + " (long context): " + rung.name);
+    run_sequential(rung, w, decoder_runner(r.kind, *model, tokenizer, w.gen_len), 0);
+    rung.kv_bytes = kv_bytes_per_token(*model) * (p + w.gen_len);
+    finish_rung(o, result, std::move(rung));
+  }
+  const LadderRung& reference = result.rungs.at(0);
+  for (LadderRung& r : result.rungs) {
+    r.reference = "rung 2";
+    r.agreement = token_agreement(r.outputs, reference.outputs);
+  }
+}
+
 // Greedy text checks: rungs 1-3 against rung 2 (f32, every request), 4-7
 // against rung 4 (same quantized weights); rung 4 itself against rung 2.
 void compare_outputs(LadderResult& result) {
@@ -509,7 +540,12 @@ LadderResult run_ladder(const LadderOptions& o) {
   const Workload w{make_prompts(*tokenizer, o, result.shared_prefix), o.gen_len, o.rung_budget_s};
   ModelCopies copies(o.temp_dir);
   say(o, "preparing model copies");
-  const ModelPlan plan = plan_models(o, result, copies);
+  const ModelPlan plan = plan_models(o, result, copies, !o.long_context);
+  if (o.long_context) {
+    result.long_context = true;
+    run_attention_rungs(o, result, plan, *tokenizer, w);
+    return result;
+  }
   run_f32_rungs(o, result, plan.f32_path, *tokenizer, w);
   run_quantized_rungs(o, result, plan, *tokenizer, w);
   compare_outputs(result);

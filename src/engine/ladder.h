@@ -12,7 +12,9 @@
 // Rungs 1-3 run f32 weights (a dequantized copy when the model is quantized);
 // rung 4 on runs the model's own quantized weights, or a q8_0 copy of a float
 // model. Sequential rungs that would run past their time budget stop early and
-// are scaled to the whole workload by counted attention rows.
+// are scaled to the whole workload by counted attention rows. --long-context
+// runs only rungs 2 and 3, with rung 4's weights, kernels and threads: at a
+// short prompt attention is too small a share for flash attention to show.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -34,6 +36,10 @@ struct LadderOptions {
   int64_t draft_k = 8;            // rung 7: drafts per speculative round at most (auto chooses fewer)
   int threads = 0;                // threads of rungs 4-7; 0: every core
   std::string temp_dir;           // for the f32 / q8_0 copies; "": the system temp dir
+  // Instead of the seven rungs: rungs 2 and 3 (materializing vs flash
+  // attention) again with rung 4's weights, kernels and threads, for a long
+  // prompt, where attention is a large share of the work.
+  bool long_context = false;
   std::function<void(const std::string&)> progress;  // one line per event, may be empty
 };
 
@@ -77,6 +83,7 @@ struct LadderResult {
   std::string quantized_note;     // what rung 4's weights are
   int64_t requests = 0, prompt_len = 0, gen_len = 0, shared_prefix = 0;
   double f32_quantized_agreement = 0;  // rung 4's tokens vs rung 2's
+  bool long_context = false;      // rungs 2 and 3 only, at rung 4's weights and kernels
   CountedWork counted;
   std::vector<LadderRung> rungs;
 };

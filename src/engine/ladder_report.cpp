@@ -59,8 +59,9 @@ const char* short_label(int rung) {
 }  // namespace
 
 std::string format_ladder_markdown(const LadderResult& result) {
-  std::string s = "| rung | configuration | weights | kernels | output tok/s | vs naive | vs previous | attention rows "
-                  "(per layer) | KV bytes | peak RSS | TTFT p50 | same greedy text |\n"
+  std::string s = std::string("| rung | configuration | weights | kernels | output tok/s | ") +
+                  (result.long_context ? "vs rung 2" : "vs naive") +
+                  " | vs previous | attention rows (per layer) | KV bytes | peak RSS | TTFT p50 | same greedy text |\n"
                   "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
   const double naive = result.rungs.empty() ? 0 : result.rungs.front().tokens_per_s();
   double previous = 0;
@@ -77,6 +78,13 @@ std::string format_ladder_markdown(const LadderResult& result) {
   s += "\n";
   for (const LadderRung& r : result.rungs)
     if (r.scaled) s += "\\* " + scaled_note(r, result) + ".\n";
+  if (result.long_context) {
+    const std::string weights = result.rungs.empty() ? "?" : result.rungs.front().weights;
+    s += "\nLong context: rungs 2 and 3 only, both on the " + weights +
+         " weights with rung 4's kernels and threads, one request at a time; same greedy text: rung 3 against "
+         "rung 2.\n";
+    return s;
+  }
   s += "\nCounted work for N = " + std::to_string(result.counted.n) +
        " tokens decoded one at a time (the decoders' own attention_rows() counters, per layer): naive " +
        grouped(result.counted.naive_rows) + " rows, cached " + grouped(result.counted.cached_rows) + " rows.\n";
@@ -93,6 +101,7 @@ nlohmann::json ladder_json(const LadderResult& result) {
   nlohmann::json j = {{"model", result.model_name}, {"model_path", result.model_path},
                       {"requests", result.requests}, {"prompt_len", result.prompt_len},
                       {"gen_len", result.gen_len},   {"shared_prefix", result.shared_prefix},
+                      {"long_context", result.long_context},
                       {"f32_weights", result.f32_weights_note}, {"quantized_weights", result.quantized_note},
                       {"quantized_vs_f32_token_agreement", result.f32_quantized_agreement},
                       {"counted_work", {{"n", result.counted.n}, {"naive_attention_rows", result.counted.naive_rows},
