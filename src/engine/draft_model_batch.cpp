@@ -52,11 +52,13 @@ bool DraftModelBatch::reserve(SequenceId seq, std::span<const int32_t> history, 
 
 void DraftModelBatch::run(std::span<const DraftModelRequest> requests) {
   std::vector<Pending> pending;
+  last_catch_up_tokens_ = 0;
   for (const DraftModelRequest& r : requests) {
     check(r.k > 0 && r.sampler != nullptr && r.out != nullptr, "a draft request wants drafts");
     std::vector<int32_t>& cached = cached_.at(r.seq);
     check(cached.size() < r.history.size() && std::equal(cached.begin(), cached.end(), r.history.begin()),
           "reserve() prepared the sequence for this history");
+    last_catch_up_tokens_ += static_cast<int64_t>(r.history.size() - cached.size());
     Pending p{&r, &cached, cached.size(), {r.history.begin(), r.history.end()}};
     cached.assign(r.history.begin(), r.history.end());
     r.out->tokens.clear();

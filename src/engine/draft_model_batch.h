@@ -58,6 +58,9 @@ class DraftModelBatch {
 
   const BlockPool& pool() const { return kv_.pool(); }
   int64_t passes() const { return passes_; }  // draft forward passes run
+  // Tokens of history the last run() fed before drafting (what the draft had
+  // not seen: a whole prompt on a sequence's first round, 1-2 tokens after).
+  int64_t last_catch_up_tokens() const { return last_catch_up_tokens_; }
 
  private:
   // One sequence's progress through run().
@@ -76,6 +79,7 @@ class DraftModelBatch {
 
   const Model& draft_;
   int64_t max_pass_tokens_;
+  int64_t last_catch_up_tokens_ = 0;
   int64_t context_limit_;
   KVCacheManager kv_;
   PagedKVStorage storage_;
