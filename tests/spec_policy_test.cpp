@@ -84,6 +84,17 @@ TEST(ChooseDraftLength, DraftsMuchForALoneSequenceWhenStepsCostTheSame) {
   EXPECT_EQ(choose_draft_length(flat, 0.0, 1, 8, 0).k, 0);  // drafts that never hit only cost
 }
 
+TEST(ChooseDraftLength, ASmallExpectedGainIsNotWorthTheRisk) {
+  // t(2) = 1.6 t(1): one draft at acceptance a gains (1 + a) / 1.6.
+  const StepCost cost = cost_of({{1, 0.010}, {2, 0.016}});
+  const DraftChoice marginal = choose_draft_length(cost, 0.66, 1, 1, 0);  // expected 1.66 / 1.6 = 1.04x
+  EXPECT_EQ(marginal.k, 0);
+  EXPECT_DOUBLE_EQ(marginal.gain, 1.0);
+  const DraftChoice clear = choose_draft_length(cost, 0.8, 1, 1, 0);  // 1.8 / 1.6 = 1.125x
+  EXPECT_EQ(clear.k, 1);
+  EXPECT_NEAR(clear.gain, 1.125, 1e-9);
+}
+
 TEST(ChooseDraftLength, DraftsLessAsTheBatchGrowsOrDraftsGetDearer) {
   // A CPU step: a fixed part (weights streamed) plus a per-token part.
   const StepCost cpu = cost_of({{1, 0.030}, {9, 0.046}});  // 2 ms per extra token

@@ -75,12 +75,14 @@ std::span<const int32_t> RequestSpeculation::propose_auto(SequenceId seq, std::s
   DraftChoice lookup;
   if (shadow_match_ > 0) {
     const auto lookup_k = static_cast<int64_t>(shadow_.tokens.size());
-    lookup = choose_draft_length(policy.step_cost, ngram_rate(shadow_match_).rate(), batch_tokens, lookup_k, 0);
+    lookup = choose_draft_length(policy.step_cost, ngram_rate(shadow_match_).rate(), batch_tokens, lookup_k, 0,
+                                 policy.min_draft_gain);
   }
   DraftChoice model;
   if (context_.draft != nullptr) {
     draft_rate_.set_prior(policy.draft_model_acceptance.rate());
-    model = choose_draft_length(policy.step_cost, draft_rate_.rate(), batch_tokens, cap, policy.draft_seconds_per_token);
+    model = choose_draft_length(policy.step_cost, draft_rate_.rate(), batch_tokens, cap, policy.draft_seconds_per_token,
+                                policy.min_draft_gain);
   }
   if (model.k > 0 && model.gain > lookup.gain) {
     // The engine times the draft passes (policy.observe_draft_seconds).

@@ -365,6 +365,7 @@ class Engine::Impl {
   // (with the engine thread's OpenMP team size, restored after); returns its points.
   std::vector<std::pair<int64_t, double>> prepare_step_cost() {
     policy_.step_cost.set_points(options_.step_cost);
+    policy_.min_draft_gain = options_.spec_min_draft_gain;
     if (options_.measure_step_cost && !policy_.step_cost.measured()) {
       const int caller_threads = omp_get_max_threads();
       if (options_.threads > 0) omp_set_num_threads(options_.threads);

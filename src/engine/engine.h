@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/spec_policy.h"
 #include "grammar/token_constraint.h"
 #include "kv/kv_planner.h"
 #include "model/model.h"
@@ -111,6 +112,9 @@ struct EngineOptions {
   // start when measure_step_cost is set, else before the first auto request.
   std::vector<std::pair<int64_t, double>> step_cost;
   bool measure_step_cost = false;
+  // Auto speculation drafts only for an expected gain of at least this
+  // (spec_policy.h's kMinDraftGain; tests that must exercise drafting lower it).
+  double spec_min_draft_gain = kMinDraftGain;
   // Pipeline parallelism (docs/scaling.md): with pipeline.comm set, the model
   // is rank 0's stage (ModelLoadOptions::pipeline_rank 0) and every forward
   // step continues on the other ranks, which run run_pipeline_stage(). The

@@ -70,7 +70,7 @@ double expected_round_tokens(double acceptance, int64_t k) {
 }
 
 DraftChoice choose_draft_length(const StepCost& cost, double acceptance, int64_t batch_tokens, int64_t max_k,
-                                double draft_seconds_per_token) {
+                                double draft_seconds_per_token, double min_gain) {
   check(batch_tokens >= 1, "the batch holds this sequence's token");
   const auto others = static_cast<double>(batch_tokens - 1);
   const auto rate = [&](int64_t k) {
@@ -83,6 +83,7 @@ DraftChoice choose_draft_length(const StepCost& cost, double acceptance, int64_t
     const double gain = rate(k) / base;
     if (gain > best.gain * (1 + 1e-9)) best = {k, gain};
   }
+  if (best.gain < min_gain) return {};
   return best;
 }
 
