@@ -16,6 +16,12 @@
 // 2 x 31 x 127 (5-bit), 2 x 63 x 127 (6-bit), 2 x 128 x 127 (Q8_0, signs moved
 // onto the activations), 2 x 127 x 127 (IQ4 levels, likewise), so 8, 4, 2, 1
 // and 1 chunks fit under 32767.
+// With AVX-512 VNNI (the AVX-512 table) the signed-weight types take vpdpbusd:
+// Q8_0 is stored biased (w + 128, repack.h) and IQ4 levels are looked up
+// biased, so four u8 x s8 products go straight into a row's s32 lane, and the
+// bias comes off through the activations' block sums (128 sum(q)). That
+// replaces the sign move, maddubs, madd and add of each chunk and token; the
+// integer sums, and so the results, are the same bits.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -27,6 +33,23 @@
 
 namespace kvserve {
 namespace packed_simd {
+
+#ifdef __AVX512VNNI__
+constexpr bool kVnni = true;
+#else
+constexpr bool kVnni = false;
+#endif
+
+// kIQ4NLValues + 128 as bytes: the levels as vpdpbusd's unsigned operand.
+struct BiasedLevels {
+  alignas(16) uint8_t v[16];
+};
+constexpr BiasedLevels biased_levels() {
+  BiasedLevels b{};
+  for (int i = 0; i < 16; ++i) b.v[i] = static_cast<uint8_t>(kIQ4NLValues[i] + 128);
+  return b;
+}
+inline constexpr BiasedLevels kIQ4NLBiased = biased_levels();
 
 template <typename F, int... I>
 static inline void unroll_impl(F&& f, std::integer_sequence<int, I...>) {
@@ -68,6 +91,7 @@ struct Ymm {
   static I broadcast4(const int8_t* p) { return _mm256_set1_epi32(four_bytes(p)); }
   // The 16 IQ4 levels in every 128-bit lane (shuffle_epi8's table).
   static I levels() { return _mm256_broadcastsi128_si256(load128(reinterpret_cast<const uint8_t*>(kIQ4NLValues))); }
+  static I biased_levels() { return _mm256_broadcastsi128_si256(load128(kIQ4NLBiased.v)); }
   // Lane r = byte r of the 8 at r.p (per group), widened.
   static I u8_lanes(Rows r) { return _mm256_cvtepu8_epi32(load64(r.p)); }
   static I i8_lanes(Rows r) { return _mm256_cvtepi8_epi32(load64(r.p)); }
@@ -87,6 +111,11 @@ static inline __m256i add16(__m256i a, __m256i b) { return _mm256_add_epi16(a, b
 static inline __m256i add32(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
 static inline __m256i sub32(__m256i a, __m256i b) { return _mm256_sub_epi32(a, b); }
 static inline __m256i maddubs(__m256i u, __m256i s) { return _mm256_maddubs_epi16(u, s); }
+static inline __m256i xor_(__m256i a, __m256i b) { return _mm256_xor_si256(a, b); }
+static inline __m256i mullo32(__m256i a, __m256i b) { return _mm256_mullo_epi32(a, b); }
+#ifdef __AVX512VNNI__
+static inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+#endif
 static inline __m256i madd(__m256i a, __m256i b) { return _mm256_madd_epi16(a, b); }
 static inline __m256i abs8(__m256i a) { return _mm256_abs_epi8(a); }
 static inline __m256i lookup(__m256i table, __m256i idx) { return _mm256_shuffle_epi8(table, idx); }
@@ -120,6 +149,7 @@ struct Zmm {
   static I set32(int v) { return _mm512_set1_epi32(v); }
   static I broadcast4(const int8_t* p) { return _mm512_set1_epi32(four_bytes(p)); }
   static I levels() { return _mm512_broadcast_i32x4(load128(reinterpret_cast<const uint8_t*>(kIQ4NLValues))); }
+  static I biased_levels() { return _mm512_broadcast_i32x4(load128(kIQ4NLBiased.v)); }
   static __m128i bytes8x2(Rows r) { return _mm_unpacklo_epi64(load64(r.p), load64(r.p + r.stride)); }
   static I u8_lanes(Rows r) { return _mm512_cvtepu8_epi32(bytes8x2(r)); }
   static I i8_lanes(Rows r) { return _mm512_cvtepi8_epi32(bytes8x2(r)); }
@@ -144,6 +174,11 @@ static inline __m512i add16(__m512i a, __m512i b) { return _mm512_add_epi16(a, b
 static inline __m512i add32(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
 static inline __m512i sub32(__m512i a, __m512i b) { return _mm512_sub_epi32(a, b); }
 static inline __m512i maddubs(__m512i u, __m512i s) { return _mm512_maddubs_epi16(u, s); }
+static inline __m512i xor_(__m512i a, __m512i b) { return _mm512_xor_si512(a, b); }
+static inline __m512i mullo32(__m512i a, __m512i b) { return _mm512_mullo_epi32(a, b); }
+#ifdef __AVX512VNNI__
+static inline __m512i dpbusd(__m512i acc, __m512i u, __m512i s) { return _mm512_dpbusd_epi32(acc, u, s); }
+#endif
 static inline __m512i madd(__m512i a, __m512i b) { return _mm512_madd_epi16(a, b); }
 static inline __m512i abs8(__m512i a) { return _mm512_abs_epi8(a); }
 static inline __m512i lookup(__m512i table, __m512i idx) { return _mm512_shuffle_epi8(table, idx); }
@@ -270,17 +305,36 @@ static inline void signed_chunk(typename V::I w, const int8_t* const (&x)[N], in
   }
 }
 
+// VNNI: one chunk of biased weights (w + 128) times each token's 4
+// activation bytes at x[t] + 4c, unscaled, into acc32[t]; the caller takes
+// 128 sum(q) off.
+template <typename V, int N>
+static inline void biased_chunk(typename V::I w, const int8_t* const (&x)[N], int c, typename V::I (&acc32)[N]) {
+#ifdef __AVX512VNNI__
+  #pragma GCC unroll 16
+  for (int t = 0; t < N; ++t) acc32[t] = dpbusd(acc32[t], w, V::broadcast4(x[t] + 4 * c));
+#else
+  (void)w, (void)x, (void)c, (void)acc32;
+#endif
+}
+
 // IQ4 sub-block: each 4-bit plane register's nibbles (chunks 2p, 2p + 1)
-// looked up in kIQ4NLValues.
+// looked up in kIQ4NLValues (VNNI: biased by 128, unscaled sums).
 template <typename V, int N>
 static inline void level_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I (&acc32)[N]) {
   using I = typename V::I;
-  const I levels = V::levels();
+  const I levels = kVnni ? V::biased_levels() : V::levels();
   const I nibbles = V::set8(0x0f);
   unroll<4>([&](auto p) {
     const I packed = V::load(q + 32 * p);
-    signed_chunk<V>(lookup(levels, and_(packed, nibbles)), x, 2 * p, scale, acc32);
-    signed_chunk<V>(lookup(levels, and_(shr16<4>(packed), nibbles)), x, 2 * p + 1, scale, acc32);
+    const I lo = lookup(levels, and_(packed, nibbles)), hi = lookup(levels, and_(shr16<4>(packed), nibbles));
+    if constexpr (kVnni) {
+      biased_chunk<V>(lo, x, 2 * p, acc32);
+      biased_chunk<V>(hi, x, 2 * p + 1, acc32);
+    } else {
+      signed_chunk<V>(lo, x, 2 * p, scale, acc32);
+      signed_chunk<V>(hi, x, 2 * p + 1, scale, acc32);
+    }
   });
 }
 
@@ -317,8 +371,9 @@ template <DType T, typename V, int N>
 static inline void sub_block_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I scale_hi,
                                   typename V::I (&acc32)[N]) {
   using I = typename V::I;
-  if constexpr (T == DType::Q8_0) {
-    unroll<8>([&](auto c) { signed_chunk<V>(V::load(q + 32 * c), x, c, scale, acc32); });
+  if constexpr (T == DType::Q8_0) {  // stored as w + 128 (w xor 0x80)
+    if constexpr (kVnni) unroll<8>([&](auto c) { biased_chunk<V>(V::load(q + 32 * c), x, c, acc32); });
+    else unroll<8>([&](auto c) { signed_chunk<V>(xor_(V::load(q + 32 * c), V::set8(char(0x80))), x, c, scale, acc32); });
     return;
   }
   if constexpr (has_levels(T)) {
@@ -354,6 +409,7 @@ static inline void block32(Rows sb, const int8_t* const (&x)[N], const PackedAct
   for (int t = 0; t < N; ++t) {
     if constexpr (T == DType::Q4_0) isum[t] = sub32(isum[t], V::set32(8 * a[t]->sum));
     if constexpr (T == DType::Q5_0) isum[t] = sub32(isum[t], V::set32(16 * a[t]->sum));
+    if constexpr (kVnni && (T == DType::Q8_0 || T == DType::IQ4_NL)) isum[t] = sub32(isum[t], V::set32(128 * a[t]->sum));
     acc[t] = fmadd(to_float(isum[t]), mul(d, V::fset(a[t]->d)), acc[t]);
     if constexpr (has_min(T)) acc[t] = fmadd(V::f16(sb + 16), V::fset(a[t]->s), acc[t]);
   }
@@ -390,6 +446,15 @@ static inline void block256(Rows sb, const int8_t* const (&x)[N], const PackedAc
     } else if constexpr (T == DType::Q2_K) {
       sub_block_dots<T, V, N>(q, xj, scale_pairs_low4<V>(sb + (32 + 16 * j)), scale_pairs_low4<V>(sb + (40 + 16 * j)),
                               dots);
+    } else if constexpr (T == DType::IQ4_XS && kVnni) {  // unscaled biased sums, unbiased, times the scale
+      typename V::I sums[N];
+      #pragma GCC unroll 16
+      for (int t = 0; t < N; ++t) sums[t] = V::zero();
+      level_dots<V>(q, xj, V::zero(), sums);
+      const auto scale = V::i8_lanes(sb + (16 + 8 * j));
+      #pragma GCC unroll 16
+      for (int t = 0; t < N; ++t)
+        dots[t] = add32(dots[t], mullo32(sub32(sums[t], V::set32(128 * a[t]->sum32[j])), scale));
     } else if constexpr (T == DType::IQ4_XS) {
       const auto scale = scale_pairs_i8<V>(sb + (16 + 8 * j));
       sub_block_dots<T, V, N>(q, xj, scale, scale, dots);

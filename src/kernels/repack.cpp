@@ -164,7 +164,7 @@ void pack_sub_block(DType type, const int* const (&q)[kRows], uint8_t* out) {
   if (type == DType::Q8_0) {
     for (int c = 0; c < 8; ++c)
       for (int r = 0; r < kRows; ++r)
-        for (int k = 0; k < 4; ++k) out[32 * c + 4 * r + k] = static_cast<uint8_t>(static_cast<int8_t>(q[r][4 * c + k]));
+        for (int k = 0; k < 4; ++k) out[32 * c + 4 * r + k] = static_cast<uint8_t>(q[r][4 * c + k] + 128);
     return;
   }
   for (int p = 0; p < 4; ++p)

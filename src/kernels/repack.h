@@ -22,7 +22,8 @@
 //    the fifth bit of chunk c's byte 4r + k.
 //  - Q6_K top two bits: 64 bytes per sub-block; chunks 0..3 in the first 32
 //    bytes, 4..7 in the next, bits 2(c % 4), 2(c % 4) + 1 of byte 4r + k.
-//  - Q8_0: 256 bytes of signed values, chunk c at 32c.
+//  - Q8_0: 256 bytes of the values biased to unsigned (q + 128, i.e. q xor
+//    0x80), chunk c at 32c: VNNI's vpdpbusd takes them as they are.
 // Super-block headers (per row r, 8 entries each):
 //  Q4_0 / Q5_0 / Q8_0: fp16 d[8].               w = d (q - 8), d (q - 16), d q
 //  IQ4_NL:             fp16 d[8].               w = d kIQ4NLValues[q]
