@@ -51,6 +51,14 @@ constexpr BiasedLevels biased_levels() {
 }
 inline constexpr BiasedLevels kIQ4NLBiased = biased_levels();
 
+// Whether type t's integer dots take vpdpbusd (s32 sums, folded with a 32-bit
+// multiply) rather than maddubs + add (s16 sums folded with madd). Every type
+// but Q4_K gained on Zen 4 (bench_gemm, 8960 x 1536, 512 tokens: Q5_0 +25-30%,
+// Q6_K +25-40%, Q4_0 +24%, Q5_K +23%, Q3_K +25%, Q2_K +8%); Q4_K lost 8-10%:
+// it already folds once per sub-block, and the 32-bit multiply costs more
+// than the madd it replaces.
+constexpr bool vnni_dots(DType t) { return kVnni && t != DType::Q4_K; }
+
 template <typename F, int... I>
 static inline void unroll_impl(F&& f, std::integer_sequence<int, I...>) {
   (f(std::integral_constant<int, I>{}), ...);
@@ -195,21 +203,26 @@ static inline __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
 static inline void pin(__m512i& v) { __asm__("" : "+v"(v)); }
 #endif
 
-// Lane r = (s_r, s_r) as two s16 from 8 unsigned / signed bytes s_0..s_7.
-template <typename V>
+// Row r's scale s_r from 8 unsigned / signed bytes s_0..s_7, in the form
+// fold() multiplies by: lane r = (s_r, s_r) as two s16 for madd, or s_r as
+// one s32 for VNNI's 32-bit multiply.
+template <typename V, bool kDp>
 static inline typename V::I scale_pairs_u8(Rows p) {
   const auto v = V::u8_lanes(p);
+  if constexpr (kDp) return v;
   return or_(v, shl32<16>(v));
 }
-template <typename V>
+template <typename V, bool kDp>
 static inline typename V::I scale_pairs_i8(Rows p) {
   const auto v = V::i8_lanes(p);
+  if constexpr (kDp) return v;
   return or_(and_(v, V::set32(0xffff)), shl32<16>(v));
 }
-// Lane r = (s_r, s_r) as two s16 from the low nibbles of 8 bytes (Q2_K scales).
-template <typename V>
+// The same from the low nibbles of 8 bytes (Q2_K scales).
+template <typename V, bool kDp>
 static inline typename V::I scale_pairs_low4(Rows p) {
   const auto v = and_(V::u8_lanes(p), V::set32(15));
+  if constexpr (kDp) return v;
   return or_(v, shl32<16>(v));
 }
 static inline __m128i same(__m128i v) { return v; }
@@ -254,6 +267,17 @@ struct Layout {
   static constexpr size_t kBytes = kHeader + kValues / 32 * kSubBytes;
 };
 
+// acc + u x s over each lane's 4 byte pairs (u unsigned, s signed): s16
+// sums with maddubs + add (each pair <= 2 x 63 x 127 for the callers), or s32
+// sums with VNNI's vpdpbusd.
+template <bool kDp, typename I>
+static inline I dot4(I acc, I u, I s) {
+#ifdef __AVX512VNNI__
+  if constexpr (kDp) return dpbusd(acc, u, s);
+#endif
+  return add16(acc, maddubs(u, s));
+}
+
 // Adds chunk p's two weight registers (chunks 2p, 2p + 1 of sub-block q) times
 // each token's activations x[t] (that sub-block's 32 bytes) into acc16[t].
 template <DType T, typename V, int N, int kP>
@@ -275,18 +299,20 @@ static inline void chunk_pair(Rows q, const int8_t* const (&x)[N], typename V::I
   }
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
-    acc16[t] = add16(acc16[t], maddubs(lo, V::broadcast4(x[t] + 8 * kP)));
-    acc16[t] = add16(acc16[t], maddubs(hi, V::broadcast4(x[t] + 8 * kP + 4)));
+    acc16[t] = dot4<vnni_dots(T)>(acc16[t], lo, V::broadcast4(x[t] + 8 * kP));
+    acc16[t] = dot4<vnni_dots(T)>(acc16[t], hi, V::broadcast4(x[t] + 8 * kP + 4));
     if constexpr (N > 1) pin(acc16[t]);  // one token: 16 registers suffice, let GCC schedule
   }
 }
 
-// acc32[t] += madd(acc16[t], scale); acc16[t] = 0.
-template <typename V, int N>
+// acc32[t] += acc16[t] x scale (madd of s16 pairs; VNNI: s32 sums times s32
+// scales); acc16[t] = 0.
+template <typename V, int N, bool kDp>
 static inline void fold(typename V::I (&acc16)[N], typename V::I scale, typename V::I (&acc32)[N]) {
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
-    acc32[t] = add32(acc32[t], madd(acc16[t], scale));
+    if constexpr (kDp) acc32[t] = add32(acc32[t], mullo32(acc16[t], scale));
+    else acc32[t] = add32(acc32[t], madd(acc16[t], scale));
     acc16[t] = V::zero();
   }
 }
@@ -357,11 +383,11 @@ static inline void two_bit_dots(Rows q, const int8_t* const (&x)[N], typename V:
       if constexpr (T == DType::Q3_K) w = or_(w, third_bit<c>(V::load(q + 64), V::set8(0x04)));
       #pragma GCC unroll 16
       for (int t = 0; t < N; ++t) {
-        acc16[t] = add16(acc16[t], maddubs(w, V::broadcast4(x[t] + 4 * c)));
+        acc16[t] = dot4<vnni_dots(T)>(acc16[t], w, V::broadcast4(x[t] + 4 * c));
         if constexpr (N > 1) pin(acc16[t]);
       }
     });
-    fold<V>(acc16, decltype(p)::value == 0 ? scale : scale_hi, acc32);
+    fold<V, N, vnni_dots(T)>(acc16, decltype(p)::value == 0 ? scale : scale_hi, acc32);
   });
 }
 
@@ -384,14 +410,19 @@ static inline void sub_block_dots(Rows q, const int8_t* const (&x)[N], typename 
     two_bit_dots<T, V, N>(q, x, scale, scale_hi, acc32);
     return;
   }
+  constexpr bool kDp = vnni_dots(T);
+  if constexpr (kDp && !is_256(T)) {  // unit scale, s32 sums: straight into acc32
+    unroll<4>([&](auto p) { chunk_pair<T, V, N, p>(q, x, acc32); });
+    return;
+  }
   I acc16[N];
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) acc16[t] = V::zero();
   unroll<4>([&](auto p) {
     chunk_pair<T, V, N, p>(q, x, acc16);
-    if constexpr (T == DType::Q6_K) fold<V>(acc16, p < 2 ? scale : scale_hi, acc32);
-    else if constexpr (has_fifth_bit(T)) { if constexpr (p % 2 == 1) fold<V>(acc16, scale, acc32); }
-    else if constexpr (p == 3) fold<V>(acc16, scale, acc32);
+    if constexpr (T == DType::Q6_K) { if constexpr (!kDp || p % 2 == 1) fold<V, N, kDp>(acc16, p < 2 ? scale : scale_hi, acc32); }
+    else if constexpr (has_fifth_bit(T) && !kDp) { if constexpr (p % 2 == 1) fold<V, N, kDp>(acc16, scale, acc32); }
+    else if constexpr (p == 3) fold<V, N, kDp>(acc16, scale, acc32);
   });
 }
 
@@ -442,9 +473,11 @@ static inline void block256(Rows sb, const int8_t* const (&x)[N], const PackedAc
     for (int t = 0; t < N; ++t) xj[t] = x[t] + 32 * j;
     const Rows q = sb + (L::kHeader + static_cast<size_t>(j) * L::kSubBytes);
     if constexpr (T == DType::Q6_K || T == DType::Q3_K) {
-      sub_block_dots<T, V, N>(q, xj, scale_pairs_i8<V>(sb + (16 + 16 * j)), scale_pairs_i8<V>(sb + (24 + 16 * j)), dots);
+      sub_block_dots<T, V, N>(q, xj, scale_pairs_i8<V, vnni_dots(T)>(sb + (16 + 16 * j)),
+                              scale_pairs_i8<V, vnni_dots(T)>(sb + (24 + 16 * j)), dots);
     } else if constexpr (T == DType::Q2_K) {
-      sub_block_dots<T, V, N>(q, xj, scale_pairs_low4<V>(sb + (32 + 16 * j)), scale_pairs_low4<V>(sb + (40 + 16 * j)),
+      sub_block_dots<T, V, N>(q, xj, scale_pairs_low4<V, vnni_dots(T)>(sb + (32 + 16 * j)),
+                              scale_pairs_low4<V, vnni_dots(T)>(sb + (40 + 16 * j)),
                               dots);
     } else if constexpr (T == DType::IQ4_XS && kVnni) {  // unscaled biased sums, unbiased, times the scale
       typename V::I sums[N];
@@ -456,10 +489,10 @@ static inline void block256(Rows sb, const int8_t* const (&x)[N], const PackedAc
       for (int t = 0; t < N; ++t)
         dots[t] = add32(dots[t], mullo32(sub32(sums[t], V::set32(128 * a[t]->sum32[j])), scale));
     } else if constexpr (T == DType::IQ4_XS) {
-      const auto scale = scale_pairs_i8<V>(sb + (16 + 8 * j));
+      const auto scale = scale_pairs_i8<V, vnni_dots(T)>(sb + (16 + 8 * j));
       sub_block_dots<T, V, N>(q, xj, scale, scale, dots);
     } else {
-      const auto scale = scale_pairs_u8<V>(sb + (32 + 8 * j));
+      const auto scale = scale_pairs_u8<V, vnni_dots(T)>(sb + (32 + 8 * j));
       sub_block_dots<T, V, N>(q, xj, scale, scale, dots);
     }
   }
