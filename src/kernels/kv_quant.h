@@ -102,6 +102,33 @@ void with_attention_rows(int n_rows, F&& f) {
     default: return f(std::integral_constant<int, 1>{});
   }
 }
+// The row-count dispatch and the one-row cases a SIMD table builds on: K has
+// static member templates dot_rows<kRows>(q, k, n_keys, n, out) and
+// axpy_rows<kRows>(p, v, n_keys, y, n) (AttentionVectorOps' dot_keys and
+// axpy_keys for a fixed row count). dot and axpy are their one-row, one-key
+// calls, so dot_keys / axpy_keys give the same bits per row by construction.
+template <typename K>
+struct AttentionRowOps {
+  static void dot_keys(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n,
+                       float* const* out) {
+    with_attention_rows(n_rows, [&](auto rows) { K::template dot_rows<decltype(rows)::value>(q, k, n_keys, n, out); });
+  }
+  static void axpy_keys(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y,
+                        int64_t n) {
+    with_attention_rows(n_rows, [&](auto rows) { K::template axpy_rows<decltype(rows)::value>(p, v, n_keys, y, n); });
+  }
+  static float dot(const float* a, const float* b, int64_t n) {
+    float out;
+    float* const o = &out;
+    K::template dot_rows<1>(&a, &b, 1, n, &o);
+    return out;
+  }
+  static void axpy(float a, const float* x, float* y, int64_t n) {
+    const float* const p = &a;
+    K::template axpy_rows<1>(&p, &x, 1, &y, n);
+  }
+};
+
 // The ops for the active kernel ISA (kernels/dispatch.h).
 const AttentionVectorOps& attention_vector_ops();
 const AttentionVectorOps& scalar_attention_vector_ops();

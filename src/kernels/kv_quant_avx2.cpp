@@ -19,44 +19,6 @@ float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
-// the rows. A fixed summation order for a given n: two 8-wide chains, a fixed
-// reduction, then the tail in order (the same for every caller).
-template <int kRows>
-void dot_keys_rows(const float* const* q, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
-  for (int64_t j = 0; j < n_keys; ++j) {
-    const float* kj = k[j];
-    __m256 acc0[kRows], acc1[kRows];
-    #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-      const __m256 k0 = _mm256_loadu_ps(kj + i), k1 = _mm256_loadu_ps(kj + i + 8);
-      #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) {
-        acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, acc0[r]);
-        acc1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i + 8), k1, acc1[r]);
-      }
-    }
-    if (i + 8 <= n) {
-      const __m256 k0 = _mm256_loadu_ps(kj + i);
-      #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, acc0[r]);
-      i += 8;
-    }
-    #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) {
-      float sum = horizontal_sum(_mm256_add_ps(acc0[r], acc1[r]));
-      for (int64_t t = i; t < n; ++t) sum += q[r][t] * kj[t];
-      out[r][j] = sum;
-    }
-  }
-}
-
-void dot_keys(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
-  with_attention_rows(n_rows, [&](auto rows) { dot_keys_rows<decltype(rows)::value>(q, k, n_keys, n, out); });
-}
-
 // y[r][i .. i + 8 kChunks) += p[r][j] v[j][..] over the keys in order, for
 // kRows rows at once (each v chunk loaded once, the rows' y in registers):
 // the same multiply-adds per element as axpy.
@@ -84,33 +46,55 @@ void axpy_keys_block(const float* const* p, const float* const* v, int64_t n_key
     for (int c = 0; c < kChunks; ++c) _mm256_storeu_ps(y[r] + i + 8 * c, acc[r][c]);
 }
 
-template <int kRows>
-void axpy_keys_rows(const float* const* p, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) axpy_keys_block<kRows, 2>(p, v, n_keys, y, i);
-  for (; i + 8 <= n; i += 8) axpy_keys_block<kRows, 1>(p, v, n_keys, y, i);
-  for (int r = 0; r < kRows && i < n; ++r)  // the tail as axpy's, key by key
-    for (int64_t j = 0; j < n_keys; ++j)
-      for (int64_t t = i; t < n; ++t) y[r][t] += p[r][j] * v[j][t];
-}
+// The row kernels for kRows query rows at once, from which AttentionRowOps
+// (kv_quant.h) makes the table's dot, axpy, dot_keys and axpy_keys.
+struct KeyKernels {
+  // dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
+  // the rows. A fixed summation order for a given n: two 8-wide chains, a fixed
+  // reduction, then the tail in order (the same for every caller).
+  template <int kRows>
+  static void dot_rows(const float* const* q, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
+    for (int64_t j = 0; j < n_keys; ++j) {
+      const float* kj = k[j];
+      __m256 acc0[kRows], acc1[kRows];
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+      int64_t i = 0;
+      for (; i + 16 <= n; i += 16) {
+        const __m256 k0 = _mm256_loadu_ps(kj + i), k1 = _mm256_loadu_ps(kj + i + 8);
+        #pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) {
+          acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, acc0[r]);
+          acc1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i + 8), k1, acc1[r]);
+        }
+      }
+      if (i + 8 <= n) {
+        const __m256 k0 = _mm256_loadu_ps(kj + i);
+        #pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, acc0[r]);
+        i += 8;
+      }
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) {
+        float sum = horizontal_sum(_mm256_add_ps(acc0[r], acc1[r]));
+        for (int64_t t = i; t < n; ++t) sum += q[r][t] * kj[t];
+        out[r][j] = sum;
+      }
+    }
+  }
 
-void axpy_keys(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
-  with_attention_rows(n_rows, [&](auto rows) { axpy_keys_rows<decltype(rows)::value>(p, v, n_keys, y, n); });
-}
-
-// One row, one key: the kRows = 1 cases above (so dot_keys / axpy_keys give
-// these bits by construction).
-float dot(const float* a, const float* b, int64_t n) {
-  float out;
-  float* const o = &out;
-  dot_keys_rows<1>(&a, &b, 1, n, &o);
-  return out;
-}
-
-void axpy(float a, const float* x, float* y, int64_t n) {
-  const float* const p = &a;
-  axpy_keys_rows<1>(&p, &x, 1, &y, n);
-}
+  // y[r] += p[r][j] v[j] for every key in order, kRows rows at once.
+  template <int kRows>
+  static void axpy_rows(const float* const* p, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) axpy_keys_block<kRows, 2>(p, v, n_keys, y, i);
+    for (; i + 8 <= n; i += 8) axpy_keys_block<kRows, 1>(p, v, n_keys, y, i);
+    for (int r = 0; r < kRows && i < n; ++r)  // the tail as axpy's, key by key
+      for (int64_t j = 0; j < n_keys; ++j)
+        for (int64_t t = i; t < n; ++t) y[r][t] += p[r][j] * v[j][t];
+  }
+};
+using RowOps = AttentionRowOps<KeyKernels>;
 
 void scale(float a, float* y, int64_t n) {
   const __m256 va = _mm256_set1_ps(a);
@@ -155,7 +139,8 @@ void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
 }  // namespace
 
 const AttentionVectorOps& avx2_attention_vector_ops() {
-  static const AttentionVectorOps ops{dot, axpy, scale, dequantize, dot_keys, axpy_keys};
+  static const AttentionVectorOps ops{RowOps::dot, RowOps::axpy, scale, dequantize, RowOps::dot_keys,
+                                      RowOps::axpy_keys};
   return ops;
 }
 

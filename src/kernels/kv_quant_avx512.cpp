@@ -17,39 +17,6 @@ namespace {
 
 __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 
-// dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
-// the rows: two 16-wide chains, the masked tail into the first, one reduction.
-template <int kRows>
-void dot_keys_rows(const float* const* q, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
-  for (int64_t j = 0; j < n_keys; ++j) {
-    const float* kj = k[j];
-    __m512 acc0[kRows], acc1[kRows];
-    #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-      const __m512 k0 = _mm512_loadu_ps(kj + i), k1 = _mm512_loadu_ps(kj + i + 16);
-      #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) {
-        acc0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + i), k0, acc0[r]);
-        acc1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + i + 16), k1, acc1[r]);
-      }
-    }
-    for (; i < n; i += 16) {
-      const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
-      const __m512 k0 = _mm512_maskz_loadu_ps(m, kj + i);
-      #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) acc0[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[r] + i), k0, acc0[r]);
-    }
-    #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) out[r][j] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
-  }
-}
-
-void dot_keys(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
-  with_attention_rows(n_rows, [&](auto rows) { dot_keys_rows<decltype(rows)::value>(q, k, n_keys, n, out); });
-}
-
 // y[r][i .. i + 16 kChunks) += p[r][j] v[j][..] over the keys in order, for
 // kRows rows at once: each v chunk loaded once, kRows x kChunks registers of
 // y held across the keys. The same multiply-adds per element as axpy; `tail`
@@ -80,31 +47,48 @@ void axpy_keys_block(const float* const* p, const float* const* v, int64_t n_key
     for (int c = 0; c < kChunks; ++c) _mm512_mask_storeu_ps(y[r] + i + 16 * c, mask(c), acc[r][c]);
 }
 
-template <int kRows>
-void axpy_keys_rows(const float* const* p, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) axpy_keys_block<kRows, 4>(p, v, n_keys, y, i, 0xffff);
-  for (; i + 16 <= n; i += 16) axpy_keys_block<kRows, 1>(p, v, n_keys, y, i, 0xffff);
-  if (i < n) axpy_keys_block<kRows, 1>(p, v, n_keys, y, i, tail_mask(n - i));
-}
+// The row kernels for kRows query rows at once, from which AttentionRowOps
+// (kv_quant.h) makes the table's dot, axpy, dot_keys and axpy_keys.
+struct KeyKernels {
+  // dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
+  // the rows: two 16-wide chains, the masked tail into the first, one reduction.
+  template <int kRows>
+  static void dot_rows(const float* const* q, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
+    for (int64_t j = 0; j < n_keys; ++j) {
+      const float* kj = k[j];
+      __m512 acc0[kRows], acc1[kRows];
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+      int64_t i = 0;
+      for (; i + 32 <= n; i += 32) {
+        const __m512 k0 = _mm512_loadu_ps(kj + i), k1 = _mm512_loadu_ps(kj + i + 16);
+        #pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) {
+          acc0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + i), k0, acc0[r]);
+          acc1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + i + 16), k1, acc1[r]);
+        }
+      }
+      for (; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
+        const __m512 k0 = _mm512_maskz_loadu_ps(m, kj + i);
+        #pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) acc0[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[r] + i), k0, acc0[r]);
+      }
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) out[r][j] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+    }
+  }
 
-void axpy_keys(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
-  with_attention_rows(n_rows, [&](auto rows) { axpy_keys_rows<decltype(rows)::value>(p, v, n_keys, y, n); });
-}
-
-// One row, one key: the kRows = 1 cases above (so dot_keys / axpy_keys give
-// these bits by construction).
-float dot(const float* a, const float* b, int64_t n) {
-  float out;
-  float* const o = &out;
-  dot_keys_rows<1>(&a, &b, 1, n, &o);
-  return out;
-}
-
-void axpy(float a, const float* x, float* y, int64_t n) {
-  const float* const p = &a;
-  axpy_keys_rows<1>(&p, &x, 1, &y, n);
-}
+  // y[r] += p[r][j] v[j] for every key in order, kRows rows at once.
+  template <int kRows>
+  static void axpy_rows(const float* const* p, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) axpy_keys_block<kRows, 4>(p, v, n_keys, y, i, 0xffff);
+    for (; i + 16 <= n; i += 16) axpy_keys_block<kRows, 1>(p, v, n_keys, y, i, 0xffff);
+    if (i < n) axpy_keys_block<kRows, 1>(p, v, n_keys, y, i, tail_mask(n - i));
+  }
+};
+using RowOps = AttentionRowOps<KeyKernels>;
 
 void scale(float a, float* y, int64_t n) {
   const __m512 va = _mm512_set1_ps(a);
@@ -180,7 +164,8 @@ void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
 }  // namespace
 
 const AttentionVectorOps& avx512_attention_vector_ops() {
-  static const AttentionVectorOps ops{dot, axpy, scale, dequantize, dot_keys, axpy_keys};
+  static const AttentionVectorOps ops{RowOps::dot, RowOps::axpy, scale, dequantize, RowOps::dot_keys,
+                                      RowOps::axpy_keys};
   return ops;
 }
 
