@@ -361,11 +361,16 @@ class Engine::Impl {
     }
   }
 
+  static SpeculationPolicy initial_policy(const EngineOptions& options) {
+    SpeculationPolicy policy;
+    policy.min_draft_gain = options.spec_min_draft_gain;
+    return policy;
+  }
+
   // Auto speculation's step cost from the options, or measured now when asked
   // (with the engine thread's OpenMP team size, restored after); returns its points.
   std::vector<std::pair<int64_t, double>> prepare_step_cost() {
     policy_.step_cost.set_points(options_.step_cost);
-    policy_.min_draft_gain = options_.spec_min_draft_gain;
     if (options_.measure_step_cost && !policy_.step_cost.measured()) {
       const int caller_threads = omp_get_max_threads();
       if (options_.threads > 0) omp_set_num_threads(options_.threads);
@@ -682,7 +687,8 @@ class Engine::Impl {
   std::vector<int32_t> end_of_generation_ids_ = end_of_generation_ids(tokenizer_, model_.config().vocab_size);
   VerifyScratch verify_scratch_;       // speculative verification's [vocab] rows
   std::vector<int32_t> produced_;      // a verified round's tokens
-  SpeculationPolicy policy_;           // auto speculation's step cost and draft-model statistics
+  // Auto speculation's step cost and draft-model statistics.
+  SpeculationPolicy policy_ = initial_policy(options_);
   DraftSource draft_source_ = [this](const Sequence& seq, int64_t max_drafts, int64_t batch_tokens) {
     return drafts_for(seq, max_drafts, batch_tokens);
   };

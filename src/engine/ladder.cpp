@@ -389,6 +389,9 @@ void say(const LadderOptions& o, const std::string& line) {
   if (o.progress) o.progress(line);
 }
 
+// Threads of the fast rungs (4-7, and --long-context's).
+int fast_threads(const LadderOptions& o) { return o.threads > 0 ? o.threads : omp_get_num_procs(); }
+
 LadderRung start_rung(int number, const std::string& name, const std::string& weights, Isa isa, int threads) {
   LadderRung r;
   r.number = number;
@@ -434,7 +437,7 @@ void run_f32_rungs(const LadderOptions& o, LadderResult& result, const std::stri
 void run_quantized_rungs(const LadderOptions& o, LadderResult& result, const ModelPlan& plan,
                          const Tokenizer& tokenizer, const Workload& w) {
   auto model = Model::load(plan.quantized_path);
-  const int threads = o.threads > 0 ? o.threads : omp_get_num_procs();
+  const int threads = fast_threads(o);
   const KernelSetup fast(best_isa(), threads);
   const auto p = static_cast<int64_t>(w.prompts.front().size());
   const Workload unlimited{w.prompts, w.gen_len, 1e30};  // fast rungs always run every request
@@ -464,7 +467,7 @@ void run_quantized_rungs(const LadderOptions& o, LadderResult& result, const Mod
 void run_attention_rungs(const LadderOptions& o, LadderResult& result, const ModelPlan& plan,
                          const Tokenizer& tokenizer, const Workload& w) {
   auto model = Model::load(plan.quantized_path);
-  const int threads = o.threads > 0 ? o.threads : omp_get_num_procs();
+  const int threads = fast_threads(o);
   const KernelSetup fast(best_isa(), threads);
   const auto p = static_cast<int64_t>(w.prompts.front().size());
   const struct {
@@ -550,7 +553,7 @@ LadderResult run_ladder(const LadderOptions& o) {
   run_quantized_rungs(o, result, plan, *tokenizer, w);
   compare_outputs(result);
   {
-    const KernelSetup fast(best_isa(), o.threads > 0 ? o.threads : omp_get_num_procs());
+    const KernelSetup fast(best_isa(), fast_threads(o));
     result.counted = count_work(plan.quantized_path, cycled(w.prompts.front(), 100), 100);
   }
   return result;
