@@ -29,6 +29,7 @@
 #include "engine/request_state.h"
 #include "engine/batch_speculation.h"
 #include "engine/scheduler.h"
+#include "kernels/openmp_wait.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_planner.h"
 #include "kv/paged_kv_storage.h"
@@ -721,7 +722,10 @@ const EngineOptions& checked_options(const Model& model, const EngineOptions& op
 }  // namespace
 
 Engine::Engine(const Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
-    : impl_(std::make_unique<Impl>(model, tokenizer, checked_options(model, options))) {}
+    : impl_(std::make_unique<Impl>(model, tokenizer, checked_options(model, options))) {
+  // The engine thread's team is to be the only busy one (kernels/openmp_wait.h).
+  release_this_threads_openmp_pool();
+}
 Engine::~Engine() = default;
 std::optional<RequestId> Engine::submit(GenerationRequest request, EventCallback on_event) {
   return impl_->submit(std::move(request), std::move(on_event));

@@ -1,5 +1,6 @@
 #include "kernels/openmp_wait.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -48,6 +49,14 @@ void reexec_with_passive_openmp_wait(char** argv) {
   execv("/proc/self/exe", argv);
   // Still here: the exec failed (no /proc, say); run with the defaults.
   unsetenv("OMP_WAIT_POLICY");
+}
+
+void release_this_threads_openmp_pool() {
+#ifdef _LIBGOMP_OMP_LOCK_DEFINED
+  // libgomp pauses only the calling thread's pool (gomp_pause_host); LLVM's
+  // libomp would pause the whole runtime, the engine thread's team included.
+  omp_pause_resource_all(omp_pause_soft);
+#endif
 }
 
 }  // namespace kvserve
