@@ -10,7 +10,11 @@
 # adds "draft" and "auto+draft" rows), KVSERVE_SPECS (default "none ngram auto"),
 # KVSERVE_PARALLEL (default "1 4 16"), KVSERVE_WORKLOADS (default "copy story code"),
 # KVSERVE_PROMPTS (prompts per workload, default 16), KVSERVE_REPEATS (default 2:
-# the modes of a row group run in turn that many times; each row keeps its best).
+# the modes of a row group run in turn that many times, so each round pairs every
+# mode with a run of "none" minutes apart). A row shows its median tokens/s and,
+# as "x none", the median over rounds of its ratio to that round's "none" run,
+# then the lowest and highest of those ratios: on a shared host one run moves
+# +-10%, and pairing within a round cancels the slower drifts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${KVSERVE_BIN:-./build/kvserve}
@@ -82,29 +86,47 @@ run_one() {  # workload parallel spec -> "tokens/s|verifications|accepted of pro
   echo "$(sed -E 's/.* s, ([0-9.]+) tokens\/s.*/\1/' <<< "$line")|$(sed -nE 's/.*verifications: ([0-9]+).*/\1/p' <<< "$specline")|$(sed -nE 's/.*drafts accepted: ([0-9]+ of [0-9]+).*/\1/p' <<< "$specline")"
 }
 
+median() {  # the median of a space-separated list (the mean of the middle two for an even count)
+  tr ' ' '\n' <<< "$1" | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.4f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
 echo "model: $MODEL${DRAFT:+ | draft: $DRAFT} | $N greedy tokens per request | k up to $K | threads $THREADS | $(date -u +%F)"
 echo
-echo "| workload | concurrent | spec | tokens/s | x none | verifications | drafts accepted | same text |"
-echo "|---|---:|---|---:|---:|---:|---|---|"
+echo "| workload | concurrent | spec | tokens/s | x none | x none, rounds | verifications | drafts accepted | same text |"
+echo "|---|---:|---|---:|---:|---|---:|---|---|"
 for workload in ${KVSERVE_WORKLOADS:-copy story code}; do
   for parallel in ${KVSERVE_PARALLEL:-1 4 16}; do
-    declare -A best=() rounds=() acc=()
-    for _ in $(seq "${KVSERVE_REPEATS:-2}"); do
-      for spec in $SPECS; do
+    declare -A speeds=() ratios=() rounds=() acc=()
+    for round in $(seq "${KVSERVE_REPEATS:-2}"); do
+      declare -A this=()
+      order=$SPECS  # every other round in reverse, so no mode always runs first
+      [ $((round % 2)) -eq 1 ] || order=$(tr ' ' '\n' <<< "$SPECS" | tac | tr '\n' ' ')
+      for spec in $order; do
         IFS='|' read -r t r a <<< "$(run_one "$workload" "$parallel" "$spec")"
-        if awk -v a="$t" -v b="${best[$spec]:-0}" 'BEGIN { exit !(a > b) }'; then best[$spec]=$t; fi
+        this[$spec]=$t
+        speeds[$spec]="${speeds[$spec]:-} $t"
         rounds[$spec]=$r
         acc[$spec]=$a
       done
+      for spec in $SPECS; do
+        [ -n "${this[none]:-}" ] || continue
+        ratios[$spec]="${ratios[$spec]:-} $(awk -v a="${this[$spec]}" -v b="${this[none]}" 'BEGIN { printf "%.4f", a / b }')"
+      done
+      unset this
     done
     for spec in $SPECS; do
-      ratio=$(awk -v a="${best[$spec]}" -v b="${best[none]:-0}" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }')
+      speed=$(median "${speeds[$spec]}")
+      ratio=- spread=-
+      if [ -n "${ratios[$spec]:-}" ]; then
+        ratio=$(printf '%.2fx' "$(median "${ratios[$spec]}")")
+        spread=$(tr ' ' '\n' <<< "${ratios[$spec]}" | sed '/^$/d' | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f-%.2f", lo, hi }')
+      fi
       same=-
       if [ "$spec" != none ] && [ -f "$dir/$workload-$parallel-none.txt" ]; then
         cmp -s "$dir/$workload-$parallel-$spec.txt" "$dir/$workload-$parallel-none.txt" && same=yes || same=NO
       fi
-      echo "| $workload | $parallel | $spec | ${best[$spec]} | $ratio | ${rounds[$spec]:--} | ${acc[$spec]:--} | $same |"
+      echo "| $workload | $parallel | $spec | $speed | $ratio | $spread | ${rounds[$spec]:--} | ${acc[$spec]:--} | $same |"
     done
-    unset best rounds acc
+    unset speeds ratios rounds acc
   done
 done
