@@ -6,7 +6,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
+#include <memory>
 #include <regex>
+#include <stdexcept>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -291,4 +294,77 @@ TEST_F(StructuredOutputEngine, ACompilePastTheTimeoutIsRefusedThenCached) {
   ASSERT_EQ(compiler.stats().compiles, 1);
   EXPECT_NE(compiler.compile(spec), nullptr);  // from the cache now
   EXPECT_EQ(compiler.stats().timeouts, 1);
+}
+
+// A constraint that allows exactly `tokens` and then the end-of-generation
+// token, and that, as xgrammar does, refuses to be asked anything once that
+// token has been accepted.
+class ExactTokensConstraint final : public CompiledConstraint {
+ public:
+  ExactTokensConstraint(std::vector<int32_t> tokens, int32_t eos) : tokens_(std::move(tokens)), eos_(eos) {}
+  std::unique_ptr<TokenMatcher> new_matcher() const override { return std::make_unique<Matcher>(tokens_, eos_); }
+
+ private:
+  class Matcher final : public TokenMatcher {
+   public:
+    Matcher(const std::vector<int32_t>& tokens, int32_t eos) : tokens_(tokens), eos_(eos) {}
+    void mask(std::span<float> logits) override {
+      if (terminated()) throw std::logic_error("mask() after the end-of-generation token was accepted");
+      for (size_t id = 0; id < logits.size(); ++id)
+        if (static_cast<int32_t>(id) != next()) logits[id] = -std::numeric_limits<float>::infinity();
+    }
+    bool accept(int32_t token) override {
+      if (terminated()) throw std::logic_error("accept() after the end-of-generation token was accepted");
+      if (token != next()) return false;
+      at_++;
+      return true;
+    }
+    void rollback(int32_t n) override { at_ -= static_cast<size_t>(n); }
+    bool finished() override { return at_ >= tokens_.size(); }
+
+   private:
+    int32_t next() const { return at_ < tokens_.size() ? tokens_[at_] : eos_; }
+    bool terminated() const { return at_ > tokens_.size(); }
+    const std::vector<int32_t>& tokens_;
+    int32_t eos_;
+    size_t at_ = 0;
+  };
+  std::vector<int32_t> tokens_;
+  int32_t eos_;
+};
+
+// Drafts that run past the end of a constrained output: prompt lookup copies
+// "answer <eos> answer" from the prompt, so a round's drafts hold the end-of-
+// generation token that completes the constraint and more after it. The matcher
+// terminates there; neither the draft cut nor the verification rows may ask it
+// anything again (xgrammar refuses: a tool call failed with a 500 through the
+// server once `serve` defaulted to auto speculation).
+TEST_F(StructuredOutputEngine, SpeculationPastTheEndOfAConstrainedOutput) {
+  const std::vector<int32_t> answer = tokenizer_->encode("the cat sat on the mat", false);
+  const int32_t eos = tokenizer_->eos_id();
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 3; ++i) {
+    prompt.insert(prompt.end(), answer.begin(), answer.end());
+    prompt.push_back(eos);
+  }
+  EngineOptions o;
+  o.kv_blocks = 256;
+  o.spec_min_draft_gain = 1.0;  // a random model's step cost must not talk auto out of drafting
+  Engine engine(*model_, *tokenizer_, o);
+  GenerationRequest plain = request(std::make_shared<ExactTokensConstraint>(answer, eos), 0, 1);
+  plain.prompt = prompt;
+  std::vector<GenerationRequest> rs = {plain};
+  for (SpeculativeMode mode : {SpeculativeMode::kNgram, SpeculativeMode::kAuto})
+    for (int64_t k : {3, 8}) {
+      GenerationRequest spec = plain;
+      spec.speculation.mode = mode;
+      spec.speculation.draft_k = k;
+      rs.push_back(spec);
+    }
+  const auto outs = engine_run::run_together(engine, rs);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    EXPECT_EQ(outs[i].finish_reason, "stop") << "request " << i << ": " << outs[i].text;
+    EXPECT_EQ(outs[i].tokens, answer) << "request " << i;
+  }
+  EXPECT_GT(engine.metrics().spec_rounds, 0);
 }

@@ -528,6 +528,9 @@ class Engine::Impl {
       adjust_logits(r, b, static_cast<int64_t>(i), std::span<float>(masked_).subspan(i * vocab, vocab));
       if (i == drafts.size() || (b.matcher && !b.matcher->accept(drafts[i]))) break;
       accepted++;
+      // A draft that completes the output ends the branch if it is accepted, so no row after it is used; a
+      // matcher past its end-of-generation token must not be asked for a mask (xgrammar throws).
+      if (b.matcher && b.matcher->finished()) break;
     }
     if (b.matcher) b.matcher->rollback(accepted);
     return masked_;
@@ -619,8 +622,12 @@ class Engine::Impl {
     if (!b.matcher || drafts.empty() || !b.spec.proposal_deterministic()) return drafts;
     // Cut a deterministic proposal at the first draft the grammar rejects:
     // it would be rejected anyway (probability 0), so the cut only saves work.
+    // Drafts after one that completes the output are never used either (that token ends the branch).
     int32_t valid = 0;
-    while (valid < static_cast<int32_t>(drafts.size()) && b.matcher->accept(drafts[static_cast<size_t>(valid)])) valid++;
+    while (valid < static_cast<int32_t>(drafts.size()) && b.matcher->accept(drafts[static_cast<size_t>(valid)])) {
+      valid++;
+      if (b.matcher->finished()) break;
+    }
     b.matcher->rollback(valid);
     b.spec.keep_first(valid);
     return drafts.first(static_cast<size_t>(valid));
