@@ -7,7 +7,8 @@
 # concurrency without speculation, "same" compares the text with it.
 #   scripts/bench_spec_auto.sh [N_TOKENS] [K] [THREADS]
 # Environment: KVSERVE_MODEL (default SmolLM2), KVSERVE_DRAFT (a draft model:
-# adds "draft" and "auto+draft" rows), KVSERVE_SPECS (default "none ngram auto"),
+# adds "draft" and "auto+draft" rows to the default modes), KVSERVE_SPECS (default
+# "none ngram auto"; given, it is the whole list, "draft" and "auto+draft" included),
 # KVSERVE_PARALLEL (default "1 4 16"), KVSERVE_WORKLOADS (default "copy story code"),
 # KVSERVE_PROMPTS (prompts per workload, default 16), KVSERVE_REPEATS (default 2:
 # the modes of a row group run in turn that many times, so each round pairs every
@@ -24,7 +25,7 @@ N=${1:-48}
 K=${2:-6}
 THREADS=${3:-2}
 SPECS=${KVSERVE_SPECS:-none ngram auto}
-if [ -n "$DRAFT" ]; then SPECS="$SPECS draft auto+draft"; fi
+if [ -n "$DRAFT" ] && [ -z "${KVSERVE_SPECS:-}" ]; then SPECS="$SPECS draft auto+draft"; fi
 PROMPTS=${KVSERVE_PROMPTS:-16}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

@@ -94,6 +94,23 @@ TEST_F(ServerSpeculation, FieldSelectsModeAndK) {
   EXPECT_EQ(parse({{"mode", "auto"}, {"draft_k", 8}}).draft_k, 8);
 }
 
+// `serve` defaults to auto, whose drafting follows measured step times: a
+// seeded sampled request would then draw differently from run to run, so the
+// default leaves it without speculation; asking for it explicitly still works.
+TEST_F(ServerSpeculation, DefaultAutoSkipsSeededSampledRequests) {
+  const SpeculationSettings server_default{SpeculativeMode::kAuto, 4, false};
+  server::RequestParser parser(*tokenizer_, chat_template_, 256, server_default, false);
+  const auto mode = [&](json body) {
+    body["prompt"] = "hi";
+    return parser.parse(server::Endpoint::kCompletions, body).requests.at(0).speculation.mode;
+  };
+  EXPECT_EQ(mode({{"temperature", 0.8}, {"seed", 7}}), SpeculativeMode::kNone);
+  EXPECT_EQ(mode({{"temperature", 0.8}}), SpeculativeMode::kAuto);                 // no seed: nothing to repeat
+  EXPECT_EQ(mode({{"temperature", 0}, {"seed", 7}}), SpeculativeMode::kAuto);      // greedy: same text anyway
+  EXPECT_EQ(mode({{"temperature", 0.8}, {"seed", 7}, {"speculative", {{"mode", "auto"}}}}), SpeculativeMode::kAuto);
+  EXPECT_EQ(mode({{"temperature", 0.8}, {"seed", 7}, {"speculative", true}}), SpeculativeMode::kNgram);
+}
+
 TEST_F(ServerSpeculation, BadFieldsAre400sNamingTheField) {
   const std::vector<std::pair<json, std::string>> cases = {
       {"yes", "speculative"},
