@@ -95,6 +95,18 @@ TEST(ChooseDraftLength, ASmallExpectedGainIsNotWorthTheRisk) {
   EXPECT_NEAR(clear.gain, 1.125, 1e-9);
 }
 
+TEST(ChooseDraftLength, ADraftModelThatMustCatchUpFirstDraftsOnlyForAClearGain) {
+  const StepCost flat = cost_of({{1, 0.030}, {9, 0.032}});
+  // d = 5 ms per drafted token; at 70% acceptance four drafts pay without a catch-up ...
+  const DraftChoice synced = choose_draft_length(flat, 0.7, 1, 4, 0.005);
+  EXPECT_GT(synced.k, 0);
+  // ... and not after 60 ms of catching up (say 120 history tokens at 0.5 ms),
+  EXPECT_EQ(choose_draft_length(flat, 0.7, 1, 4, 0.005, kMinDraftGain, 0.060).k, 0);
+  // which near-certain drafts still outweigh.
+  EXPECT_GT(choose_draft_length(flat, 0.99, 1, 4, 0.005, kMinDraftGain, 0.010).k, 0);
+  EXPECT_LT(choose_draft_length(flat, 0.7, 1, 4, 0.005, kMinDraftGain, 0.010).gain, synced.gain);
+}
+
 TEST(ChooseDraftLength, DraftsLessAsTheBatchGrowsOrDraftsGetDearer) {
   // A CPU step: a fixed part (weights streamed) plus a per-token part.
   const StepCost cpu = cost_of({{1, 0.030}, {9, 0.046}});  // 2 ms per extra token

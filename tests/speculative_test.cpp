@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "engine/decoder.h"
+#include "engine/draft_model_batch.h"
 #include "engine/generate.h"
 #include "engine/ngram_draft.h"
 #include "engine/speculative.h"
@@ -462,4 +463,34 @@ TEST(SpecRealModel, SmolLM2WithSixLayerDraftMatchesGreedy) {
 
 TEST(SpecRealModel, Stories260KWithTwoLayerDraftMatchesGreedy) {
   expect_real_model_greedy_match(kvserve::test_util::model_dir() + "/stories260k.gguf", 2, 48, 4);
+}
+
+// What auto mode charges a draft model that fell behind: the history tokens
+// the draft has not seen, all of them before its first round, the ones since
+// its last round after it.
+TEST(DraftModelBatchCatchUp, CountsTheHistoryTheDraftHasNotSeen) {
+  test_util::TempFile file(".gguf");
+  test_util::write_synth_model(file.path(), "tiny-llama", DType::F32, 2);
+  auto draft = Model::load(file.path());
+  DraftModelBatch batch(*draft, 64, 4, false, 64);
+  std::vector<int32_t> history = {5, 9, 13, 17, 21, 25, 29, 33, 37, 41};
+  EXPECT_EQ(batch.catch_up_tokens(1, history), 10);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  Sampler sampler(greedy);
+  DraftProposal proposal;
+  ASSERT_TRUE(batch.reserve(1, history, 3));
+  const DraftModelRequest request{1, history, 3, &sampler, &proposal};
+  batch.run(std::span(&request, 1));
+  ASSERT_EQ(proposal.tokens.size(), 3u);
+  EXPECT_EQ(batch.last_catch_up_tokens(), 10);
+  // The target accepted the first draft (the draft fed it, so it holds its
+  // K/V) and added a token of its own: one to catch up on.
+  history.push_back(proposal.tokens[0]);
+  history.push_back(7);
+  EXPECT_EQ(batch.catch_up_tokens(1, history), 1);
+  history.insert(history.end(), {8, 9, 10, 11});  // four more decoded without the draft
+  EXPECT_EQ(batch.catch_up_tokens(1, history), 5);
+  batch.release(1);
+  EXPECT_EQ(batch.catch_up_tokens(1, history), static_cast<int64_t>(history.size()));
 }

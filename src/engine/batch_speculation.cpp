@@ -81,8 +81,11 @@ std::span<const int32_t> RequestSpeculation::propose_auto(SequenceId seq, std::s
   DraftChoice model;
   if (context_.draft != nullptr) {
     draft_rate_.set_prior(policy.draft_model_acceptance.rate());
+    // A draft that fell behind (auto chose prompt lookup or nothing for a while) first catches up.
+    const double catch_up =
+        static_cast<double>(context_.draft->catch_up_tokens(seq, history)) * policy.catch_up_seconds_per_token;
     model = choose_draft_length(policy.step_cost, draft_rate_.rate(), batch_tokens, cap, policy.draft_seconds_per_token,
-                                policy.min_draft_gain);
+                                policy.min_draft_gain, catch_up);
   }
   if (model.k > 0 && model.gain > lookup.gain) {
     // The engine times the draft passes (policy.observe_draft_seconds).

@@ -50,6 +50,13 @@ bool DraftModelBatch::reserve(SequenceId seq, std::span<const int32_t> history, 
   return true;
 }
 
+int64_t DraftModelBatch::catch_up_tokens(SequenceId seq, std::span<const int32_t> history) const {
+  if (history.empty()) return 0;
+  const auto it = cached_.find(seq);
+  const size_t keep = it == cached_.end() ? 0 : std::min(common_prefix(it->second, history), history.size() - 1);
+  return static_cast<int64_t>(history.size() - keep);
+}
+
 void DraftModelBatch::run(std::span<const DraftModelRequest> requests) {
   std::vector<Pending> pending;
   last_catch_up_tokens_ = 0;

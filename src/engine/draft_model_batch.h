@@ -61,6 +61,10 @@ class DraftModelBatch {
   // Tokens of history the last run() fed before drafting (what the draft had
   // not seen: a whole prompt on a sequence's first round, 1-2 tokens after).
   int64_t last_catch_up_tokens() const { return last_catch_up_tokens_; }
+  // Tokens of `history` the draft would feed before drafting after it: all
+  // of them for a sequence it has not seen (its prefix cache aside), the
+  // tokens since the draft's last round otherwise (auto mode's catch-up cost).
+  int64_t catch_up_tokens(SequenceId seq, std::span<const int32_t> history) const;
 
  private:
   // One sequence's progress through run().

@@ -604,8 +604,15 @@ class Engine::Impl {
     // and counting that once made d so large that the draft model was never
     // chosen again (and d never corrected): auto + draft lost to no
     // speculation on code where the draft model alone gained.
-    if (draft_batch_->last_catch_up_tokens() <= 2 * static_cast<int64_t>(drafting_.size()))
+    // Runs that caught up on more history give the catch-up's cost per token
+    // (what is left once the drafts' own passes, at d each, are taken out).
+    const int64_t catch_up = draft_batch_->last_catch_up_tokens();
+    if (catch_up <= 2 * static_cast<int64_t>(drafting_.size()))
       policy_.observe_draft_seconds(took.count() / static_cast<double>(drafted));
+    else if (policy_.draft_seconds_per_token > 0)
+      policy_.observe_catch_up_seconds(
+          std::max(0.0, took.count() - static_cast<double>(drafted) * policy_.draft_seconds_per_token) /
+          static_cast<double>(catch_up));
     std::lock_guard lock(mutex_);
     metrics_.spec_draft_passes = draft_batch_->passes();
   }

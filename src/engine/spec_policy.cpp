@@ -70,12 +70,13 @@ double expected_round_tokens(double acceptance, int64_t k) {
 }
 
 DraftChoice choose_draft_length(const StepCost& cost, double acceptance, int64_t batch_tokens, int64_t max_k,
-                                double draft_seconds_per_token, double min_gain) {
+                                double draft_seconds_per_token, double min_gain, double fixed_draft_seconds) {
   check(batch_tokens >= 1, "the batch holds this sequence's token");
   const auto others = static_cast<double>(batch_tokens - 1);
   const auto rate = [&](int64_t k) {
     return (others + expected_round_tokens(acceptance, k)) /
-           (cost.seconds(batch_tokens + k) + static_cast<double>(k) * draft_seconds_per_token);
+           (cost.seconds(batch_tokens + k) + static_cast<double>(k) * draft_seconds_per_token +
+            (k > 0 ? fixed_draft_seconds : 0.0));
   };
   const double base = rate(0);
   DraftChoice best;
@@ -98,11 +99,19 @@ std::string format_step_cost(const std::vector<std::pair<int64_t, double>>& poin
   return out;
 }
 
+namespace {
+// The first observation, then a moving average.
+double averaged(double current, double observed) {
+  return current == 0 ? observed : (1 - kNewest) * current + kNewest * observed;
+}
+}  // namespace
+
 void SpeculationPolicy::observe_draft_seconds(double seconds_per_token) {
-  if (!(seconds_per_token > 0)) return;
-  draft_seconds_per_token = draft_seconds_per_token == 0
-                                ? seconds_per_token
-                                : (1 - kNewest) * draft_seconds_per_token + kNewest * seconds_per_token;
+  if (seconds_per_token > 0) draft_seconds_per_token = averaged(draft_seconds_per_token, seconds_per_token);
+}
+
+void SpeculationPolicy::observe_catch_up_seconds(double seconds_per_token) {
+  if (seconds_per_token > 0) catch_up_seconds_per_token = averaged(catch_up_seconds_per_token, seconds_per_token);
 }
 
 }  // namespace kvserve

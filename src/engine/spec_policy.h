@@ -80,11 +80,13 @@ struct DraftChoice {
 // with 37% of the drafts accepted).
 constexpr double kMinDraftGain = 1.05;
 
-// The k in [0, max_k] maximizing (B - 1 + E(k)) / (t(B + k) + k * draft_seconds),
+// The k in [0, max_k] maximizing (B - 1 + E(k)) / (t(B + k) + k * draft_seconds + fixed),
 // B = batch_tokens >= 1, or 0 when the best k's gain is under min_gain.
-// Ties go to the smaller k.
+// fixed_draft_seconds: paid once by any k > 0 (a draft model catching up
+// with the history it has not seen). Ties go to the smaller k.
 DraftChoice choose_draft_length(const StepCost& cost, double acceptance, int64_t batch_tokens, int64_t max_k,
-                                double draft_seconds_per_token, double min_gain = kMinDraftGain);
+                                double draft_seconds_per_token, double min_gain = kMinDraftGain,
+                                double fixed_draft_seconds = 0);
 
 // "t(1) 30.1 ms, t(2) 31.0 ms, ..." for logs.
 std::string format_step_cost(const std::vector<std::pair<int64_t, double>>& points);
@@ -95,9 +97,14 @@ std::string format_step_cost(const std::vector<std::pair<int64_t, double>>& poin
 struct SpeculationPolicy {
   StepCost step_cost;
   double draft_seconds_per_token = 0;  // measured at the first draft-model proposal, then averaged
+  // The draft model's seconds per history token it catches up on (fed in
+  // chunks, so far cheaper per token than drafting), from runs that fed more
+  // history than drafts; 0 until one is seen.
+  double catch_up_seconds_per_token = 0;
   AcceptanceRate draft_model_acceptance{0.6, 4.0};
   double min_draft_gain = kMinDraftGain;
   void observe_draft_seconds(double seconds_per_token);
+  void observe_catch_up_seconds(double seconds_per_token);
 };
 
 }  // namespace kvserve
