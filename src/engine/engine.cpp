@@ -592,26 +592,29 @@ class Engine::Impl {
     const auto start = std::chrono::steady_clock::now();
     draft_batch_->run(draft_requests_);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    int64_t drafted = 0;
+    int64_t passes = 0;  // draft positions: one batched draft pass each, whatever the sequences
     for (auto [seq, b] : drafting_) {
       const std::vector<int32_t>& drafts = b->spec.pending_proposal().tokens;
       std::copy(drafts.begin(), drafts.end(), seq->tokens.end() - static_cast<std::ptrdiff_t>(drafts.size()));
       b->spec.drafts_computed();
-      drafted += static_cast<int64_t>(drafts.size());
+      passes = std::max(passes, static_cast<int64_t>(drafts.size()));
     }
-    // Auto's d, the draft's seconds per drafted token, from rounds without a
-    // long catch-up: a first round also prefills the prompt into the draft,
-    // and counting that once made d so large that the draft model was never
-    // chosen again (and d never corrected): auto + draft lost to no
-    // speculation on code where the draft model alone gained.
-    // Runs that caught up on more history give the catch-up's cost per token
-    // (what is left once the drafts' own passes, at d each, are taken out).
+    // Auto's d, the draft's seconds per draft position (a pass over every
+    // drafting sequence; charged in full to each sequence that considers
+    // drafting, as if it drafted alone: per drafted token, d looked 4x
+    // cheaper when four sequences had drafted together than a lone drafter
+    // then paid, and auto + draft lost 4% on code at four sequences). Only
+    // from rounds without a long catch-up: a first round also prefills the
+    // prompt into the draft, and counting that once made d so large that the
+    // draft model was never chosen again (and d never corrected). Runs that
+    // caught up on more history give the catch-up's cost per token (what is
+    // left once the drafts' own passes, at d each, are taken out).
     const int64_t catch_up = draft_batch_->last_catch_up_tokens();
     if (catch_up <= 2 * static_cast<int64_t>(drafting_.size()))
-      policy_.observe_draft_seconds(took.count() / static_cast<double>(drafted));
+      policy_.observe_draft_seconds(took.count() / static_cast<double>(passes));
     else if (policy_.draft_seconds_per_token > 0)
       policy_.observe_catch_up_seconds(
-          std::max(0.0, took.count() - static_cast<double>(drafted) * policy_.draft_seconds_per_token) /
+          std::max(0.0, took.count() - static_cast<double>(passes) * policy_.draft_seconds_per_token) /
           static_cast<double>(catch_up));
     std::lock_guard lock(mutex_);
     metrics_.spec_draft_passes = draft_batch_->passes();

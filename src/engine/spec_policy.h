@@ -96,7 +96,9 @@ std::string format_step_cost(const std::vector<std::pair<int64_t, double>>& poin
 // requests (the prior of each new request's own estimate).
 struct SpeculationPolicy {
   StepCost step_cost;
-  double draft_seconds_per_token = 0;  // measured at the first draft-model proposal, then averaged
+  // d: seconds of one draft pass (one draft position of every drafting sequence), measured at the first
+  // draft-model proposal, then averaged; a sequence drafting k tokens is charged k d.
+  double draft_seconds_per_token = 0;
   // The draft model's seconds per history token it catches up on (fed in
   // chunks, so far cheaper per token than drafting), from runs that fed more
   // history than drafts; 0 until one is seen.
