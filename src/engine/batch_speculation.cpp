@@ -84,7 +84,7 @@ std::span<const int32_t> RequestSpeculation::propose_auto(SequenceId seq, std::s
     // A draft that fell behind (auto chose prompt lookup or nothing for a while) first catches up.
     const double catch_up =
         static_cast<double>(context_.draft->catch_up_tokens(seq, history)) * policy.catch_up_seconds_per_token;
-    model = choose_draft_length(policy.step_cost, draft_rate_.rate(), batch_tokens, cap, policy.draft_seconds_per_token,
+    model = choose_draft_length(policy.step_cost, draft_rate_.rate(), batch_tokens, cap, policy.draft_seconds_per_pass,
                                 policy.min_draft_gain, catch_up);
   }
   if (model.k > 0 && model.gain > lookup.gain) {

@@ -612,9 +612,9 @@ class Engine::Impl {
     const int64_t catch_up = draft_batch_->last_catch_up_tokens();
     if (catch_up <= 2 * static_cast<int64_t>(drafting_.size()))
       policy_.observe_draft_seconds(took.count() / static_cast<double>(passes));
-    else if (policy_.draft_seconds_per_token > 0)
+    else if (policy_.draft_seconds_per_pass > 0)
       policy_.observe_catch_up_seconds(
-          std::max(0.0, took.count() - static_cast<double>(passes) * policy_.draft_seconds_per_token) /
+          std::max(0.0, took.count() - static_cast<double>(passes) * policy_.draft_seconds_per_pass) /
           static_cast<double>(catch_up));
     std::lock_guard lock(mutex_);
     metrics_.spec_draft_passes = draft_batch_->passes();

@@ -106,8 +106,8 @@ double averaged(double current, double observed) {
 }
 }  // namespace
 
-void SpeculationPolicy::observe_draft_seconds(double seconds_per_token) {
-  if (seconds_per_token > 0) draft_seconds_per_token = averaged(draft_seconds_per_token, seconds_per_token);
+void SpeculationPolicy::observe_draft_seconds(double seconds_per_pass) {
+  if (seconds_per_pass > 0) draft_seconds_per_pass = averaged(draft_seconds_per_pass, seconds_per_pass);
 }
 
 void SpeculationPolicy::observe_catch_up_seconds(double seconds_per_token) {

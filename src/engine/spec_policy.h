@@ -98,14 +98,14 @@ struct SpeculationPolicy {
   StepCost step_cost;
   // d: seconds of one draft pass (one draft position of every drafting sequence), measured at the first
   // draft-model proposal, then averaged; a sequence drafting k tokens is charged k d.
-  double draft_seconds_per_token = 0;
+  double draft_seconds_per_pass = 0;
   // The draft model's seconds per history token it catches up on (fed in
   // chunks, so far cheaper per token than drafting), from runs that fed more
   // history than drafts; 0 until one is seen.
   double catch_up_seconds_per_token = 0;
   AcceptanceRate draft_model_acceptance{0.6, 4.0};
   double min_draft_gain = kMinDraftGain;
-  void observe_draft_seconds(double seconds_per_token);
+  void observe_draft_seconds(double seconds_per_pass);
   void observe_catch_up_seconds(double seconds_per_token);
 };
 
