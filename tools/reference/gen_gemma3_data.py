@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gemma3_reference as g3  # noqa: E402
 import gen_reference_data as gen  # noqa: E402  (g9, sha256, versions)
+from llama_server import free_port, post  # noqa: E402
 import llama_reference as ref  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -99,18 +99,6 @@ TOKENIZER_TEXTS = [
 # ----------------------------------------------------------------------------
 # llama.cpp helpers
 # ----------------------------------------------------------------------------
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return json.load(r)
-
-
 def tokenize_cmd(bin_dir, model, flags=()):
     return [os.path.join(bin_dir, "llama-tokenize"), "-m", model, "--stdin", "--no-escape", "--ids",
             "--log-disable", *flags]

@@ -16,12 +16,12 @@ import argparse
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
+
+from llama_server import post, start
 
 # preset, type, seed, prompt length; the prompts reach past position 200 so
 # that the scaled RoPE frequencies of tiny-llama3 matter.
@@ -51,21 +51,9 @@ BANNED = range(128, 256)  # synth vocabularies: ids 0..255 are the bytes in orde
 TOP = 5
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def prompt_ids(length, vocab, seed):
     # A deterministic spread of ids below the control tokens (kept in sync with the C++ test).
     return [(i * 7919 + 13 * seed) % (vocab - 8) for i in range(length)]
-
-
-def post(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.load(r)
 
 
 def run_case(bin_dir, kvserve, preset, dtype, seed, length, workdir):
@@ -73,20 +61,9 @@ def run_case(bin_dir, kvserve, preset, dtype, seed, length, workdir):
     subprocess.run([kvserve, "synth", "--preset", preset, "--type", dtype, "--seed", str(seed), "-o", path],
                    check=True, capture_output=True)
     digest = hashlib.sha256(open(path, "rb").read()).hexdigest()
-    port = free_port()
-    server = subprocess.Popen([os.path.join(bin_dir, "llama-server"), "-m", path, "--port", str(port), "-t", "2",
-                               "-c", "512", "-np", "1", "--no-warmup",
-                               "-ctk", "f32", "-ctv", "f32", "-fa", os.environ.get("FA", "off")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, url = start(bin_dir, path, ["-t", "2", "-c", "512", "-np", "1", "--no-warmup",
+                                        "-ctk", "f32", "-ctv", "f32", "-fa", os.environ.get("FA", "off")])
     try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
         with urllib.request.urlopen(url + "/v1/models") as r:
             vocab = int(json.load(r)["data"][0]["meta"]["n_vocab"])
         ids = prompt_ids(length, vocab, seed)

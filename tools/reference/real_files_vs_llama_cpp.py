@@ -12,12 +12,10 @@ by default, so they may part at a step where the top two tokens are nearly tied:
 BIN_DIR is what ../shared/peers/llama-cpp.sh prints. Prints a markdown table. Standard library only.
 """
 import argparse
-import json
 import os
-import socket
 import subprocess
-import time
-import urllib.request
+
+from llama_server import post, start
 
 PROMPTS = [
     "def fibonacci(n):",
@@ -26,33 +24,10 @@ PROMPTS = [
 ]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        return json.load(r)
-
-
 def llama_cpp_steps(bin_dir, path, prompts, n_predict, threads):
     """[(piece, top-2 margin)] per generated token, for each prompt."""
-    port = free_port()
-    server = subprocess.Popen([os.path.join(bin_dir, "llama-server"), "-m", path, "--port", str(port),
-                               "-t", str(threads), "-c", "1024", "-np", "1", "-ctk", "f32", "-ctv", "f32"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    server, url = start(bin_dir, path, ["-t", str(threads), "-c", "1024", "-np", "1", "-ctk", "f32", "-ctv", "f32"])
     try:
-        for _ in range(1200):
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
         out = []
         for prompt in prompts:
             answer = post(url + "/completion", {"prompt": prompt, "n_predict": n_predict, "temperature": 0,
