@@ -283,13 +283,13 @@ GenerationRequest RequestParser::shared_settings(Endpoint endpoint, const json& 
   }
   // Bounded by max_tokens once that is known (fit_to_context): a too-long request is a max_tokens error.
   r.min_tokens = integer_in(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(), 0);
-  r.speculation = parse_speculation(body, speculation_, has_draft_model_);
   // A seeded sampled request expects the same text from the same seed, and auto's drafting follows measured
-  // step times, so its random draws would differ from run to run: the server's default auto leaves it alone
-  // (a request that names "speculative" itself still gets what it asks for).
-  if (r.speculation.mode == SpeculativeMode::kAuto && field(body, "speculative") == nullptr &&
-      field(body, "seed") != nullptr && s.temperature > 0)
-    r.speculation.mode = SpeculativeMode::kNone;
+  // step times, so its random draws would differ from run to run: the server's default auto does not apply to
+  // it (a request that names "speculative" itself still gets what it asks for).
+  SpeculationSettings default_speculation = speculation_;
+  if (default_speculation.mode == SpeculativeMode::kAuto && field(body, "seed") != nullptr && s.temperature > 0)
+    default_speculation.mode = SpeculativeMode::kNone;
+  r.speculation = parse_speculation(body, default_speculation, has_draft_model_);
   out.n = integer_in(body, "n", 1, kMaxChoices, 1);
   out.stream = boolean(body, "stream", false);
   if (const json* options = field(body, "stream_options")) {
