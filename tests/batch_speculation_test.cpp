@@ -294,17 +294,23 @@ TEST_F(EngineSpeculation, CancelMidSpeculationReturnsAllBlocks) {
   Engine engine(*model_, *tokenizer_, small_blocks());
   auto requests = workload(vocab(), 200);
   std::vector<std::promise<std::string>> done(requests.size());
-  std::atomic<int> events{0};
+  std::vector<RequestId> ids(requests.size(), 0);
+  std::atomic<bool> all_submitted{false};
   std::atomic<bool> cancelled{false};
-  for (size_t i = 0; i < requests.size(); ++i)
-    engine.submit(with_spec(requests[i], 4), [&, i](const GenerationEvent& ev) {
-      // At the first event that carries accepted drafts (several tokens), long before any request can reach
-      // max_tokens (cancelling at the 40th event let some finish first once the engine got faster).
-      if ((ev.tokens.size() > 1 || ++events == 40) && !cancelled.exchange(true))
-        for (RequestId id = 1; id <= requests.size(); ++id) engine.cancel(id);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto id = engine.submit(with_spec(requests[i], 4), [&, i](const GenerationEvent& ev) {
+      // At the first event carrying accepted drafts once every request is in (the engine may run the first
+      // requests' rounds while later ones are still being submitted: cancelling then missed those).
+      if (ev.tokens.size() > 1 && all_submitted && !cancelled.exchange(true))
+        for (RequestId each : ids) engine.cancel(each);
       if (ev.finished) done[i].set_value(ev.finish_reason);
     });
+    ASSERT_TRUE(id.has_value());
+    ids[i] = *id;
+  }
+  all_submitted = true;
   for (auto& d : done) EXPECT_EQ(d.get_future().get(), "cancelled");
+  EXPECT_TRUE(cancelled.load());
   EXPECT_GT(engine.metrics().spec_rounds, 0);
   expect_pool_idle(engine);
 }
