@@ -117,13 +117,20 @@ TEST_F(BatchingTest, CancelMidGenerationReturnsAllBlocks) {
   Engine engine(*model_, *tokenizer_, o);
   const auto requests = mixed_requests(4, vocab(), 200);
   std::vector<std::promise<std::string>> done(requests.size());
+  std::vector<RequestId> ids(requests.size(), 0);
+  std::atomic<bool> all_submitted{false};
   std::atomic<int> events{0};
-  for (size_t i = 0; i < requests.size(); ++i)
-    engine.submit(requests[i], [&, i](const GenerationEvent& ev) {
-      if (++events == 12)
-        for (RequestId id = 1; id <= requests.size(); ++id) engine.cancel(id);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    // Counting only once every request is in: the engine may run the first ones while the rest are submitted.
+    const auto id = engine.submit(requests[i], [&, i](const GenerationEvent& ev) {
+      if (all_submitted && ++events == 12)
+        for (RequestId each : ids) engine.cancel(each);
       if (ev.finished) done[i].set_value(ev.finish_reason);
     });
+    ASSERT_TRUE(id.has_value());
+    ids[i] = *id;
+  }
+  all_submitted = true;
   for (auto& d : done) EXPECT_EQ(d.get_future().get(), "cancelled");
   wait_idle(engine);
   const EngineMetrics m = engine.metrics();
