@@ -61,13 +61,19 @@ std::vector<Output> run_branches(Engine& engine, const std::vector<GenerationReq
     outs[i].resize(static_cast<size_t>(requests[i].n));
     unfinished[i] = requests[i].n;
     const auto id = engine.submit(requests[i], [&, i](const GenerationEvent& ev) {
-      std::lock_guard lock(mutex);
-      Output& o = outs[i][static_cast<size_t>(ev.index)];
-      o.tokens.insert(o.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-      o.logprobs.insert(o.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-      if (!ev.finished) return;
-      o.finish_reason = ev.finish_reason + (ev.error.empty() ? "" : ": " + ev.error);
-      if (--unfinished[i] == 0) done[i].set_value();
+      bool last = false;
+      {
+        std::lock_guard lock(mutex);
+        Output& o = outs[i][static_cast<size_t>(ev.index)];
+        o.tokens.insert(o.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+        o.logprobs.insert(o.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+        if (!ev.finished) return;
+        o.finish_reason = ev.finish_reason + (ev.error.empty() ? "" : ": " + ev.error);
+        last = --unfinished[i] == 0;
+      }
+      // Only after the unlock: the waiter returns at set_value and takes `mutex` (on its stack) with it
+      // (unlocking it after that aborted in glibc's priority-ceiling check, CI of 2026-12-04).
+      if (last) done[i].set_value();
     });
     EXPECT_TRUE(id.has_value());
   }
