@@ -28,6 +28,7 @@
 #include "engine/speculative.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvserve::cli {
@@ -43,6 +44,8 @@ struct RunOptions {
   std::string kv_type = "f32";
   bool ignore_eos = false;
   bool no_echo = false;
+  bool chat = false;  // --chat: each prompt as one user turn through the model's chat template
+  std::shared_ptr<const ChatTemplate> chat_template;  // set after the model loads when `chat`
   int64_t seed = -1;
   SamplingParams sampling;
   std::string prompts_file;  // -f: one prompt a line, run through the Engine
@@ -124,9 +127,23 @@ EngineOptions run_engine_options(const RunOptions& opt, const Model& model, int6
   return eo;
 }
 
+// The prompt's tokens: the text as given, or with --chat one user turn
+// through the model's chat template (what serve's /v1/chat/completions gives
+// an instruct model; given raw text, a small one often ignores the request).
+std::vector<int32_t> encode_prompt(const RunOptions& opt, const Tokenizer& tokenizer, const std::string& text) {
+  if (!opt.chat_template) return tokenizer.encode(text, tokenizer.add_bos());
+  ChatTemplateInputs in;
+  in.messages.push_back({{"role", "user"}, {"content", text}});
+  in.bos_token = tokenizer.bos_id() >= 0 ? tokenizer.piece(tokenizer.bos_id()) : "";
+  in.eos_token = tokenizer.eos_id() >= 0 ? tokenizer.piece(tokenizer.eos_id()) : "";
+  const std::string rendered = opt.chat_template->apply(in);
+  const bool has_bos = !in.bos_token.empty() && rendered.rfind(in.bos_token, 0) == 0;  // templates that write it
+  return tokenizer.encode(rendered, tokenizer.add_bos() && !has_bos);
+}
+
 GenerationRequest run_request(const RunOptions& opt, const Tokenizer& tokenizer, const std::string& prompt, uint64_t seed) {
   GenerationRequest r;
-  r.prompt = tokenizer.encode(prompt, tokenizer.add_bos());
+  r.prompt = encode_prompt(opt, tokenizer, prompt);
   r.sampling = opt.sampling;
   r.sampling.seed = seed;
   r.max_tokens = opt.n_predict;
@@ -238,7 +255,7 @@ GenerateResult generate_with_spec(const RunOptions& opt, const Model& target, De
   return r.generation;
 }
 
-void run_rank0(const RunOptions& opt, KVType kv_type, const PipelineSession& pipeline);
+void run_rank0(RunOptions opt, KVType kv_type, const PipelineSession& pipeline);
 
 void run(RunOptions opt) {
   set_threads(opt.threads);
@@ -258,10 +275,15 @@ void run(RunOptions opt) {
 }
 
 // The whole run, or rank 0's part of a pipelined one.
-void run_rank0(const RunOptions& opt, KVType kv_type, const PipelineSession& pipeline) {
+void run_rank0(RunOptions opt, KVType kv_type, const PipelineSession& pipeline) {
   auto t0 = std::chrono::steady_clock::now();
   auto model = Model::load(opt.model, pipeline.load_options());
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+  if (opt.chat) {
+    std::string note;
+    opt.chat_template = std::make_shared<const ChatTemplate>(ChatTemplate::for_model(model->file(), &note));
+    if (!note.empty()) std::fprintf(stderr, "chat template: %s\n", note.c_str());
+  }
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   if (pipeline.active() || !opt.prompts_file.empty()) {
@@ -269,7 +291,7 @@ void run_rank0(const RunOptions& opt, KVType kv_type, const PipelineSession& pip
     else run_file(opt, *model, tokenizer, pipeline);
     return pipeline.report(*model);
   }
-  const std::vector<int32_t> prompt = tokenizer.encode(opt.prompt, tokenizer.add_bos());
+  const std::vector<int32_t> prompt = encode_prompt(opt, tokenizer, opt.prompt);
   const int64_t context = std::min(opt.context, model->config().context_length);
   if (static_cast<int64_t>(prompt.size()) >= context)
     throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context size of " +
@@ -359,6 +381,9 @@ void register_run(CLI::App& app) {
   add_pipeline_flags(cmd, opt->pipeline);
   cmd->add_flag("--ignore-eos", opt->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--no-echo", opt->no_echo, "Do not print the prompt before the continuation");
+  cmd->add_flag("--chat", opt->chat,
+                "Send each prompt as one user message through the model's chat template (as serve's "
+                "/v1/chat/completions does) instead of as raw text");
   cmd->callback([opt] { run(*opt); });
 }
 

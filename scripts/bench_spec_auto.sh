@@ -7,7 +7,9 @@
 # concurrency without speculation, "same" compares the text with it.
 #   scripts/bench_spec_auto.sh [N_TOKENS] [K] [THREADS]
 # Environment: KVSERVE_MODEL (default SmolLM2), KVSERVE_DRAFT (a draft model:
-# adds "draft" and "auto+draft" rows to the default modes), KVSERVE_SPECS (default
+# adds "draft" and "auto+draft" rows to the default modes), KVSERVE_DRAFT_ARGS
+# (more draft flags, e.g. "--draft-vocab 16384"), KVSERVE_CHAT=1 (each prompt as a
+# user turn through the model's chat template, as serve's chat endpoint sends it), KVSERVE_SPECS (default
 # "none ngram auto"; given, it is the whole list, "draft" and "auto+draft" included),
 # KVSERVE_PARALLEL (default "1 4 16"), KVSERVE_WORKLOADS (default "copy story code"),
 # KVSERVE_PROMPTS (prompts per workload, default 16), KVSERVE_REPEATS (default 2:
@@ -21,6 +23,7 @@ cd "$(dirname "$0")/.."
 BIN=${KVSERVE_BIN:-./build/kvserve}
 MODEL=${KVSERVE_MODEL:-models/smollm2-135m-instruct-q4_1.gguf}
 DRAFT=${KVSERVE_DRAFT:-}
+read -r -a DRAFT_ARGS <<< "${KVSERVE_DRAFT_ARGS:-}"
 N=${1:-48}
 K=${2:-6}
 THREADS=${3:-2}
@@ -76,9 +79,10 @@ run_one() {  # workload parallel spec -> "tokens/s|verifications|accepted of pro
   local workload=$1 parallel=$2 spec=$3 out="$dir/$1-$2-$3" flags=()
   case "$spec" in
     none|ngram|auto) flags=(--spec "$spec") ;;
-    draft) flags=(--spec draft --draft "$DRAFT") ;;
-    auto+draft) flags=(--spec auto --draft "$DRAFT") ;;
+    draft) flags=(--spec draft --draft "$DRAFT" "${DRAFT_ARGS[@]}") ;;
+    auto+draft) flags=(--spec auto --draft "$DRAFT" "${DRAFT_ARGS[@]}") ;;
   esac
+  [ -z "${KVSERVE_CHAT:-}" ] || flags+=(--chat)
   "$BIN" run -m "$MODEL" -f "$dir/$workload.txt" --parallel "$parallel" "${flags[@]}" --draft-k "$K" \
     -n "$N" --temp 0 -t "$THREADS" --no-echo > "$out.txt" 2> "$out.err"
   local line specline
@@ -91,7 +95,7 @@ median() {  # the median of a space-separated list (the mean of the middle two f
   tr ' ' '\n' <<< "$1" | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.4f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
-echo "model: $MODEL${DRAFT:+ | draft: $DRAFT} | $N greedy tokens per request | k up to $K | threads $THREADS | $(date -u +%F)"
+echo "model: $MODEL${DRAFT:+ | draft: $DRAFT ${KVSERVE_DRAFT_ARGS:-}}${KVSERVE_CHAT:+ | chat template} | $N greedy tokens per request | k up to $K | threads $THREADS | $(date -u +%F)"
 echo
 echo "| workload | concurrent | spec | tokens/s | x none | x none, rounds | verifications | drafts accepted | same text |"
 echo "|---|---:|---|---:|---:|---|---:|---|---|"

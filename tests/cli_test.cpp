@@ -100,3 +100,30 @@ TEST(Cli, ActivationsFlagChoosesTheMatmulPrecision) {
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--activations: q4 not in {f32,q8}"), std::string::npos) << bad.output;
 }
+
+namespace {
+// "prompt: N tokens" (run -p) or -1.
+long prompt_tokens(const std::string& output) {
+  const size_t at = output.find("prompt: ");
+  return at == std::string::npos ? -1 : std::stol(output.substr(at + 8));
+}
+}  // namespace
+
+// --chat sends each prompt as one user turn through the model's chat template
+// (ChatML for a file without one, said on stderr), in run -p and run -f alike.
+TEST(Cli, RunChatSendsThePromptThroughTheChatTemplate) {
+  TempFile model(".gguf"), prompts(".txt");
+  ::kvserve::test_util::write_synth_model(model.path(), "tiny-llama");
+  const std::string text = "the cat\n";
+  prompts.write(std::vector<uint8_t>(text.begin(), text.end()));
+  const auto raw = run_kvserve("run -m " + model.path() + " -p cat -n 2 --temp 0");
+  const auto chat = run_kvserve("run -m " + model.path() + " -p cat -n 2 --temp 0 --chat");
+  ASSERT_EQ(raw.exit_code, 0) << raw.output;
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+  EXPECT_NE(chat.output.find("chat template: the model has no tokenizer.chat_template; using ChatML"), std::string::npos)
+      << chat.output;
+  EXPECT_GT(prompt_tokens(chat.output), prompt_tokens(raw.output) + 4) << raw.output << chat.output;
+  const auto file = run_kvserve("run -m " + model.path() + " -f " + prompts.path() + " -n 2 --temp 0 --chat");
+  ASSERT_EQ(file.exit_code, 0) << file.output;
+  EXPECT_NE(file.output.find("chat template:"), std::string::npos) << file.output;
+}
