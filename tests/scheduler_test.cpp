@@ -82,6 +82,42 @@ TEST(Scheduler, PrefixHitsSkipComputedBlocks) {
   EXPECT_EQ(out.prefix_hit_tokens, 16);
 }
 
+// Prompts that arrive together sharing a prefix: the later one waits a step
+// and takes the shared full blocks from the cache instead of computing them
+// alongside the first; one sharing less than a block, or with prefix caching
+// off, is admitted at once.
+TEST(Scheduler, APromptSharingAPrefixWithOneBeingPrefilledWaitsAStepForIt) {
+  KVCacheManager kv(64, 4, true);
+  Scheduler sched({4, 512}, kv);
+  sched.add(make_sequence(1, 18));
+  sched.add(make_sequence(2, 18));  // the same 18 tokens
+  SchedulerOutput out = sched.schedule();
+  ASSERT_EQ(out.chunks.size(), 1u);
+  EXPECT_EQ(sched.n_waiting(), 1);
+  EXPECT_EQ(kv.pool().used(), 5);  // sequence 2 holds no blocks while it waits
+  complete(sched, out);
+  out = sched.schedule();
+  ASSERT_EQ(out.chunks.size(), 2u);
+  EXPECT_EQ(out.chunks[1].start, 16);  // four blocks from the cache
+  EXPECT_EQ(out.prefix_hit_tokens, 16);
+
+  KVCacheManager other(64, 4, true);
+  Scheduler apart({4, 512}, other);
+  apart.add(make_sequence(1, 18));
+  auto three_tokens_shared = make_sequence(2, 18, 1);
+  three_tokens_shared->tokens[0] = 0;  // sequence 1's first three: 0, 13, 26
+  three_tokens_shared->tokens[1] = 13;
+  three_tokens_shared->tokens[2] = 26;
+  apart.add(std::move(three_tokens_shared));
+  EXPECT_EQ(apart.schedule().chunks.size(), 2u);
+
+  KVCacheManager uncached(64, 4, false);
+  Scheduler plain({4, 512}, uncached);
+  plain.add(make_sequence(1, 18));
+  plain.add(make_sequence(2, 18));
+  EXPECT_EQ(plain.schedule().chunks.size(), 2u);
+}
+
 TEST(Scheduler, PreemptsTheNewestWhenThePoolIsFullAndResumesIt) {
   KVCacheManager kv(4, 4, false);  // 16 token slots in all
   Scheduler sched({4, 512}, kv);

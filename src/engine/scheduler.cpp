@@ -69,10 +69,38 @@ bool Scheduler::try_speculate(Sequence& seq, int64_t reserved, const DraftSource
   return true;
 }
 
+namespace {
+// Leading tokens two sequences share.
+int64_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
+  const auto n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) i++;
+  return static_cast<int64_t>(i);
+}
+}  // namespace
+
+bool Scheduler::waits_for_shared_prefix(const Sequence& seq, int64_t hit, const SchedulerOutput& out) const {
+  if (!kv_.prefix_caching()) return false;
+  for (const ScheduledChunk& c : out.chunks) {
+    if (c.seq->num_generated() > 0) continue;
+    // A prompt prefilled this step: its full blocks up to the chunk's end are in the cache next step.
+    const int64_t shared = std::min(common_prefix(seq.tokens, c.seq->tokens), c.start + c.n);
+    if (shared / kv_.block_size() > hit / kv_.block_size()) return true;
+  }
+  return false;
+}
+
 void Scheduler::admit_waiting(int64_t& budget, SchedulerOutput& out) {
   while (!waiting_.empty() && n_running() < config_.max_running && budget > 0) {
     Sequence* seq = waiting_.front().get();
     const int64_t hit = kv_.match_prefix(seq->id, seq->tokens);
+    // Requests that arrive together with a shared prefix (a system prompt):
+    // the later ones wait a step and take it from the cache instead of
+    // computing it again side by side (SGLang defers them the same way).
+    if (waits_for_shared_prefix(*seq, hit, out)) {
+      kv_.free(seq->id);
+      return;
+    }
     seq->num_computed = hit;
     const int64_t n = std::min(seq->num_uncomputed(), budget);
     if (!kv_.allocate(seq->id, seq->num_computed, seq->num_computed + n, out.copies)) {
