@@ -48,6 +48,10 @@ void register_ladder(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--draft-k", o.draft_k, "rung 7: drafts per speculative round at most (auto speculation chooses k, 0 included)")->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "Threads for rungs 4-7 (0: all cores)")->capture_default_str();
+  cmd->add_option("--rounds", o.rounds,
+                  "Runs of each engine rung (5-7), in turn; the fastest is kept (a shared host moves one run +-10%)")
+      ->check(CLI::Range(1, 20))
+      ->capture_default_str();
   cmd->add_option("--temp-dir", o.temp_dir, "Where the f32 / q8_0 model copies go (default: the temp dir)");
   cmd->add_flag("--long-context", o.long_context,
                 "Only rungs 2 and 3 (materializing vs flash attention) with rung 4's weights, kernels and threads: "

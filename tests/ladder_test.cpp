@@ -73,6 +73,23 @@ TEST_F(LadderTest, CountersAreExactAndEveryRungAgrees) {
   EXPECT_EQ(ladder_json(r)["rungs"].size(), 7u);
 }
 
+// --rounds: the engine rungs run in turn that many times; each keeps its
+// fastest run, in rung order, with the same counts as a single run.
+TEST_F(LadderTest, RoundsKeepEachEngineRungsFastestRun) {
+  LadderOptions o = small();
+  o.rounds = 3;
+  const LadderResult r = run_ladder(o);
+  ASSERT_EQ(r.rungs.size(), 7u);
+  for (int i : {4, 5, 6}) {
+    const LadderRung& rung = r.rungs[static_cast<size_t>(i)];
+    EXPECT_EQ(rung.number, i + 1);
+    EXPECT_NE(rung.note.find("fastest of 3 runs"), std::string::npos) << rung.note;
+    EXPECT_EQ(rung.agreement, 1.0) << rung.number;
+  }
+  EXPECT_EQ(r.rungs[5].prefix_hit_tokens, (o.requests - 1) * 16);
+  EXPECT_EQ(r.rungs[3].note.find("fastest"), std::string::npos);  // rung 4 runs once
+}
+
 TEST_F(LadderTest, ASlowRungIsCutAndScaledByCountedRows) {
   LadderOptions o = small();
   o.rung_budget_s = 0;  // every sequential f32 rung stops as early as it can

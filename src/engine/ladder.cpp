@@ -404,7 +404,7 @@ LadderRung start_rung(int number, const std::string& name, const std::string& we
 }
 
 void finish_rung(const LadderOptions& o, LadderResult& result, LadderRung rung) {
-  rung.peak_rss_bytes = peak_rss_bytes();
+  if (rung.peak_rss_bytes == 0) rung.peak_rss_bytes = peak_rss_bytes();
   say(o, "rung " + std::to_string(rung.number) + " (" + rung.name + "): " + std::to_string(rung.tokens_per_s()) +
              " tokens/s" + (rung.scaled ? " (scaled)" : ""));
   result.rungs.push_back(std::move(rung));
@@ -433,6 +433,46 @@ void run_f32_rungs(const LadderOptions& o, LadderResult& result, const std::stri
   }
 }
 
+// Rungs 5-7, each run o.rounds times in turn and kept at its fastest run.
+// Rung 7 is the whole engine of rung 6 plus speculation that drafts only when
+// the measured step cost and each request's acceptance say it pays.
+void run_engine_rungs(const LadderOptions& o, LadderResult& result, const Model& model, const std::string& type,
+                      const Tokenizer& tokenizer, const Workload& w, int threads) {
+  struct EngineRung {
+    int number;
+    const char* name;
+    bool prefix_caching;
+    SpeculationSettings speculation;
+  };
+  const EngineRung rungs[] = {{5, "+ paged KV, continuous batching", false, {}},
+                              {6, "+ prefix caching", true, {}},
+                              {7, "+ speculative decoding (auto)", true, {SpeculativeMode::kAuto, o.draft_k, false}}};
+  const int rounds = std::max(o.rounds, 1);
+  std::vector<std::optional<LadderRung>> fastest(std::size(rungs));
+  std::vector<std::vector<double>> speeds(std::size(rungs));
+  for (int round = 0; round < rounds; ++round)
+    for (size_t j = 0; j < std::size(rungs); ++j) {
+      const size_t i = round % 2 == 0 ? j : std::size(rungs) - 1 - j;
+      LadderRung rung = start_rung(rungs[i].number, rungs[i].name, type, best_isa(), threads);
+      say(o, "rung " + std::to_string(rung.number) + ": " + rung.name +
+                 (rounds > 1 ? " (round " + std::to_string(round + 1) + " of " + std::to_string(rounds) + ")" : ""));
+      run_engine(rung, model, tokenizer, w, rungs[i].prefix_caching, rungs[i].speculation);
+      rung.peak_rss_bytes = peak_rss_bytes();
+      speeds[i].push_back(rung.tokens_per_s());
+      if (!fastest[i] || rung.seconds < fastest[i]->seconds) fastest[i] = std::move(rung);
+    }
+  for (size_t i = 0; i < std::size(rungs); ++i) {
+    LadderRung& rung = *fastest[i];
+    if (rounds > 1) {
+      const auto [lo, hi] = std::minmax_element(speeds[i].begin(), speeds[i].end());
+      char range[96];
+      std::snprintf(range, sizeof(range), "fastest of %d runs (%.0f-%.0f tokens/s)", rounds, *lo, *hi);
+      rung.note = rung.note.empty() ? range : std::string(range) + "; " + rung.note;
+    }
+    finish_rung(o, result, std::move(rung));
+  }
+}
+
 // Rungs 4-7: quantized weights, the best kernels, every thread.
 void run_quantized_rungs(const LadderOptions& o, LadderResult& result, const ModelPlan& plan,
                          const Tokenizer& tokenizer, const Workload& w) {
@@ -446,19 +486,7 @@ void run_quantized_rungs(const LadderOptions& o, LadderResult& result, const Mod
   run_sequential(quantized, unlimited, decoder_runner("cached", *model, tokenizer, w.gen_len), 0);
   quantized.kv_bytes = kv_bytes_per_token(*model) * (p + w.gen_len);
   finish_rung(o, result, std::move(quantized));
-  for (const bool prefix : {false, true}) {
-    LadderRung rung = start_rung(prefix ? 6 : 5, prefix ? "+ prefix caching" : "+ paged KV, continuous batching",
-                                 plan.quantized_type, best_isa(), threads);
-    say(o, "rung " + std::to_string(rung.number) + ": " + rung.name);
-    run_engine(rung, *model, tokenizer, w, prefix);
-    finish_rung(o, result, std::move(rung));
-  }
-  // The whole engine of rung 6 plus speculation that drafts only when the
-  // measured step cost and each request's acceptance say it pays.
-  LadderRung spec = start_rung(7, "+ speculative decoding (auto)", plan.quantized_type, best_isa(), threads);
-  say(o, "rung 7: " + spec.name);
-  run_engine(spec, *model, tokenizer, w, true, SpeculationSettings{SpeculativeMode::kAuto, o.draft_k, false});
-  finish_rung(o, result, std::move(spec));
+  run_engine_rungs(o, result, *model, plan.quantized_type, tokenizer, w, threads);
 }
 
 // --long-context: rung 2 (materializing attention) and rung 3 (flash

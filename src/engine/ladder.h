@@ -35,6 +35,9 @@ struct LadderOptions {
   double rung_budget_s = 90;      // a sequential rung stops after this and is scaled
   int64_t draft_k = 8;            // rung 7: drafts per speculative round at most (auto chooses fewer)
   int threads = 0;                // threads of rungs 4-7; 0: every core
+  // Runs of each engine rung (5-7), in turn, the order reversed every other
+  // round; the fastest is kept. One run moves +-10% on a shared host.
+  int rounds = 1;
   std::string temp_dir;           // for the f32 / q8_0 copies; "": the system temp dir
   // Instead of the seven rungs: rungs 2 and 3 (materializing vs flash
   // attention) again with rung 4's weights, kernels and threads, for a long
