@@ -208,10 +208,7 @@ class EngineCollector {
     return [this, i](const GenerationEvent& ev) {
       std::lock_guard lock(mutex_);
       engine_threads_ = omp_get_max_threads();  // callbacks run on the engine's thread
-      if (first_token_s_[i] < 0 && !ev.tokens.empty()) {
-        first_token_s_[i] = seconds_since(start_);
-        done_.notify_all();
-      }
+      if (first_token_s_[i] < 0 && !ev.tokens.empty()) first_token_s_[i] = seconds_since(start_);
       tokens_[i].insert(tokens_[i].end(), ev.tokens.begin(), ev.tokens.end());
       if (ev.finished) {
         if (ev.finish_reason != "length") error_ = "request " + std::to_string(i) + " finished with " + ev.finish_reason + " " + ev.error;
@@ -219,10 +216,6 @@ class EngineCollector {
         done_.notify_all();
       }
     };
-  }
-  void wait_first_token(size_t i) {
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return first_token_s_[i] >= 0 || finished_ > 0; });
   }
   // Waits up to `timeout`; true when every request has finished.
   bool wait_all(std::chrono::milliseconds timeout) {
@@ -270,12 +263,10 @@ void run_engine(LadderRung& rung, const Model& model, const Tokenizer& tokenizer
     r.speculation = speculation;
     if (!engine.submit(std::move(r), collector.callback(i))) throw Error("the engine refused a ladder request");
   };
-  // The engine publishes a prompt's blocks once they are computed, so requests
-  // admitted in the same step cannot share them: with prefix caching the
-  // others are held back (still timed from t = 0) until the first has prefilled.
-  submit(0);
-  if (prefix_caching) collector.wait_first_token(0);
-  for (size_t i = 1; i < w.prompts.size(); ++i) submit(i);
+  // All at once: with prefix caching the scheduler holds back the prompts
+  // that share the first one's prefix until its blocks are computed (a
+  // step), so they find them in the cache.
+  for (size_t i = 0; i < w.prompts.size(); ++i) submit(i);
   int64_t peak_blocks = 0;
   while (!collector.wait_all(std::chrono::milliseconds(2))) peak_blocks = std::max(peak_blocks, engine.metrics().kv_blocks_used);
   rung.seconds = seconds_since(start);
@@ -300,8 +291,8 @@ void run_engine(LadderRung& rung, const Model& model, const Tokenizer& tokenizer
   rung.threads = collector.engine_threads();
   if (prefix_caching)
     rung.note = std::to_string(m.prefix_hit_tokens) + " of " + std::to_string(m.prefix_query_tokens) +
-                " prompt tokens found in the prefix cache; the other requests were submitted once the first had "
-                "prefilled (its blocks are published then), their TTFT still counted from t = 0";
+                " prompt tokens found in the prefix cache (every request submitted at t = 0; the scheduler admits "
+                "those sharing the first one's prefix a step later, once its blocks are computed)";
   if (speculation.mode != SpeculativeMode::kNone)
     rung.note += "; speculation (" + std::string(speculative_mode_name(speculation.mode)) + ", k <= " +
                  std::to_string(speculation.draft_k) + "): " + std::to_string(m.spec_rounds) + " verifications, " +
