@@ -3,7 +3,9 @@
 // budget: first the running sequences, oldest first (a decode token each, or
 // the next prefill chunk; a decoding sequence may add speculative drafts after
 // its token, see DraftSource), then waiting sequences admitted into free capacity
-// (prefix cache looked up on admission, prompt prefilled in chunks). When the
+// (prefix cache looked up on admission, prompt prefilled in chunks; a prompt
+// sharing full blocks with one prefilled this step waits a step to take them
+// from the cache). When the
 // pool cannot grow a running sequence, the newest running sequence is
 // preempted: its blocks are freed and it goes back to the head of the queue,
 // to be recomputed later from its tokens. Never touches model code: it sees
