@@ -600,14 +600,19 @@ static void packed_rows(const PackedJob& job, int64_t g0, int64_t g1) {
 }
 
 #ifdef __AVX512BW__
-// The AVX-512 table: one token (decode) in 256-bit registers, more in 512-bit
-// ones (the same bits either way). Zen 4, Qwen2.5-Coder-1.5B Q4_K_M, 2 threads:
-// 512-bit took prefill from 91.5 to 106.3 tokens/s but decode from 26-34 to
-// 22-23 (one token's chains are latency-bound, and double-pumped 512-bit
-// operations lengthen them).
+// The AVX-512 table: up to four tokens (decode, small batches, speculative
+// verification) in 256-bit registers, more in 512-bit ones (the same bits
+// either way). Zen 4, Qwen2.5-Coder-1.5B Q4_K_M, 2 threads: 512-bit took
+// prefill from 91.5 to 106.3 tokens/s but decode from 26-34 to 22-23 (one
+// token's chains are latency-bound, and double-pumped 512-bit operations
+// lengthen them); a pass over 2 / 3 tokens went from 41 / 46 ms to 30-32 /
+// 37-38 ms in 256-bit registers, 4 tokens alike, 5 and more slower
+// (docs/kernels.md, "Small batches in 256-bit registers").
 template <DType T, int kMaxN>
 static void packed_rows_wide(const PackedJob& job, int64_t g0, int64_t g1) {
+  constexpr int64_t kYmmTokens = 4;
   if (job.n_tokens == 1) return packed_rows<T, Ymm, 1>(job, g0, g1);
+  if (job.n_tokens <= kYmmTokens) return packed_rows<T, Ymm, kYmmTokens>(job, g0, g1);
   packed_rows<T, Zmm, kMaxN>(job, g0, g1);
 }
 
