@@ -134,11 +134,8 @@ std::vector<int32_t> encode_prompt(const RunOptions& opt, const Tokenizer& token
   if (!opt.chat_template) return tokenizer.encode(text, tokenizer.add_bos());
   ChatTemplateInputs in;
   in.messages.push_back({{"role", "user"}, {"content", text}});
-  in.bos_token = tokenizer.bos_id() >= 0 ? tokenizer.piece(tokenizer.bos_id()) : "";
-  in.eos_token = tokenizer.eos_id() >= 0 ? tokenizer.piece(tokenizer.eos_id()) : "";
-  const std::string rendered = opt.chat_template->apply(in);
-  const bool has_bos = !in.bos_token.empty() && rendered.rfind(in.bos_token, 0) == 0;  // templates that write it
-  return tokenizer.encode(rendered, tokenizer.add_bos() && !has_bos);
+  set_special_tokens(in, tokenizer);
+  return encode_rendered_prompt(tokenizer, in, opt.chat_template->apply(in));
 }
 
 GenerationRequest run_request(const RunOptions& opt, const Tokenizer& tokenizer, const std::string& prompt, uint64_t seed) {

@@ -4,15 +4,9 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "engine/common_prefix.h"
 
 namespace kvserve {
-
-namespace {
-size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
-  const size_t n = std::min(a.size(), b.size());
-  return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first - a.begin());
-}
-}  // namespace
 
 DraftModelBatch::DraftModelBatch(const Model& draft, int64_t n_blocks, int64_t block_size, bool prefix_caching,
                                  int64_t max_pass_tokens)
@@ -25,6 +19,15 @@ DraftModelBatch::DraftModelBatch(const Model& draft, int64_t n_blocks, int64_t b
                KVType::F32),
       transformer_(draft, AttentionKernel::kFlash) {}
 
+namespace {
+// What the draft's cache of a sequence keeps of a new history: the common
+// prefix, but never the last token (the logits after it are needed, so it is
+// always fed).
+size_t kept_history(std::span<const int32_t> cached, std::span<const int32_t> history) {
+  return std::min(common_prefix(cached, history), history.size() - 1);
+}
+}  // namespace
+
 int64_t DraftModelBatch::bytes_per_block(const ModelConfig& draft, int64_t block_size) {
   return PagedKVStorage::bytes_per_block(draft.n_layers, block_size, draft.n_kv_heads, draft.head_dim, KVType::F32);
 }
@@ -33,8 +36,7 @@ bool DraftModelBatch::reserve(SequenceId seq, std::span<const int32_t> history, 
   const auto n_history = static_cast<int64_t>(history.size());
   if (k <= 0 || n_history == 0 || n_history + k - 1 > context_limit_) return false;
   std::vector<int32_t>& cached = cached_[seq];
-  // The logits after the whole history are needed, so its last token is always fed.
-  const size_t keep = std::min(common_prefix(cached, history), history.size() - 1);
+  const size_t keep = kept_history(cached, history);
   if (keep < cached.size()) {
     kv_.truncate(seq, static_cast<int64_t>(keep));
     cached.resize(keep);
@@ -53,7 +55,7 @@ bool DraftModelBatch::reserve(SequenceId seq, std::span<const int32_t> history, 
 int64_t DraftModelBatch::catch_up_tokens(SequenceId seq, std::span<const int32_t> history) const {
   if (history.empty()) return 0;
   const auto it = cached_.find(seq);
-  const size_t keep = it == cached_.end() ? 0 : std::min(common_prefix(it->second, history), history.size() - 1);
+  const size_t keep = it == cached_.end() ? 0 : kept_history(it->second, history);
   return static_cast<int64_t>(history.size() - keep);
 }
 

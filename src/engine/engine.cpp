@@ -241,10 +241,7 @@ class Engine::Impl {
   void admit(Pending p) {
     const RequestId id = p.id;
     const SpeculationContext speculation{draft_batch_.get(), &policy_};
-    if (p.request.speculation.mode == SpeculativeMode::kAuto && !policy_.step_cost.measured()) {
-      measure_step_cost();
-      measure_draft_cost();
-    }
+    if (p.request.speculation.mode == SpeculativeMode::kAuto && !policy_.step_cost.measured()) measure_speculation_costs();
     auto [it, inserted] = requests_.try_emplace(id, std::move(p.request), std::move(p.on_event), tokenizer_, speculation);
     check(inserted, "request ids are unique");
     RequestState& rs = it->second;
@@ -378,11 +375,16 @@ class Engine::Impl {
     if (options_.measure_step_cost && !policy_.step_cost.measured()) {
       const int caller_threads = omp_get_max_threads();
       if (options_.threads > 0) omp_set_num_threads(options_.threads);
-      measure_step_cost();
-      measure_draft_cost();
+      measure_speculation_costs();
       omp_set_num_threads(caller_threads);
     }
     return policy_.step_cost.points();
+  }
+
+  // Everything auto speculation weighs: t(n), and the draft model's costs when there is one.
+  void measure_speculation_costs() {
+    measure_step_cost();
+    measure_draft_cost();
   }
 
   // Auto speculation's draft-model costs before any request drafts: d, one

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/common_prefix.h"
 
 namespace kvserve {
 
@@ -69,22 +70,12 @@ bool Scheduler::try_speculate(Sequence& seq, int64_t reserved, const DraftSource
   return true;
 }
 
-namespace {
-// Leading tokens two sequences share.
-int64_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
-  const auto n = std::min(a.size(), b.size());
-  size_t i = 0;
-  while (i < n && a[i] == b[i]) i++;
-  return static_cast<int64_t>(i);
-}
-}  // namespace
-
 bool Scheduler::waits_for_shared_prefix(const Sequence& seq, int64_t hit, const SchedulerOutput& out) const {
   if (!kv_.prefix_caching()) return false;
   for (const ScheduledChunk& c : out.chunks) {
     if (c.seq->num_generated() > 0) continue;
     // A prompt prefilled this step: its full blocks up to the chunk's end are in the cache next step.
-    const int64_t shared = std::min(common_prefix(seq.tokens, c.seq->tokens), c.start + c.n);
+    const int64_t shared = std::min(static_cast<int64_t>(common_prefix(seq.tokens, c.seq->tokens)), c.start + c.n);
     if (shared / kv_.block_size() > hit / kv_.block_size()) return true;
   }
   return false;

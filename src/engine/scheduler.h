@@ -100,7 +100,7 @@ class Scheduler {
   bool try_speculate(Sequence& seq, int64_t reserved, const DraftSource& drafts, int64_t& budget, SchedulerOutput& out);
   void admit_waiting(int64_t& budget, SchedulerOutput& out);
   // Whether a waiting sequence would find more of its prompt's full blocks in
-  // the prefix cache next step, from a prompt this step prefills to its end.
+  // the prefix cache next step, from a prompt being prefilled this step.
   bool waits_for_shared_prefix(const Sequence& seq, int64_t hit, const SchedulerOutput& out) const;
   void preempt_newest(SchedulerOutput& out);
 

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "engine/common_prefix.h"
 
 namespace kvserve {
 namespace {
@@ -12,12 +13,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
-  const size_t n = std::min(a.size(), b.size());
-  size_t i = 0;
-  while (i < n && a[i] == b[i]) ++i;
-  return i;
-}
 
 // A draw from normalize(max(0, p - q)), where q is the draft row or, when
 // deterministic, one-hot on `rejected`. When p - q has no positive mass (p == q

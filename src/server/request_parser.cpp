@@ -249,17 +249,14 @@ std::vector<int32_t> RequestParser::chat_prompt(const json& messages, std::strin
     add_tool_fields(m, param, message);
     in.messages.push_back(std::move(message));
   }
-  in.bos_token = tokenizer_.bos_id() >= 0 ? tokenizer_.piece(tokenizer_.bos_id()) : "";
-  in.eos_token = tokenizer_.eos_id() >= 0 ? tokenizer_.piece(tokenizer_.eos_id()) : "";
+  set_special_tokens(in, tokenizer_);
   const ToolRequest* offered = tools && tools->calls_allowed() ? tools : nullptr;
   const bool knows_tools = template_knows_tools(chat_template_.source());
   if (knows_tools && offered) in.tools = offered->as_given;
   if (!knows_tools) in.messages = messages_for_toolless_template(std::move(in.messages), offered);
   const std::string prompt = apply_chat_template(chat_template_, in, knows_tools);
-  // Templates that write bos_token themselves already hold the BOS.
-  const bool has_bos = !in.bos_token.empty() && prompt.rfind(in.bos_token, 0) == 0;
   if (text) *text = prompt;
-  return tokenizer_.encode(prompt, tokenizer_.add_bos() && !has_bos);
+  return encode_rendered_prompt(tokenizer_, in, prompt);
 }
 
 GenerationRequest RequestParser::shared_settings(Endpoint endpoint, const json& body, ParsedRequest& out) const {

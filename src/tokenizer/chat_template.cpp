@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "model/gguf.h"
 #include "tokenizer/chat_template_ast.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvserve {
 
@@ -683,5 +684,16 @@ std::string ChatTemplate::apply(const ChatTemplateInputs& inputs) const {
 }
 
 const std::string& ChatTemplate::source() const { return program_->source; }
+
+void set_special_tokens(ChatTemplateInputs& inputs, const Tokenizer& tokenizer) {
+  inputs.bos_token = tokenizer.bos_id() >= 0 ? tokenizer.piece(tokenizer.bos_id()) : "";
+  inputs.eos_token = tokenizer.eos_id() >= 0 ? tokenizer.piece(tokenizer.eos_id()) : "";
+}
+
+std::vector<int32_t> encode_rendered_prompt(const Tokenizer& tokenizer, const ChatTemplateInputs& inputs,
+                                            const std::string& rendered) {
+  const bool has_bos = !inputs.bos_token.empty() && rendered.rfind(inputs.bos_token, 0) == 0;
+  return tokenizer.encode(rendered, tokenizer.add_bos() && !has_bos);
+}
 
 }  // namespace kvserve

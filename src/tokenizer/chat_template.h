@@ -12,15 +12,18 @@
 // upper, lower, tojson, default, join, ...), string and dict methods, and
 // raise_exception(). Whitespace follows Hugging Face's settings
 // (trim_blocks and lstrip_blocks) plus the {%- -%} markers.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace kvserve {
 
 class GGUFFile;
+class Tokenizer;
 
 struct ChatTemplateInputs {
   nlohmann::json messages = nlohmann::json::array();  // [{"role": ..., "content": ...}, ...]
@@ -56,5 +59,14 @@ class ChatTemplate {
   explicit ChatTemplate(std::shared_ptr<const Program> program) : program_(std::move(program)) {}
   std::shared_ptr<const Program> program_;  // immutable, so copies share it and apply() is thread-safe
 };
+
+// The tokenizer's BOS and EOS pieces as the template's bos_token and
+// eos_token ("" for a token it does not have).
+void set_special_tokens(ChatTemplateInputs& inputs, const Tokenizer& tokenizer);
+
+// A rendered prompt's tokens: with the tokenizer's BOS unless the template
+// wrote bos_token at its start itself.
+std::vector<int32_t> encode_rendered_prompt(const Tokenizer& tokenizer, const ChatTemplateInputs& inputs,
+                                            const std::string& rendered);
 
 }  // namespace kvserve
