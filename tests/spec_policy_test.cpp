@@ -122,3 +122,28 @@ TEST(ChooseDraftLength, DraftsLessAsTheBatchGrowsOrDraftsGetDearer) {
   EXPECT_GT(choose_draft_length(cpu, 0.8, 1, 8, 0.002).k, 0);
   EXPECT_LE(choose_draft_length(cpu, 0.8, 1, 2, 0).k, 2);  // max_k caps it
 }
+
+TEST(ChooseDraftLength, ACatchUpIsSpreadOverTheRoundsTheDraftModelIsExpectedToDraft) {
+  // 100 ms of catching up; at 80% acceptance and k = 4 a round yields 3.36 tokens.
+  EXPECT_NEAR(amortized_catch_up_seconds(0.100, 0.8, 4, 200), 0.100 / kCatchUpRounds, 1e-12);  // capped
+  EXPECT_NEAR(amortized_catch_up_seconds(0.100, 0.8, 4, 5), 0.100 / (5 / expected_round_tokens(0.8, 4)), 1e-12);
+  EXPECT_NEAR(amortized_catch_up_seconds(0.100, 0.8, 4, 2), 0.100, 1e-12);  // under one round: all of it
+  EXPECT_NEAR(amortized_catch_up_seconds(0.100, 0.8, 0, 0), 0.100, 1e-12);
+  EXPECT_EQ(amortized_catch_up_seconds(0, 0.8, 4, 200), 0);
+}
+
+TEST(SpeculationPolicy, TriesTheDraftModelBeforeJudgingItOnWhatItLearned) {
+  SpeculationPolicy policy;
+  EXPECT_EQ(policy.draft_model_prior(), SpeculationPolicy::kProbeDraftAcceptance);
+  // A verification as dear as the Qwen2.5-Coder-1.5B's at 8-bit activations, a draft pass a quarter of t(1):
+  // the untried prior (0.6) promises nothing, the probe's acceptance does.
+  const StepCost dear = cost_of({{1, 0.0226}, {2, 0.0296}, {3, 0.0386}, {5, 0.0615}});
+  EXPECT_EQ(choose_draft_length(dear, 0.6, 1, 3, 0.0063).k, 0);
+  EXPECT_GT(choose_draft_length(dear, policy.draft_model_prior(), 1, 3, 0.0063).k, 0);
+  for (int64_t i = 0; i + 1 < SpeculationPolicy::kDraftProbeRounds; ++i) policy.draft_model_acceptance.observe(4, 0);
+  EXPECT_EQ(policy.draft_model_prior(), SpeculationPolicy::kProbeDraftAcceptance);
+  policy.draft_model_acceptance.observe(4, 0);
+  // Probed: the rate it showed (every round rejected its first draft), not the probe's.
+  EXPECT_LT(policy.draft_model_prior(), 0.3);
+  EXPECT_EQ(policy.draft_model_prior(), policy.draft_model_acceptance.rate());
+}

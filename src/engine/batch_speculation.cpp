@@ -50,12 +50,14 @@ void RequestSpeculation::propose_from(Source source, SequenceId seq, std::span<c
 }
 
 std::span<const int32_t> RequestSpeculation::propose(SequenceId seq, std::span<const int32_t> history,
-                                                     int64_t max_drafts, int64_t batch_tokens, Sampler& sampler) {
+                                                     int64_t max_drafts, int64_t batch_tokens,
+                                                     int64_t remaining_tokens, Sampler& sampler) {
   proposal_.tokens.clear();
   proposal_.probs.clear();
   drafts_pending_ = false;  // a proposal the scheduler did not place is dropped
   if (!enabled() || max_drafts <= 0) return {};
-  if (settings_.mode == SpeculativeMode::kAuto) return propose_auto(seq, history, max_drafts, batch_tokens, sampler);
+  if (settings_.mode == SpeculativeMode::kAuto)
+    return propose_auto(seq, history, max_drafts, batch_tokens, remaining_tokens, sampler);
   const Source source = settings_.mode == SpeculativeMode::kDraftModel ? Source::kModel : Source::kNgram;
   propose_from(source, seq, history, std::min(k_, max_drafts), sampler);
   return proposal_.tokens;
@@ -63,7 +65,7 @@ std::span<const int32_t> RequestSpeculation::propose(SequenceId seq, std::span<c
 
 std::span<const int32_t> RequestSpeculation::propose_auto(SequenceId seq, std::span<const int32_t> history,
                                                           int64_t max_drafts, int64_t batch_tokens,
-                                                          Sampler& sampler) {
+                                                          int64_t remaining_tokens, Sampler& sampler) {
   check(context_.policy != nullptr && context_.policy->step_cost.measured(),
         "auto speculation runs with the engine's measured step cost");
   SpeculationPolicy& policy = *context_.policy;
@@ -80,11 +82,13 @@ std::span<const int32_t> RequestSpeculation::propose_auto(SequenceId seq, std::s
   }
   DraftChoice model;
   if (context_.draft != nullptr) {
-    draft_rate_.set_prior(policy.draft_model_acceptance.rate());
+    draft_rate_.set_prior(policy.draft_model_prior());
+    const double acceptance = draft_rate_.rate();
     // A draft that fell behind (auto chose prompt lookup or nothing for a while) first catches up.
-    const double catch_up =
-        static_cast<double>(context_.draft->catch_up_tokens(seq, history)) * policy.catch_up_seconds_per_token;
-    model = choose_draft_length(policy.step_cost, draft_rate_.rate(), batch_tokens, cap, policy.draft_seconds_per_pass,
+    const double catch_up = amortized_catch_up_seconds(
+        static_cast<double>(context_.draft->catch_up_tokens(seq, history)) * policy.catch_up_seconds_per_token,
+        acceptance, cap, remaining_tokens);
+    model = choose_draft_length(policy.step_cost, acceptance, batch_tokens, cap, policy.draft_seconds_per_pass,
                                 policy.min_draft_gain, catch_up);
   }
   if (model.k > 0 && model.gain > lookup.gain) {

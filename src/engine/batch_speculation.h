@@ -65,10 +65,11 @@ class RequestSpeculation {
   // At most min(k, max_drafts) drafts to follow `history` (prompt + generated)
   // of sequence `seq`, kept until verify(); none when speculation is off or
   // nothing matches. From the draft model: placeholders until the engine runs
-  // the draft passes (drafts_pending()). `batch_tokens`: the step's tokens
-  // without these drafts (this sequence's included), for auto mode.
+  // the draft passes (drafts_pending()). For auto mode: `batch_tokens`, the
+  // step's tokens without these drafts (this sequence's included), and
+  // `remaining_tokens`, what the request may still generate.
   std::span<const int32_t> propose(SequenceId seq, std::span<const int32_t> history, int64_t max_drafts,
-                                   int64_t batch_tokens, Sampler& sampler);
+                                   int64_t batch_tokens, int64_t remaining_tokens, Sampler& sampler);
   // Keeps only the first n drafts of the last proposal, for a deterministic
   // drafter only (cutting a sampled proposal would bias the output).
   void keep_first(int64_t n);
@@ -92,7 +93,7 @@ class RequestSpeculation {
   enum class Source { kNgram, kModel };
   void propose_from(Source source, SequenceId seq, std::span<const int32_t> history, int64_t k, Sampler& sampler);
   std::span<const int32_t> propose_auto(SequenceId seq, std::span<const int32_t> history, int64_t max_drafts,
-                                        int64_t batch_tokens, Sampler& sampler);
+                                        int64_t batch_tokens, int64_t remaining_tokens, Sampler& sampler);
   // Compares the last shadow proposal with what followed it in `history`.
   void settle_shadow(std::span<const int32_t> history);
   // Prompt lookup's acceptance for a match of n tokens (1..3).
@@ -110,7 +111,7 @@ class RequestSpeculation {
   // One estimate per match length n = 1, 2, 3: a one-token match is a guess, a
   // three-token one usually a copy.
   std::vector<AcceptanceRate> ngram_rates_{AcceptanceRate(0.3, 2.0), AcceptanceRate(0.5, 2.0), AcceptanceRate(0.6, 2.0)};
-  AcceptanceRate draft_rate_{0.6, 4.0};  // its prior follows the engine-wide draft-model acceptance
+  AcceptanceRate draft_rate_{0.6, 4.0};  // its prior: SpeculationPolicy::draft_model_prior()
   DraftProposal shadow_;                 // an unused prompt-lookup proposal, checked against what came next
   size_t shadow_at_ = 0;                 // the history length it followed
   int64_t shadow_match_ = 0;             // its match length n

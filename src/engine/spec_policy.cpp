@@ -88,6 +88,12 @@ DraftChoice choose_draft_length(const StepCost& cost, double acceptance, int64_t
   return best;
 }
 
+double amortized_catch_up_seconds(double catch_up_seconds, double acceptance, int64_t k, int64_t remaining_tokens) {
+  const double rounds = static_cast<double>(std::max<int64_t>(remaining_tokens, 1)) /
+                        expected_round_tokens(acceptance, std::max<int64_t>(k, 1));
+  return catch_up_seconds / std::clamp(rounds, 1.0, static_cast<double>(kCatchUpRounds));
+}
+
 std::string format_step_cost(const std::vector<std::pair<int64_t, double>>& points) {
   std::string out;
   char buffer[64];
@@ -108,6 +114,11 @@ double averaged(double current, double observed) {
 
 void SpeculationPolicy::observe_draft_seconds(double seconds_per_pass) {
   if (seconds_per_pass > 0) draft_seconds_per_pass = averaged(draft_seconds_per_pass, seconds_per_pass);
+}
+
+double SpeculationPolicy::draft_model_prior() const {
+  const double learned = draft_model_acceptance.rate();
+  return draft_model_acceptance.rounds() < kDraftProbeRounds ? std::max(learned, kProbeDraftAcceptance) : learned;
 }
 
 void SpeculationPolicy::observe_catch_up_seconds(double seconds_per_token) {
