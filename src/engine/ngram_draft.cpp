@@ -31,9 +31,15 @@ void NgramDrafter::propose(std::span<const int32_t> history, int64_t k, Sampler&
   for (int64_t n = max_ngram_; n >= 1; --n) {
     const int64_t from = find_ngram_continuation(history, n);
     if (from < 0) continue;
-    const int64_t count = std::min<int64_t>(k, static_cast<int64_t>(history.size()) - from);
-    const auto begin = history.begin() + static_cast<std::ptrdiff_t>(from);
-    out.tokens.assign(begin, begin + static_cast<std::ptrdiff_t>(count));
+    // Copy as LZ77 does: a continuation that runs into the end of history
+    // goes on with the tokens it has just proposed, i.e. the text since the
+    // match repeats (a period of p = size - from tokens, already seen once).
+    // Small models' greedy loops ("figs, figs, figs, ...") and runs of
+    // indentation or zeros then draft k tokens instead of p.
+    const auto size = static_cast<int64_t>(history.size());
+    for (int64_t i = 0; i < k; ++i)
+      out.tokens.push_back(from + i < size ? history[static_cast<size_t>(from + i)]
+                                           : out.tokens[static_cast<size_t>(from + i - size)]);
     last_match_ = n;
     return;
   }

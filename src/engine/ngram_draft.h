@@ -2,7 +2,8 @@
 // Prompt-lookup drafting (no draft model): if the last n tokens already
 // occurred earlier in prompt + generated text, propose what followed their
 // latest occurrence. Tries n = max_ngram down to 1. Pays off when the output
-// repeats its input (code edits, quoting, summaries, structured text); costs
+// repeats its input (code edits, quoting, summaries, structured text) or
+// itself (a continuation that reaches the end of history repeats); costs
 // nothing but a scan when it does not. Deterministic, so its q is one-hot.
 #include <cstdint>
 #include <span>
