@@ -42,6 +42,24 @@ TEST(StepCost, FollowsAHostThatSlowsDownAndShrugsOffOneStall) {
   EXPECT_LT(c.seconds(5), 0.06 * 1.4);
 }
 
+TEST(StepCost, LearnsTheShapeTheStartUpMeasurementMissed) {
+  // Start-up: t(2) / t(1) = 1.12; the engine's real steps: 1.21 (SmolLM2, code at one sequence).
+  StepCost c = cost_of({{1, 0.0100}, {2, 0.0112}, {3, 0.0124}});
+  for (int i = 0; i < 300; ++i) {
+    c.observe(1, 0.0100);
+    c.observe(2, 0.0121);
+  }
+  EXPECT_NEAR(c.seconds(1), 0.0100, 2e-4);
+  EXPECT_NEAR(c.seconds(2) / c.seconds(1), 1.21, 0.02);
+  // A host that slows down everywhere moves every size at once, the shape learned stays.
+  for (int i = 0; i < 100; ++i) {
+    c.observe(1, 0.0200);
+    c.observe(2, 0.0242);
+  }
+  EXPECT_NEAR(c.seconds(1), 0.0200, 4e-4);
+  EXPECT_NEAR(c.seconds(2) / c.seconds(1), 1.21, 0.02);
+}
+
 TEST(StepCost, RefusesPointsItCannotUse) {
   StepCost c;
   EXPECT_THROW(c.set_points({{0, 0.01}}), Error);

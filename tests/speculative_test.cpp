@@ -349,13 +349,14 @@ TEST(SpecNgram, ProposesTheContinuationOfTheLatestLongestMatch) {
   EXPECT_TRUE(out.deterministic());
   EXPECT_EQ(ngram.last_match(), 2);  // "2 3": auto speculation's estimate for 2-token matches
   ngram.propose(history, 10, sampler, out);
-  // What follows the match, 7 8 5 2 3, runs into the end: the text since the match repeats.
-  EXPECT_EQ(out.tokens, (std::vector<int32_t>{7, 8, 5, 2, 3, 7, 8, 5, 2, 3}));
-  // A greedy loop of period 2 drafts k tokens, not 2.
+  EXPECT_EQ(out.tokens.size(), 5u);  // only what follows the match: 7 8 5 2 3
+  // A match overlapping the pattern (a loop of period 2 seen over 3 + 2 tokens) repeats: k tokens, not 2.
   ngram.propose(std::vector<int32_t>{4, 9, 6, 9, 6, 9, 6}, 5, sampler, out);
   EXPECT_EQ(out.tokens, (std::vector<int32_t>{9, 6, 9, 6, 9}));
   EXPECT_EQ(ngram.last_match(), 3);
-  ngram.propose(std::vector<int32_t>{1, 1}, 4, sampler, out);
+  ngram.propose(std::vector<int32_t>{1, 1}, 4, sampler, out);  // n = 1 matches "1" just before: no overlap
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{1}));
+  ngram.propose(std::vector<int32_t>{1, 1, 1}, 4, sampler, out);  // "1 1" at 0..1 overlaps it
   EXPECT_EQ(out.tokens, (std::vector<int32_t>{1, 1, 1, 1}));
   ngram.propose(std::vector<int32_t>{4, 5, 6}, 3, sampler, out);
   EXPECT_TRUE(out.tokens.empty());

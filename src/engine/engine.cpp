@@ -347,8 +347,6 @@ class Engine::Impl {
     logits_.resize(static_cast<size_t>(n_rows) * vocab);
     const auto start = std::chrono::steady_clock::now();
     runner_->forward_batch(chunks, logits_.data());
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    policy_.step_cost.observe(out.num_tokens(), took.count());
     scheduler_.finish_step(out);
     count_step(out);
     size_t row = 0;
@@ -360,6 +358,9 @@ class Engine::Impl {
       else on_logits(*c.seq, span);
       row += rows;
     }
+    // The pass with its sampling and verification: what a step of n tokens costs.
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    policy_.step_cost.observe(out.num_tokens(), took.count());
   }
 
   static SpeculationPolicy initial_policy(const EngineOptions& options) {
@@ -371,7 +372,7 @@ class Engine::Impl {
   // Auto speculation's step cost from the options, or measured now when asked
   // (with the engine thread's OpenMP team size, restored after); returns its points.
   std::vector<std::pair<int64_t, double>> prepare_step_cost() {
-    policy_.step_cost.set_points(options_.step_cost);
+    policy_.step_cost.set_points(options_.step_cost, /*learn_shape=*/false);
     if (options_.measure_step_cost && !policy_.step_cost.measured()) {
       const int caller_threads = omp_get_max_threads();
       if (options_.threads > 0) omp_set_num_threads(options_.threads);

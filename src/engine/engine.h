@@ -110,6 +110,7 @@ struct EngineOptions {
   // Auto speculation's step cost t(n), as (batch tokens, seconds) points. Empty:
   // measured by the engine (a few forward passes over a scratch sequence) at
   // start when measure_step_cost is set, else before the first auto request.
+  // Given points keep their shape (measured ones learn it from the steps run).
   std::vector<std::pair<int64_t, double>> step_cost;
   bool measure_step_cost = false;
   // Auto speculation drafts only for an expected gain of at least this

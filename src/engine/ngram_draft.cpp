@@ -31,13 +31,16 @@ void NgramDrafter::propose(std::span<const int32_t> history, int64_t k, Sampler&
   for (int64_t n = max_ngram_; n >= 1; --n) {
     const int64_t from = find_ngram_continuation(history, n);
     if (from < 0) continue;
-    // Copy as LZ77 does: a continuation that runs into the end of history
-    // goes on with the tokens it has just proposed, i.e. the text since the
-    // match repeats (a period of p = size - from tokens, already seen once).
-    // Small models' greedy loops ("figs, figs, figs, ...") and runs of
-    // indentation or zeros then draft k tokens instead of p.
+    // A match that overlaps the pattern itself (p = size - from < n) shows
+    // text repeating with period p over its last n + p tokens: small models'
+    // greedy loops ("figs, figs, figs, ..."), runs of indentation or zeros.
+    // Then the copy goes on as LZ77's does, with the tokens it has just
+    // proposed, and drafts k tokens instead of p. Any other continuation ends
+    // with history (extended, a one-token match's guess drafted 8 tokens
+    // where 2 were due, and fixed prompt lookup accepted 5% of them).
     const auto size = static_cast<int64_t>(history.size());
-    for (int64_t i = 0; i < k; ++i)
+    const int64_t count = size - from < n ? k : std::min(k, size - from);
+    for (int64_t i = 0; i < count; ++i)
       out.tokens.push_back(from + i < size ? history[static_cast<size_t>(from + i)]
                                            : out.tokens[static_cast<size_t>(from + i - size)]);
     last_match_ = n;

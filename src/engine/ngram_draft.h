@@ -3,7 +3,7 @@
 // occurred earlier in prompt + generated text, propose what followed their
 // latest occurrence. Tries n = max_ngram down to 1. Pays off when the output
 // repeats its input (code edits, quoting, summaries, structured text) or
-// itself (a continuation that reaches the end of history repeats); costs
+// loops (a match overlapping the last n tokens repeats its period); costs
 // nothing but a scan when it does not. Deterministic, so its q is one-hot.
 #include <cstdint>
 #include <span>
