@@ -58,6 +58,10 @@ TEST(StepCost, LearnsTheShapeTheStartUpMeasurementMissed) {
   }
   EXPECT_NEAR(c.seconds(1), 0.0200, 4e-4);
   EXPECT_NEAR(c.seconds(2) / c.seconds(1), 1.21, 0.02);
+  // Long prefills past the last point leave the shape alone.
+  const double two_over_one = c.seconds(2) / c.seconds(1);
+  for (int i = 0; i < 100; ++i) c.observe(512, 0.5);
+  EXPECT_NEAR(c.seconds(2) / c.seconds(1), two_over_one, 1e-9);
 }
 
 TEST(StepCost, RefusesPointsItCannotUse) {

@@ -63,7 +63,8 @@ void StepCost::observe(int64_t n, double seconds) {
   const double before = correction_;
   correction_ = std::clamp(correction_ * (1 + kNewest * (ratio - 1)), 0.25, 4.0);
   const double host = correction_ / before;
-  if (!learn_shape_) return;
+  // Past the last point (a long prefill) the extension, not a point, is off: only the host's factor learns.
+  if (!learn_shape_ || n > points_.back().first) return;
   // What the host's correction leaves goes, more slowly, to the points around n.
   const double residual = ratio / host - 1;
   const Segment s = segment(n);
