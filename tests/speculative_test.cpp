@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "engine/decoder.h"
 #include "engine/draft_model_batch.h"
 #include "engine/generate.h"
@@ -501,4 +502,51 @@ TEST(DraftModelBatchCatchUp, CountsTheHistoryTheDraftHasNotSeen) {
   EXPECT_EQ(batch.catch_up_tokens(1, history), 5);
   batch.release(1);
   EXPECT_EQ(batch.catch_up_tokens(1, history), static_cast<int64_t>(history.size()));
+}
+
+// Greedy verification takes the target's greedy choice per row instead of
+// building a distribution: the same tokens as sampling each row at
+// temperature 0 in turn, with and without repetition penalties, for drafts
+// that match 0..5 rows, with a one-hot or a spread q.
+TEST(SpecVerify, GreedyVerificationIsTheGreedyChoiceWalk) {
+  constexpr size_t kVocab = 1001, kDrafts = 5;
+  Xoshiro256 rng(42);
+  for (const float penalty : {1.0f, 1.3f}) {
+    SamplingParams params = greedy();
+    params.repetition_penalty = penalty;
+    Sampler sampler(params);
+    for (size_t matching = 0; matching <= kDrafts; ++matching) {
+      std::vector<float> rows((kDrafts + 1) * kVocab);
+      for (float& v : rows) v = static_cast<float>(rng.next_uniform() * 8 - 4);
+      std::vector<int32_t> history = {3, 17, 3, 999, 250};
+      DraftProposal proposal;
+      std::vector<int32_t> context = history;
+      std::vector<int32_t> expected;
+      for (size_t i = 0; i <= kDrafts; ++i) {
+        std::vector<float> row(rows.begin() + static_cast<std::ptrdiff_t>(i * kVocab),
+                               rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * kVocab));
+        const int32_t choice = sampler.sample(row, context);
+        expected.push_back(choice);
+        if (i == kDrafts) break;
+        // The first `matching` drafts are the greedy choice, the next one is not.
+        const int32_t draft = i < matching ? choice : (choice + 1) % static_cast<int32_t>(kVocab);
+        proposal.tokens.push_back(draft);
+        if (draft != choice) break;
+        context.push_back(choice);
+      }
+      while (proposal.tokens.size() < kDrafts) proposal.tokens.push_back(7);  // past the rejection: never read
+      VerifyScratch scratch;
+      std::vector<int32_t> produced;
+      EXPECT_EQ(verify_draft(rows, proposal, history, sampler, scratch, produced), static_cast<int64_t>(matching));
+      EXPECT_EQ(produced, expected) << "penalty " << penalty << ", " << matching << " matching";
+      // A draft model's q (here spread over two tokens) changes nothing at temperature 0.
+      proposal.probs.assign(kDrafts * kVocab, 0.0f);
+      for (size_t i = 0; i < kDrafts; ++i) {
+        proposal.probs[i * kVocab + static_cast<size_t>(proposal.tokens[i])] += 0.5f;
+        proposal.probs[i * kVocab + 11] += 0.5f;
+      }
+      EXPECT_EQ(verify_draft(rows, proposal, history, sampler, scratch, produced), static_cast<int64_t>(matching));
+      EXPECT_EQ(produced, expected);
+    }
+  }
 }

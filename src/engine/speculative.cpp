@@ -37,6 +37,22 @@ void target_distribution(std::span<const float> row, Sampler& sampler, VerifyScr
   sampler.distribution(s.logits, s.context, s.probs);
 }
 
+// Greedy verification: the target's p is one-hot at its greedy choice, so a
+// draft is accepted exactly when it is that token (p / q >= 1 for any q that
+// proposed it), and a rejection's residual max(0, p - q) is that token too.
+// Same tokens as the general walk, without building a distribution per row.
+int64_t verify_greedy(std::span<const float> target_rows, const DraftProposal& proposal, size_t vocab,
+                      Sampler& sampler, VerifyScratch& s, std::vector<int32_t>& produced) {
+  const size_t drafts = proposal.tokens.size();
+  for (size_t i = 0; i <= drafts; ++i) {
+    const int32_t choice = sampler.greedy_choice(target_rows.subspan(i * vocab, vocab), s.context, s.logits);
+    produced.push_back(choice);
+    if (i == drafts || choice != proposal.tokens[i]) return static_cast<int64_t>(i);
+    s.context.push_back(choice);
+  }
+  return static_cast<int64_t>(drafts);  // not reached: the bonus row returns
+}
+
 }  // namespace
 
 int64_t adapt_draft_k(int64_t k, int64_t proposed, int64_t accepted, int64_t max_k) {
@@ -186,6 +202,7 @@ int64_t verify_draft(std::span<const float> target_rows, const DraftProposal& pr
                 ": the draft and target vocabularies must match");
   produced.clear();
   scratch.context.assign(history.begin(), history.end());
+  if (sampler.params().temperature == 0.0f) return verify_greedy(target_rows, proposal, vocab, sampler, scratch, produced);
   for (size_t i = 0; i < drafts; ++i) {
     target_distribution(target_rows.subspan(i * vocab, vocab), sampler, scratch);
     const int32_t token = proposal.tokens[i];

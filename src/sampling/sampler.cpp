@@ -98,6 +98,15 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   return candidates_.back().id;  // rounding left the total a hair under 1
 }
 
+int32_t Sampler::greedy_choice(std::span<const float> logits, std::span<const int32_t> history,
+                               std::vector<float>& scratch) {
+  check_logits(logits);
+  if (!penalizes(history)) return argmax(logits);
+  scratch.assign(logits.begin(), logits.end());
+  apply_penalties(scratch, history);
+  return argmax(scratch);
+}
+
 void Sampler::distribution(std::span<float> logits, std::span<const int32_t> history, std::vector<float>& probs) {
   run_chain(logits, history);
   probs.assign(logits.size(), 0.0f);
@@ -131,10 +140,14 @@ void Sampler::run_chain(std::span<float> logits, std::span<const int32_t> histor
   renormalize();
 }
 
-void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> history) {
+bool Sampler::penalizes(std::span<const int32_t> history) const {
   const bool any_penalty = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                            params_.frequency_penalty != 0.0f;
-  if (!any_penalty || params_.repeat_last_n == 0 || history.empty()) return;
+  return any_penalty && params_.repeat_last_n != 0 && !history.empty();
+}
+
+void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> history) {
+  if (!penalizes(history)) return;
   const size_t window_len = params_.repeat_last_n < 0
                                 ? history.size()
                                 : std::min(history.size(), static_cast<size_t>(params_.repeat_last_n));

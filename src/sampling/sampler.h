@@ -64,6 +64,13 @@ class Sampler {
   // A non-greedy call consumes exactly one draw from the RNG; greedy none.
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
 
+  // What sample() returns at temperature 0, without consuming `logits`: the
+  // row is copied into `scratch` only when penalties change it. Throws as
+  // sample() does. For greedy verification, which needs the choice, not the
+  // distribution (a vocabulary-sized copy, fill and scan per draft).
+  int32_t greedy_choice(std::span<const float> logits, std::span<const int32_t> history,
+                        std::vector<float>& scratch);
+
   // The next-token distribution after every step of the chain (what sample()
   // draws from): probs is resized to logits.size(), sums to 1 and is zero
   // outside the kept set. Does not touch the RNG.
@@ -89,6 +96,8 @@ class Sampler {
   // Runs the chain; leaves candidates_ holding the kept tokens with their
   // normalized probabilities.
   void run_chain(std::span<float> logits, std::span<const int32_t> history);
+  // Whether apply_penalties would change anything for this history.
+  bool penalizes(std::span<const int32_t> history) const;
   void apply_penalties(std::span<float> logits, std::span<const int32_t> history);
   // Fills candidates_ with the unmasked tokens, or only the top_k best of them.
   void gather_candidates(std::span<const float> logits);
