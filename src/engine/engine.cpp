@@ -669,10 +669,9 @@ class Engine::Impl {
     RequestState& rs = requests_.at(id);
     Branch& b = *rs.branches[static_cast<size_t>(index)];
     // A round yields up to drafts + 1 tokens: stay within max_tokens and the sequence's K/V slots.
-    const int64_t limit = std::min({max_drafts, rs.request.max_tokens - b.completion_tokens - 1,
-                                    seq.max_kv_tokens - seq.num_tokens()});
-    const std::span<const int32_t> drafts =
-        b.spec.propose(seq.id, seq.tokens, limit, batch_tokens, rs.request.max_tokens - b.completion_tokens, b.sampler);
+    const int64_t remaining = rs.request.max_tokens - b.completion_tokens;
+    const int64_t limit = std::min({max_drafts, remaining - 1, seq.max_kv_tokens - seq.num_tokens()});
+    const std::span<const int32_t> drafts = b.spec.propose(seq.id, seq.tokens, limit, batch_tokens, remaining, b.sampler);
     if (!b.matcher || drafts.empty() || !b.spec.proposal_deterministic()) return drafts;
     // Cut a deterministic proposal at the first draft the grammar rejects:
     // it would be rejected anyway (probability 0), so the cut only saves work.

@@ -13,7 +13,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-
 // A draw from normalize(max(0, p - q)), where q is the draft row or, when
 // deterministic, one-hot on `rejected`. When p - q has no positive mass (p == q
 // up to rounding, so the rejection was all but impossible) p itself is drawn.
@@ -44,13 +43,16 @@ void target_distribution(std::span<const float> row, Sampler& sampler, VerifyScr
 int64_t verify_greedy(std::span<const float> target_rows, const DraftProposal& proposal, size_t vocab,
                       Sampler& sampler, VerifyScratch& s, std::vector<int32_t>& produced) {
   const size_t drafts = proposal.tokens.size();
-  for (size_t i = 0; i <= drafts; ++i) {
-    const int32_t choice = sampler.greedy_choice(target_rows.subspan(i * vocab, vocab), s.context, s.logits);
-    produced.push_back(choice);
-    if (i == drafts || choice != proposal.tokens[i]) return static_cast<int64_t>(i);
-    s.context.push_back(choice);
+  const auto choice = [&](size_t row) {
+    return sampler.greedy_choice(target_rows.subspan(row * vocab, vocab), s.context, s.logits);
+  };
+  for (size_t i = 0; i < drafts; ++i) {
+    produced.push_back(choice(i));
+    if (produced.back() != proposal.tokens[i]) return static_cast<int64_t>(i);
+    s.context.push_back(produced.back());
   }
-  return static_cast<int64_t>(drafts);  // not reached: the bonus row returns
+  produced.push_back(choice(drafts));  // the bonus token
+  return static_cast<int64_t>(drafts);
 }
 
 }  // namespace
