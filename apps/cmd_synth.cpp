@@ -1,4 +1,4 @@
-// `kvserve synth --preset NAME --type T -o OUT.gguf [--seed S] [--layers N]`:
+// `kvserve synth --preset NAME --type T -o OUT.gguf [--seed S] [--layers N] [--context N]`:
 // writes a random-weight model with a well-known model's exact shapes.
 #include <cstdio>
 #include <memory>
@@ -16,6 +16,7 @@ struct SynthArgs {
   std::string output;
   uint64_t seed = 1;
   int layers = 0;
+  int context = 0;
   bool list = false;
 };
 
@@ -35,6 +36,7 @@ void run_synth(const SynthArgs& args) {
   options.output_path = args.output;
   options.seed = args.seed;
   options.layers = args.layers;
+  options.context = args.context;
   synthesize_model(options);
   std::printf("wrote %s (%s, %s, seed %llu)\n", args.output.c_str(), args.preset.c_str(), args.type.c_str(),
               static_cast<unsigned long long>(args.seed));
@@ -51,6 +53,7 @@ void register_synth(CLI::App& app) {
   cmd->add_option("-o,--output", args->output, "GGUF file to write");
   cmd->add_option("--seed", args->seed, "random seed (same seed, same bytes)");
   cmd->add_option("--layers", args->layers, "override the preset's layer count")->check(CLI::Range(1, 1024));
+  cmd->add_option("--context", args->context, "override the preset's context length")->check(CLI::Range(1, 1 << 24));
   cmd->add_flag("--list", args->list, "list the presets");
   cmd->callback([args] { run_synth(*args); });
 }

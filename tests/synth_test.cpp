@@ -200,6 +200,23 @@ TEST_F(SynthTest, LayerOverrideKeepsTheFirstBlocks) {
   }
 }
 
+TEST_F(SynthTest, ContextOverrideChangesOnlyTheContextLength) {
+  const std::string out = path("tiny_ctx.gguf");
+  SynthOptions options{"tiny-llama", DType::Q8_0, out, 3};
+  options.context = 2048;
+  synthesize_model(options);
+  GGUFFile longer(out);
+  GGUFFile plain(synth("tiny-llama", DType::Q8_0, 3));
+  EXPECT_EQ(longer.get_uint("llama.context_length"), 2048u);
+  EXPECT_EQ(plain.get_uint("llama.context_length"), 256u);
+  const TensorView& a = plain.tensor("blk.1.attn_q.weight");
+  const TensorView& b = longer.tensor("blk.1.attn_q.weight");
+  ASSERT_EQ(a.nbytes, b.nbytes);
+  EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes), 0);
+  options.context = -1;
+  EXPECT_THROW(synthesize_model(options), Error);
+}
+
 TEST_F(SynthTest, VocabularyOfTinyPresetsIsConsistent) {
   for (const char* name : {"tiny-llama", "tiny-qwen2"}) {
     const SynthPreset& p = find_synth_preset(name);

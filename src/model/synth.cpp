@@ -444,6 +444,9 @@ void synthesize_model(const SynthOptions& options) {
   if (options.layers < 0 || options.layers > 1024)
     throw Error("synth: --layers " + std::to_string(options.layers) + " is out of range 1..1024");
   if (options.layers > 0) preset.n_layers = options.layers;
+  if (options.context < 0 || options.context > (1 << 24))
+    throw Error("synth: --context " + std::to_string(options.context) + " is out of range 1..16777216");
+  if (options.context > 0) preset.context_length = options.context;
 
   GGUFWriter writer;
   write_model_metadata(writer, preset, preset.n_layers, options.seed);

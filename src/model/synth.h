@@ -62,6 +62,7 @@ struct SynthOptions {
   std::string output_path;
   uint64_t seed = 1;
   int layers = 0;  // 0: the preset's layer count
+  int context = 0;  // 0: the preset's context length
 };
 
 // Writes the model to options.output_path. Throws kvserve::Error on an
