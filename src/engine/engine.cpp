@@ -216,6 +216,12 @@ class Engine::Impl {
     for (int32_t token : r.stop_token_ids)
       if (token < 0 || token >= vocab) throw Error("stop token id " + std::to_string(token) + " is outside the vocabulary");
     if (r.min_tokens < 0) throw Error("min_tokens must be >= 0, got " + std::to_string(r.min_tokens));
+    if (r.stop.size() > kMaxStopStrings)
+      throw Error("at most " + std::to_string(kMaxStopStrings) + " stop strings, got " + std::to_string(r.stop.size()));
+    for (const std::string& s : r.stop)
+      if (s.size() > kMaxStopStringBytes)
+        throw Error("a stop string may be at most " + std::to_string(kMaxStopStringBytes) + " bytes, got one of " +
+                    std::to_string(s.size()));
   }
 
   void loop() {
