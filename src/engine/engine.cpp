@@ -216,6 +216,12 @@ class Engine::Impl {
     for (int32_t token : r.stop_token_ids)
       if (token < 0 || token >= vocab) throw Error("stop token id " + std::to_string(token) + " is outside the vocabulary");
     if (r.min_tokens < 0) throw Error("min_tokens must be >= 0, got " + std::to_string(r.min_tokens));
+    if (r.stop.size() > kMaxStopStrings)
+      throw Error("at most " + std::to_string(kMaxStopStrings) + " stop strings, got " + std::to_string(r.stop.size()));
+    for (const std::string& s : r.stop)
+      if (s.size() > kMaxStopStringBytes)
+        throw Error("a stop string may be at most " + std::to_string(kMaxStopStringBytes) + " bytes, got one of " +
+                    std::to_string(s.size()));
   }
 
   void loop() {
@@ -238,13 +244,29 @@ class Engine::Impl {
     }
   }
 
+  // Takes a request in. What throws here (a matcher or drafter that cannot
+  // be made) fails that request alone.
   void admit(Pending p) {
+    const RequestId id = p.id;
+    const int32_t n = p.request.n;
+    try {
+      start(p);
+    } catch (const std::exception& e) {
+      if (requests_.count(id) > 0) return finish_all(id, "error", e.what());
+      refuse(id, n, p.on_event, e.what());
+    }
+  }
+
+  // Makes the request's state (the callback moves in last: refuse() needs it
+  // if the state cannot be made) and queues its first sequence.
+  void start(Pending& p) {
     const RequestId id = p.id;
     const SpeculationContext speculation{draft_batch_.get(), &policy_};
     if (p.request.speculation.mode == SpeculativeMode::kAuto && !policy_.step_cost.measured()) measure_speculation_costs();
-    auto [it, inserted] = requests_.try_emplace(id, std::move(p.request), std::move(p.on_event), tokenizer_, speculation);
+    auto [it, inserted] = requests_.try_emplace(id, std::move(p.request), EventCallback{}, tokenizer_, speculation);
     check(inserted, "request ids are unique");
     RequestState& rs = it->second;
+    rs.on_event = std::move(p.on_event);
     if (rs.request.max_tokens == 0) return finish_all(id, "length");
     auto seq = std::make_unique<Sequence>();
     seq->id = new_sequence(id, *rs.branches[0]);
@@ -252,6 +274,24 @@ class Engine::Impl {
     seq->prompt_len = static_cast<int64_t>(rs.request.prompt.size());
     seq->max_kv_tokens = context_limit_;
     scheduler_.add(std::move(seq));
+  }
+
+  // Ends a request whose state could not be made: every branch's final event carries the error.
+  void refuse(RequestId id, int32_t n, const EventCallback& on_event, const std::string& error) {
+    {
+      std::lock_guard lock(mutex_);
+      metrics_.requests_finished++;
+    }
+    for (int32_t i = 0; i < n && on_event; ++i) {
+      GenerationEvent ev;
+      ev.id = id;
+      ev.index = i;
+      ev.finished = true;
+      ev.finish_reason = "error";
+      ev.error = error;
+      for_request(id, [&] { on_event(ev); });
+    }
+    forget(id);
   }
 
   SequenceId new_sequence(RequestId id, Branch& b) {
@@ -280,7 +320,7 @@ class Engine::Impl {
     ev.finished = true;
     ev.finish_reason = reason;
     const auto it = requests_.find(id);
-    if (--it->second.unfinished > 0) return it->second.on_event(ev);
+    if (--it->second.unfinished > 0) return for_request(id, [&] { it->second.on_event(ev); });
     EventCallback callback = std::move(it->second.on_event);
     requests_.erase(it);
     // Counters first: a client that reads the metrics after its final event
@@ -290,7 +330,12 @@ class Engine::Impl {
       metrics_.requests_finished++;
     }
     publish_metrics();
-    callback(ev);
+    for_request(id, [&] { callback(ev); });
+    forget(id);
+  }
+
+  // The request has sent its last event: shutdown() may return once none is left.
+  void forget(RequestId id) {
     std::lock_guard lock(mutex_);
     live_.erase(id);
     if (live_.empty()) idle_.notify_all();
@@ -325,6 +370,33 @@ class Engine::Impl {
       for (const auto& [id, rs] : requests_) ids.push_back(id);
       for (RequestId id : ids) finish_all(id, "error", e.what());
     }
+    finish_failures();
+  }
+
+  // Runs one request's part of a step (its drafts, its logits processing,
+  // sampling, verification, grammar, text, stop strings, logprobs, events).
+  // What throws there fails that request alone: the failure is noted, the
+  // rest of the step leaves the request out, and finish_failures() ends it
+  // after the step; the other requests go on with the same tokens.
+  template <class Work>
+  void for_request(RequestId id, Work&& work) {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      failures_.try_emplace(id, e.what());
+    } catch (...) {
+      failures_.try_emplace(id, "an unknown exception");
+    }
+  }
+
+  bool failed(RequestId id) const { return failures_.count(id) > 0; }
+
+  // Ends the requests that failed in this step: each unfinished branch gets
+  // finish_reason "error" with the cause, and their KV blocks go back.
+  void finish_failures() {
+    std::map<RequestId, std::string> failed;
+    failed.swap(failures_);
+    for (const auto& [id, error] : failed) finish_all(id, "error", error);
   }
 
   void step() {
@@ -354,9 +426,13 @@ class Engine::Impl {
       if (!c.samples) continue;
       const auto rows = static_cast<size_t>(c.n_draft + 1);
       const auto span = std::span<const float>(logits_).subspan(row * vocab, rows * vocab);
-      if (c.n_draft > 0) on_draft_logits(*c.seq, c.n_draft, span);
-      else on_logits(*c.seq, span);
       row += rows;
+      const RequestId id = owners_.at(c.seq->id).first;
+      if (failed(id)) continue;  // another branch of it failed: it ends after the step
+      for_request(id, [&] {
+        if (c.n_draft > 0) on_draft_logits(*c.seq, c.n_draft, span);
+        else on_logits(*c.seq, span);
+      });
     }
     // The pass with its sampling and verification: what a step of n tokens costs.
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
@@ -663,8 +739,16 @@ class Engine::Impl {
     metrics_.spec_draft_passes = draft_batch_->passes();
   }
 
-  // Drafts for a decoding request that asked for speculation (Scheduler's DraftSource).
+  // Drafts for a decoding request that asked for speculation (Scheduler's
+  // DraftSource); none for a request that failed (it ends after the step).
   std::span<const int32_t> drafts_for(const Sequence& seq, int64_t max_drafts, int64_t batch_tokens) {
+    const RequestId id = owners_.at(seq.id).first;
+    std::span<const int32_t> drafts;
+    if (!failed(id)) for_request(id, [&] { drafts = propose_drafts(seq, max_drafts, batch_tokens); });
+    return drafts;
+  }
+
+  std::span<const int32_t> propose_drafts(const Sequence& seq, int64_t max_drafts, int64_t batch_tokens) {
     const auto [id, index] = owners_.at(seq.id);
     RequestState& rs = requests_.at(id);
     Branch& b = *rs.branches[static_cast<size_t>(index)];
@@ -740,6 +824,7 @@ class Engine::Impl {
   std::vector<std::pair<Sequence*, Branch*>> drafting_;  // their sequences and branches, in the same order
   std::map<RequestId, RequestState> requests_;
   std::map<SequenceId, std::pair<RequestId, int32_t>> owners_;  // each branch's sequence -> (request, branch)
+  std::map<RequestId, std::string> failures_;  // requests whose own processing threw this step, with the cause
   SequenceId next_seq_ = kNoSequence + 1;
   std::vector<float> logits_;          // [rows][vocab] of the current step: one per sampling chunk + one per draft
   std::vector<float> scratch_logits_;  // [vocab] the sampler's working copy

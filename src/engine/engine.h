@@ -78,7 +78,11 @@ struct GenerationEvent {
   std::vector<TokenLogprob> logprobs; // one per token, when requested
   bool finished = false;              // the branch's last event; a request ends after n of them
   std::string finish_reason;          // when finished: "stop", "length", "cancelled" or "error"
-  std::string error;                  // the message when finish_reason is "error"
+  // The message when finish_reason is "error": what threw in this request's
+  // own processing (its constraint's matcher, sampling, text, stop strings,
+  // logprobs, its callback), which ends it alone (every unfinished branch)
+  // while the other requests go on, or a failed forward pass, which ends all.
+  std::string error;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;      // generated so far
   int64_t cached_tokens = 0;          // prompt tokens found in the prefix cache (not computed)

@@ -23,8 +23,10 @@ namespace kvserve {
 constexpr SequenceId kNoSequence = 0;  // a branch not forked yet
 
 struct Branch {
-  Branch(const GenerationRequest& r, int32_t index, const Tokenizer& tokenizer, const SpeculationContext& speculation)
-      : index(index), sampler(seeded(r.sampling, index)), stream(tokenizer), stops(r.stop), spec(r.speculation, speculation),
+  Branch(const GenerationRequest& r, int32_t index, const Tokenizer& tokenizer, const SpeculationContext& speculation,
+         std::shared_ptr<const StopStrings> stop_strings)
+      : index(index), sampler(seeded(r.sampling, index)), stream(tokenizer), stops(std::move(stop_strings)),
+        spec(r.speculation, speculation),
         matcher(r.constraint ? r.constraint->new_matcher() : nullptr) {}
   static SamplingParams seeded(SamplingParams p, int32_t index) {
     p.seed += static_cast<uint64_t>(index);
@@ -45,7 +47,9 @@ struct RequestState {
   RequestState(GenerationRequest r, EventCallback callback, const Tokenizer& tokenizer,
                const SpeculationContext& speculation)
       : request(std::move(r)), on_event(std::move(callback)), unfinished(request.n) {
-    for (int32_t i = 0; i < request.n; ++i) branches.push_back(std::make_unique<Branch>(request, i, tokenizer, speculation));
+    const auto stops = std::make_shared<const StopStrings>(request.stop);  // compiled once for every branch
+    for (int32_t i = 0; i < request.n; ++i)
+      branches.push_back(std::make_unique<Branch>(request, i, tokenizer, speculation, stops));
   }
   GenerationRequest request;
   EventCallback on_event;

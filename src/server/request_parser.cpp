@@ -4,6 +4,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "engine/stop_strings.h"
 #include "server/api_error.h"
 #include "server/json_input.h"
 #include "server/constraint_param.h"
@@ -16,7 +17,6 @@ namespace {
 using json = nlohmann::json;
 
 constexpr int64_t kMaxChoices = 16;           // n, and prompts x n, per request
-constexpr int64_t kMaxStops = 16;
 constexpr int64_t kMaxCompletionLogprobs = 5;  // OpenAI's limits
 constexpr int64_t kMaxChatLogprobs = 20;
 constexpr int64_t kCompletionsDefaultMaxTokens = 16;  // OpenAI's legacy default; chat runs to the context's end
@@ -89,22 +89,27 @@ uint64_t seed_of(const json& body) {
   return v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
 }
 
+// One stop sequence: a non-empty string of at most kMaxStopStringBytes bytes.
+std::string stop_of(const json& v) {
+  if (!v.is_string() || v.get_ref<const std::string&>().empty())
+    throw invalid("stop", "every stop sequence must be a non-empty string");
+  const auto& s = v.get_ref<const std::string&>();
+  if (s.size() > kMaxStopStringBytes)
+    throw invalid("stop", "a stop sequence may be at most " + std::to_string(kMaxStopStringBytes) + " bytes long, got " +
+                              std::to_string(s.size()) + " bytes");
+  return s;
+}
+
 std::vector<std::string> stops_of(const json& body) {
   const json* v = field(body, "stop");
   if (!v) return {};
-  if (v->is_string()) {
-    if (v->get_ref<const std::string&>().empty()) throw invalid("stop", "a stop sequence must not be empty");
-    return {v->get<std::string>()};
-  }
+  if (v->is_string()) return {stop_of(*v)};
   if (!v->is_array()) throw invalid("stop", "stop must be a string or a list of strings");
-  if (static_cast<int64_t>(v->size()) > kMaxStops)
-    throw invalid("stop", "stop may hold at most " + std::to_string(kMaxStops) + " strings");
+  if (v->size() > kMaxStopStrings)
+    throw invalid("stop", "stop may hold at most " + std::to_string(kMaxStopStrings) + " strings, got " +
+                              std::to_string(v->size()));
   std::vector<std::string> out;
-  for (const json& s : *v) {
-    if (!s.is_string() || s.get_ref<const std::string&>().empty())
-      throw invalid("stop", "every stop sequence must be a non-empty string");
-    out.push_back(s.get<std::string>());
-  }
+  for (const json& s : *v) out.push_back(stop_of(s));
   return out;
 }
 
