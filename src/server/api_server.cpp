@@ -157,7 +157,7 @@ void ApiServer::handle_models(httplib::Response& res) const {
 
 void ApiServer::handle_tokenize(const httplib::Request& req, httplib::Response& res) const {
   const TokenizeRequest request = parse_tokenize_request(parse_body(req));
-  const std::vector<int32_t> ids = tokenizer_.encode(request.content, request.add_special && tokenizer_.add_bos());
+  const std::vector<int32_t> ids = parser_.tokenize(request);
   json tokens = json::array();
   for (int32_t id : ids) {
     if (request.with_pieces) tokens.push_back({{"id", id}, {"piece", tokenizer_.token_bytes(id)}});
@@ -167,7 +167,7 @@ void ApiServer::handle_tokenize(const httplib::Request& req, httplib::Response& 
 }
 
 void ApiServer::handle_detokenize(const httplib::Request& req, httplib::Response& res) const {
-  const std::vector<int32_t> ids = parse_detokenize_request(parse_body(req), tokenizer_.vocab_size());
+  const std::vector<int32_t> ids = parser_.detokenize_ids(parse_body(req));
   write_json(res, {{"content", tokenizer_.decode(ids)}});
 }
 
