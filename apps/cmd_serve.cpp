@@ -10,8 +10,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "apps/activations_flag.h"
 #include "apps/commands.h"
@@ -34,7 +36,8 @@ struct ServeOptions {
   std::string model = "models/smollm2-135m-instruct-q4_1.gguf";
   std::string host = "127.0.0.1";
   int port = 8080;
-  std::string api_key;
+  std::vector<std::string> api_keys;       // --api-key, repeatable
+  std::vector<std::string> api_key_files;  // --api-key-file, repeatable
   std::string alias;
   int64_t max_queue = 64;
   int64_t max_running = 16;
@@ -92,6 +95,8 @@ void serve(const ServeOptions& opt) {
 // it was running and shuts the server down with the error.
 void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_default, const sigset_t& signals,
                  const PipelineSession& pipeline) {
+  // Before the model loads: a missing key file fails at once.
+  std::vector<std::string> api_keys = server::collect_api_keys(opt.api_keys, opt.api_key_files, std::getenv("KVSERVE_API_KEY"));
   auto model = Model::load(opt.model, pipeline.load_options());
   // Requests in draft mode draft with it; the Engine refuses a draft with another vocabulary.
   const std::unique_ptr<Model> draft = opt.draft.empty() ? nullptr : Model::load(opt.draft, opt.draft_flags.load_options());
@@ -125,7 +130,7 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
   server::ServerOptions server_options;
   server_options.host = opt.host;
   server_options.port = opt.port;
-  server_options.api_key = opt.api_key;
+  server_options.api_keys = std::move(api_keys);
   server_options.model_id = opt.alias.empty() ? std::filesystem::path(opt.model).stem().string() : opt.alias;
   server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
   server_options.speculation = spec_default;
@@ -170,7 +175,16 @@ void register_serve(CLI::App& app) {
   cmd->add_option("-m,--model", opt->model, "GGUF model file")->capture_default_str();
   cmd->add_option("--host", opt->host, "Address to bind")->capture_default_str();
   cmd->add_option("--port", opt->port, "Port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
-  cmd->add_option("--api-key", opt->api_key, "Require Authorization: Bearer <key> (all but /health)");
+  cmd->add_option("--api-key", opt->api_keys,
+                  "Require this key of every request but /health (Authorization: Bearer <key> or x-api-key: <key>); "
+                  "repeatable. Other users see it in ps: prefer --api-key-file or KVSERVE_API_KEY")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--api-key-file", opt->api_key_files,
+                  "Accept each key in this file (one per line; blank lines and # comments skipped); repeatable. "
+                  "KVSERVE_API_KEY (keys separated by commas) adds more; every key given is accepted")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--alias", opt->alias, "Model id reported by the API (default: the file name)");
   cmd->add_option("--max-queue", opt->max_queue, "Waiting requests before 429")->check(CLI::Range(1, 4096))
       ->capture_default_str();

@@ -6,7 +6,7 @@
 # Ctrl-C / SIGTERM and stops everything it started.
 #
 # Usage: scripts/cluster.sh [-n REPLICAS] [-m MODEL] [--host HOST] [--port PORT] [--policy POLICY]
-#                           [-t THREADS_PER_REPLICA] [--request-timeout S] [--api-key KEY] [--kvserve BIN]
+#                           [-t THREADS_PER_REPLICA] [--request-timeout S] [--api-key-file FILE] [--kvserve BIN]
 #                           [--router-flags "FLAGS"] [-- SERVE_FLAGS...]
 #   -n REPLICAS     replicas to start (default 3)
 #   -m MODEL        GGUF file every replica serves (default models/smollm2-135m-instruct-q4_1.gguf)
@@ -16,12 +16,17 @@
 #   -t THREADS      threads per replica (default: the cores split between the replicas, at least 1)
 #   --request-timeout S  the router ends any request after S seconds, streams included (default 600; the
 #                   router's own is 1800): how long a client can wait on a replica that hangs without dying
-#   --api-key KEY   every replica requires it, the router sends it to them and requires it of clients
+#   --api-key-file FILE  the cluster's API key (the file's first line that is not blank or a # comment):
+#                   every replica requires it, the router sends it to them and requires it of clients.
+#                   KVSERVE_API_KEY=KEY in the environment does the same. No key ever goes on a command
+#                   line (replicas get it in their environment, curl on its standard input, the router
+#                   through a Python wrapper); --api-key KEY still works but puts it on this script's own
+#                   command line, where other users see it in ps
 #   --kvserve BIN   the kvserve binary (default build/kvserve)
 #   --router-flags  more flags for the router, one string (e.g. "--cache-threshold 0.5")
 #   SERVE_FLAGS     go to every `kvserve serve` (e.g. --max-running 8 --kv-type q8_0)
 # Environment: PYTHON (default python3) has the router package; KVSERVE_CLUSTER_LOGS keeps the
-# logs in that folder (default: a temporary one, removed at exit).
+# logs in that folder (default: a temporary one, removed at exit); KVSERVE_API_KEY (above).
 # Output lines: "replica I: URL pid PID", "router: URL pid PID (PACKAGE VERSION, policy P)", then "ready: URL".
 # Exits 77 when no router package is installed (pip install smg), 1 when something fails to start.
 set -uo pipefail
@@ -33,7 +38,8 @@ port=30000
 policy=cache_aware
 threads=0
 request_timeout=600
-api_key=""
+api_key=${KVSERVE_API_KEY:-}
+api_key_file=""
 bin=$root/build/kvserve
 router_flags=""
 py=${PYTHON:-python3}
@@ -47,6 +53,7 @@ while [ $# -gt 0 ]; do
     -t) threads=$2; shift 2 ;;
     --request-timeout) request_timeout=$2; shift 2 ;;
     --api-key) api_key=$2; shift 2 ;;
+    --api-key-file) api_key_file=$2; shift 2 ;;
     --kvserve) bin=$2; shift 2 ;;
     --router-flags) router_flags=$2; shift 2 ;;
     --) shift; break ;;
@@ -55,9 +62,26 @@ while [ $# -gt 0 ]; do
   esac
 done
 serve_flags=("$@")
-key_flags=()
-auth=()
-if [ -n "$api_key" ]; then key_flags=(--api-key "$api_key"); auth=(-H "Authorization: Bearer $api_key"); fi
+if [ -n "$api_key_file" ]; then
+  [ -r "$api_key_file" ] || { echo "cluster.sh: cannot read --api-key-file $api_key_file" >&2; exit 2; }
+  api_key=$(grep -v '^[[:space:]]*\(#\|$\)' "$api_key_file" | head -1 | tr -d '[:space:]')
+  [ -n "$api_key" ] || { echo "cluster.sh: --api-key-file $api_key_file holds no key" >&2; exit 2; }
+fi
+api_key=${api_key%%,*}  # KVSERVE_API_KEY may list several: the router sends and requires one
+api_key=${api_key//[[:space:]]/}
+# Replicas read KVSERVE_API_KEY (kvserve serve), the router KVSERVE_ROUTER_API_KEY (router_main below).
+if [ -n "$api_key" ]; then export KVSERVE_API_KEY=$api_key KVSERVE_ROUTER_API_KEY=$api_key
+else unset KVSERVE_API_KEY KVSERVE_ROUTER_API_KEY; fi
+# curl to the router, with the key as a header read from standard input (printf is a shell builtin).
+router_curl() {
+  if [ -n "$api_key" ]; then printf 'Authorization: Bearer %s\n' "$api_key" | curl -H @- "$@"; else curl "$@"; fi
+}
+# The router's launcher, given the key from the environment: smg takes --api-key only on its command
+# line, so this appends it to sys.argv inside the process, where ps does not see it.
+router_main='import os, runpy, sys
+key = os.environ.pop("KVSERVE_ROUTER_API_KEY", "")
+sys.argv = sys.argv[1:] + (["--api-key", key] if key else [])
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)'
 [[ $replicas =~ ^[1-9][0-9]*$ ]] || { echo "cluster.sh: -n must be a positive number, got $replicas" >&2; exit 2; }
 [ -x "$bin" ] || { echo "cluster.sh: $bin not found (build kvserve first)" >&2; exit 1; }
 [ -f "$model" ] || { echo "cluster.sh: $model not found (scripts/fetch_models.sh)" >&2; exit 1; }
@@ -110,7 +134,7 @@ url_host=$host
 # Replicas on free ports of the one address; each prints its URL once it listens.
 urls=()
 for i in $(seq "$replicas"); do
-  "$bin" serve -m "$model" --host "$host" --port 0 -t "$threads" "${key_flags[@]}" "${serve_flags[@]}" \
+  "$bin" serve -m "$model" --host "$host" --port 0 -t "$threads" "${serve_flags[@]}" \
     >"$logs/replica-$i.log" 2>&1 &
   pids+=($!)
 done
@@ -136,11 +160,11 @@ metrics_port=$(free_port)
 # within ~4-8 s; until then the router retries a refused request on another replica, and a request
 # already sent to a hung one ends after --request-timeout.
 # shellcheck disable=SC2086  # router_flags is split on purpose
-"$py" -m "$router_mod" --host "$host" --port "$port" --worker-urls "${urls[@]}" --policy "$policy" \
+"$py" -c "$router_main" "$router_mod" --host "$host" --port "$port" --worker-urls "${urls[@]}" --policy "$policy" \
   --prometheus-host "$host" --prometheus-port "$metrics_port" \
   --health-check-interval-secs 2 --health-check-timeout-secs 2 --health-failure-threshold 2 \
   --request-timeout-secs "$request_timeout" --worker-startup-timeout-secs 120 \
-  --log-level warn "${key_flags[@]}" $router_flags >"$logs/router.log" 2>&1 &
+  --log-level warn $router_flags >"$logs/router.log" 2>&1 &
 router_pid=$!
 router_url="http://$url_host:$port"
 echo "router: $router_url pid $router_pid ($router_pkg $router_version, policy $policy, metrics on $url_host:$metrics_port)"
@@ -149,7 +173,7 @@ echo "router: $router_url pid $router_pid ($router_pkg $router_version, policy $
 healthy=0
 for _ in $(seq 600); do
   kill -0 "$router_pid" 2>/dev/null || { echo "cluster.sh: the router exited:" >&2; cat "$logs/router.log" >&2; exit 1; }
-  healthy=$(curl -s -m 2 "${auth[@]}" "$router_url/workers" 2>/dev/null | grep -o '"is_healthy":true' | wc -l)
+  healthy=$(router_curl -s -m 2 "$router_url/workers" 2>/dev/null | grep -o '"is_healthy":true' | wc -l)
   [ "$healthy" -ge "$replicas" ] && break
   sleep 0.1
 done

@@ -10,7 +10,9 @@ scripts/cluster.sh starts 3 `kvserve serve` replicas of a tiny model and the rou
   - a replica killed mid-run: the requests in flight and the new ones still succeed through
     the others (the router retries); one that hangs (SIGSTOP) delays a request by the router's
     request timeout at most, then it is retried; with every replica down the client gets an
-    HTTP error at once, not a hang; SIGTERM to cluster.sh stops every process it started.
+    HTTP error at once, not a hang; SIGTERM to cluster.sh stops every process it started;
+  - the cluster's API key (KVSERVE_API_KEY to cluster.sh) is required by the router and every
+    replica, and appears on no command line of the processes cluster.sh started.
 
 Usage: cluster_test.py KVSERVE_BINARY [MODEL]   (default models/stories260k.gguf)
 Exits 77 (skipped) without the model or the router package (pip install smg; $PYTHON, default python3).
@@ -31,16 +33,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKIP = 77
 REQUEST_TIMEOUT = 5  # the router's, for a replica that hangs (every answer here takes well under a second)
 T0 = time.monotonic()
+API_KEY = "cluster-test-" + "".join(random.Random().choice("abcdefghijklmnopqrstuvwxyz") for _ in range(16))
 
 
 def log(msg):
     print(f"[{time.monotonic() - T0:5.1f} s] {msg}", flush=True)
 
 
-def http(method, url, body=None, timeout=30):
-    """(status, body text); status -1 with the reason when no answer came."""
+def http(method, url, body=None, timeout=30, key=API_KEY):
+    """(status, body text); status -1 with the reason when no answer came. Sends the cluster's key
+    (the single server has none and ignores it)."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode()
@@ -93,7 +100,7 @@ def listening_addresses(pid):
 
 class Cluster:
     def __init__(self, kvserve, model, logs, policy="cache_aware"):
-        env = dict(os.environ, KVSERVE_CLUSTER_LOGS=logs)
+        env = dict(os.environ, KVSERVE_CLUSTER_LOGS=logs, KVSERVE_API_KEY=API_KEY)
         self.proc = subprocess.Popen(
             [os.path.join(ROOT, "scripts/cluster.sh"), "-n", "3", "-m", model, "--port", "0", "-t", "1",
              "--policy", policy, "--kvserve", kvserve, "--request-timeout", str(REQUEST_TIMEOUT),
@@ -131,8 +138,9 @@ class Cluster:
 
 def start_single(kvserve, model, log_path):
     log_file = open(log_path, "w")
+    env = {k: v for k, v in os.environ.items() if k != "KVSERVE_API_KEY"}
     proc = subprocess.Popen([kvserve, "serve", "-m", model, "--port", "0", "-t", "1"], stdout=log_file,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, env=env)
     for _ in range(300):
         with open(log_path) as f:
             text = f.read()
@@ -209,6 +217,17 @@ def main():
             assert addrs, f"pid {pid} listens on nothing"
             assert all(a == "127.0.0.1" for a, _ in addrs), f"pid {pid} listens on {addrs}"
         model_id = json.loads(http("GET", single_url + "/v1/models")[1])["data"][0]["id"]
+
+        # The key: required by the router and the replicas, on no command line.
+        for pid in [p for _, p in cluster.replicas] + [cluster.router_pid, cluster.proc.pid]:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                assert API_KEY.encode() not in f.read(), f"pid {pid} has the API key on its command line"
+        # (smg answers GET /v1/models to anyone; it requires the key on the generation routes.)
+        for url in [cluster.router] + urls:
+            status, text = http("POST", url + "/v1/completions", {"model": model_id, "prompt": "a", "max_tokens": 1},
+                                key=None)
+            assert status == 401, f"{url} without the key: {status} {text[:200]}"
+        log("API key required by the router and every replica, on no command line")
 
         # Greedy through the router = a single server's.
         prompts = ["Once upon a time", "The little dog", "Lily and Ben went to the park", "One day, a big bird"]

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/engine.h"
 #include "model/model.h"
@@ -38,12 +39,12 @@ class TestServer {
  public:
   // The model and tokenizer must outlive the server.
   TestServer(const Model& model, const Tokenizer& tokenizer, const EngineOptions& engine_options = {},
-             std::string api_key = {}, const server::ConnectionGateLimits& connections = {}) {
+             std::vector<std::string> api_keys = {}, const server::ConnectionGateLimits& connections = {}) {
     engine_ = std::make_unique<Engine>(model, tokenizer, engine_options);
     server::ServerOptions o;
     o.port = 0;
     o.connections = connections;
-    o.api_key = std::move(api_key);
+    o.api_keys = std::move(api_keys);
     o.model_id = "tiny";
     server_ = std::make_unique<server::ApiServer>(*engine_, model, tokenizer, ChatTemplate::chatml(), o);
     port_ = server_->bind();

@@ -60,8 +60,8 @@ class ServerTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete synth_; }
 
-  void start(EngineOptions engine_options = {}, std::string api_key = {}) {
-    server_ = std::make_unique<kvserve::test_util::TestServer>(*model_, *tokenizer_, engine_options, std::move(api_key));
+  void start(EngineOptions engine_options = {}, std::vector<std::string> api_keys = {}) {
+    server_ = std::make_unique<kvserve::test_util::TestServer>(*model_, *tokenizer_, engine_options, std::move(api_keys));
   }
   void SetUp() override {
     if (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()).find("Custom") == std::string::npos)
@@ -416,7 +416,7 @@ TEST_F(ServerTest, AnyModelNameIsAccepted) {
 }
 
 TEST_F(ServerTest, CustomApiKeyIsRequired) {
-  start({}, "sekret");
+  start({}, {"sekret"});
   auto no_key = client().Get("/v1/models");
   ASSERT_TRUE(no_key);
   EXPECT_EQ(no_key->status, 401);

@@ -280,7 +280,7 @@ TEST_F(RemoteBenchTest, UnreachableServerFailsWithAClearMessage) {
 }
 
 TEST_F(RemoteBenchTest, HttpErrorFailsWithTheServersMessage) {
-  test_util::TestServer server(*synth_->model, *synth_->tokenizer, {}, "sekret");
+  test_util::TestServer server(*synth_->model, *synth_->tokenizer, {}, {"sekret"});
   const std::vector<WorkItem> items = make_workload(small_workload(2), synth_->tokenizer.get());
   RemoteOptions o = remote(server.url());
   const std::string no_key = remote_error(o, items);

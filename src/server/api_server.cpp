@@ -30,6 +30,7 @@ constexpr const char* kServerVersion = "0.1.0";  // what GET /version reports
 void write_error(httplib::Response& res, const ApiError& error) {
   res.status = error.status();
   if (error.status() == 429) res.set_header("Retry-After", "1");
+  if (error.status() == 401) res.set_header("WWW-Authenticate", "Bearer");
   res.set_content(dump_json(error_body(error)), "application/json");
 }
 
@@ -51,6 +52,7 @@ ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokeni
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
       options_(std::move(options)),
+      api_keys_(options_.api_keys),
       context_(std::min(engine.options().max_context, model.config().context_length)),
       parser_(tokenizer_, chat_template_, context_, options_.speculation, engine.options().draft_model != nullptr),
       constraints_(tokenizer_, model.config().vocab_size, options_.constraints),
@@ -109,9 +111,10 @@ void ApiServer::install_routes() {
 }
 
 void ApiServer::check_api_key(const httplib::Request& req) const {
-  if (options_.api_key.empty() || req.path == "/health") return;
-  if (req.get_header_value("Authorization") != "Bearer " + options_.api_key)
-    throw ApiError(401, "missing or wrong API key (send Authorization: Bearer <key>)", {}, "authentication_error");
+  if (api_keys_.empty() || req.path == "/health") return;
+  if (!api_keys_.accepts_headers(req.get_header_value("Authorization"), req.get_header_value("x-api-key")))
+    throw ApiError(401, "missing or wrong API key: send it as \"Authorization: Bearer <key>\" or \"x-api-key: <key>\"", {},
+                   "authentication_error");
 }
 
 void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
@@ -157,7 +160,7 @@ void ApiServer::handle_models(httplib::Response& res) const {
 
 void ApiServer::handle_tokenize(const httplib::Request& req, httplib::Response& res) const {
   const TokenizeRequest request = parse_tokenize_request(parse_body(req));
-  const std::vector<int32_t> ids = tokenizer_.encode(request.content, request.add_special && tokenizer_.add_bos());
+  const std::vector<int32_t> ids = parser_.tokenize(request);
   json tokens = json::array();
   for (int32_t id : ids) {
     if (request.with_pieces) tokens.push_back({{"id", id}, {"piece", tokenizer_.token_bytes(id)}});
@@ -167,7 +170,7 @@ void ApiServer::handle_tokenize(const httplib::Request& req, httplib::Response& 
 }
 
 void ApiServer::handle_detokenize(const httplib::Request& req, httplib::Response& res) const {
-  const std::vector<int32_t> ids = parse_detokenize_request(parse_body(req), tokenizer_.vocab_size());
+  const std::vector<int32_t> ids = parser_.detokenize_ids(parse_body(req));
   write_json(res, {{"content", tokenizer_.decode(ids)}});
 }
 

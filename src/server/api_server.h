@@ -6,10 +6,12 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "grammar/constraint_compiler.h"
 #include "model/model.h"
+#include "server/api_keys.h"
 #include "server/connection_gate.h"
 #include "server/generation_job.h"
 #include "server/request_parser.h"
@@ -29,7 +31,8 @@ class GatedHttpServer;
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;          // 0: any free port (bind() says which)
-  std::string api_key;      // when set, every endpoint but /health needs "Authorization: Bearer <key>"
+  // When any, every endpoint but /health needs one: "Authorization: Bearer <key>" or "x-api-key: <key>".
+  std::vector<std::string> api_keys;
   std::string model_id;     // the id /v1/models reports and responses echo
   std::chrono::milliseconds shutdown_grace{10000};  // how long shutdown() lets requests finish before cancelling them
   SpeculationSettings speculation;  // for requests without a "speculative" field (serve --spec ngram --draft-k K)
@@ -70,6 +73,7 @@ class ApiServer {
   const Tokenizer& tokenizer_;
   ChatTemplate chat_template_;
   ServerOptions options_;
+  ApiKeys api_keys_;
   int64_t context_;
   RequestParser parser_;
   ConstraintCompiler constraints_;

@@ -182,16 +182,31 @@ std::vector<int32_t> token_ids(const json& ids, int32_t vocab_size, const std::s
   return out;
 }
 
+// Throws before tokenizing a text that certainly has more than max_tokens
+// tokens, so that tokenizing (~80 bytes of work memory per byte of text) never
+// starts on more than max_tokens x the longest token's bytes.
+void check_text_fits(const Tokenizer& tokenizer, std::string_view text, int64_t max_tokens, const std::string& param,
+                     const std::string& limit) {
+  const auto per_token = static_cast<int64_t>(tokenizer.max_text_bytes_per_token());
+  if (static_cast<int64_t>(text.size()) > max_tokens * per_token)
+    throw invalid(param, param + " has " + std::to_string(text.size()) + " bytes, more than " + limit + " can hold (" +
+                             std::to_string(max_tokens) + " tokens of at most " + std::to_string(per_token) + " bytes)");
+}
+
+// How many prompts a completions request's `prompt` holds, counted before
+// any of them is tokenized.
+int64_t prompt_count(const json& prompt) {
+  const bool token_list = prompt.is_array() && !prompt.empty() && prompt[0].is_number();
+  return prompt.is_array() && !token_list ? static_cast<int64_t>(prompt.size()) : 1;
+}
+
 }  // namespace
 
 json parse_json_body(const std::string& body) {
-  const json::parser_callback_t limit_depth = [](int depth, json::parse_event_t, json&) {
-    if (depth > kMaxJsonDepth)
-      throw invalid("", "the request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    return true;
-  };
   try {
-    return json::parse(body, limit_depth);
+    return parse_limited_json<json>(body);
+  } catch (const JsonLimitError& e) {
+    throw invalid("", std::string("the request body ") + e.what());
   } catch (const json::exception& e) {  // parse_error, and out_of_range for a number such as 1e400
     throw invalid("", std::string("the request body is not valid JSON: ") + e.what());
   }
@@ -207,10 +222,26 @@ TokenizeRequest parse_tokenize_request(const json& body) {
   return out;
 }
 
-std::vector<int32_t> parse_detokenize_request(const json& body, int32_t vocab_size) {
+std::vector<int32_t> parse_detokenize_request(const json& body, int32_t vocab_size, int64_t max_tokens) {
   if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
     throw invalid("tokens", "tokens must be a list of token ids");
+  if (static_cast<int64_t>(body["tokens"].size()) > max_tokens)
+    throw invalid("tokens", "tokens may hold at most " + std::to_string(max_tokens) + " ids (the context), got " +
+                                std::to_string(body["tokens"].size()));
   return token_ids(body["tokens"], vocab_size, "tokens");
+}
+
+std::vector<int32_t> RequestParser::tokenize(const TokenizeRequest& request) const {
+  const std::string limit = "the context of " + std::to_string(context_) + " tokens";
+  check_text_fits(tokenizer_, request.content, context_, "content", limit);
+  std::vector<int32_t> ids = tokenizer_.encode(request.content, request.add_special && tokenizer_.add_bos());
+  if (static_cast<int64_t>(ids.size()) > context_)
+    throw invalid("content", "content has " + std::to_string(ids.size()) + " tokens, more than " + limit);
+  return ids;
+}
+
+std::vector<int32_t> RequestParser::detokenize_ids(const json& body) const {
+  return parse_detokenize_request(body, tokenizer_.vocab_size(), context_);
 }
 
 std::vector<int32_t> RequestParser::checked_tokens(const json& ids, const std::string& param) const {
@@ -219,11 +250,16 @@ std::vector<int32_t> RequestParser::checked_tokens(const json& ids, const std::s
 
 RequestParser::Prompts RequestParser::completion_prompts(const json& prompt) const {
   Prompts out;
+  const std::string limit = "this model's context of " + std::to_string(context_) + " tokens";
   auto add_text = [&](const std::string& text) {
+    check_text_fits(tokenizer_, text, context_ - 1, "prompt", limit);
     out.tokens.push_back(tokenizer_.encode(text, tokenizer_.add_bos()));
     out.texts.push_back(text);
   };
   auto add_ids = [&](const json& ids) {
+    if (static_cast<int64_t>(ids.size()) >= context_)
+      throw invalid("prompt", "this model's context is " + std::to_string(context_) + " tokens, but the prompt has " +
+                                  std::to_string(ids.size()) + " tokens");
     out.tokens.push_back(checked_tokens(ids, "prompt"));
     out.texts.push_back(tokenizer_.decode(out.tokens.back()));
   };
@@ -260,6 +296,8 @@ std::vector<int32_t> RequestParser::chat_prompt(const json& messages, std::strin
   if (knows_tools && offered) in.tools = offered->as_given;
   if (!knows_tools) in.messages = messages_for_toolless_template(std::move(in.messages), offered);
   const std::string prompt = apply_chat_template(chat_template_, in, knows_tools);
+  check_text_fits(tokenizer_, prompt, context_ - 1, "messages",
+                  "this model's context of " + std::to_string(context_) + " tokens");
   if (text) *text = prompt;
   return encode_rendered_prompt(tokenizer_, in, prompt);
 }
@@ -347,10 +385,12 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
   } else {
     const json* prompt = field(body, "prompt");
     if (!prompt) throw invalid("prompt", "prompt is required");
+    // Before tokenizing any: a list of 16 MiB of prompts is refused at once.
+    if (prompt_count(*prompt) * out.n > kMaxChoices)
+      throw invalid("n", "prompts x n may be at most " + std::to_string(kMaxChoices) + ", got " +
+                             std::to_string(prompt_count(*prompt)) + " x " + std::to_string(out.n));
     prompts = completion_prompts(*prompt);
   }
-  if (static_cast<int64_t>(prompts.tokens.size()) * out.n > kMaxChoices)
-    throw invalid("n", "prompts x n may be at most " + std::to_string(kMaxChoices));
   for (auto& tokens : prompts.tokens) {
     GenerationRequest r = shared;
     fit_to_context(tokens, body, endpoint, r);

@@ -31,8 +31,9 @@ struct TokenizeRequest {
   bool with_pieces = false;
 };
 TokenizeRequest parse_tokenize_request(const nlohmann::json& body);
-// POST /detokenize: {"tokens": [ids]}, each id in [0, vocab_size).
-std::vector<int32_t> parse_detokenize_request(const nlohmann::json& body, int32_t vocab_size);
+// POST /detokenize: {"tokens": [ids]}, each id in [0, vocab_size), at most max_tokens of them.
+std::vector<int32_t> parse_detokenize_request(const nlohmann::json& body, int32_t vocab_size,
+                                              int64_t max_tokens = kMaxJsonValues);
 
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -66,7 +67,15 @@ class RequestParser {
       : tokenizer_(tokenizer), chat_template_(chat_template), context_(context), speculation_(speculation),
         has_draft_model_(has_draft_model) {}
 
+  // Every count is checked before anything is tokenized: prompts x n, each
+  // prompt's bytes against what the context can hold (check_text_fits).
   ParsedRequest parse(Endpoint endpoint, const nlohmann::json& body) const;
+
+  // POST /tokenize's ids, at most `context` of them (400 past that; a text
+  // certainly longer is refused before it is tokenized).
+  std::vector<int32_t> tokenize(const TokenizeRequest& request) const;
+  // POST /detokenize's ids, at most `context` of them.
+  std::vector<int32_t> detokenize_ids(const nlohmann::json& body) const;
 
   // The prompt tokens of a chat conversation (the template applied), with
   // `tools` offered to the model when given and tool_choice is not "none".

@@ -106,6 +106,10 @@ void Tokenizer::load_vocabulary(const GGUFFile& file) {
   for (size_t i = 0; i < n; ++i) {
     piece_to_id_.emplace(pieces_[i], static_cast<int32_t>(i));  // the first of duplicates wins
     decoded_[i] = token_text_for(kind_, types_[i], pieces_[i]);
+    // A special piece is matched as written, any other token stands for its bytes (an unknown one for a
+    // character: <= 4 bytes).
+    const bool special = types_[i] == TokenType::kControl || types_[i] == TokenType::kUserDefined;
+    max_text_bytes_per_token_ = std::max(max_text_bytes_per_token_, special ? pieces_[i].size() : decoded_[i].size());
   }
 }
 

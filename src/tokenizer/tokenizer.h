@@ -72,6 +72,10 @@ class Tokenizer {
   // which sits on the first token after an optional BOS.
   bool strips_leading_space(size_t position, int32_t first_id) const;
 
+  // The most bytes of input text one token stands for (its piece or its
+  // bytes, at least 4): a text of more than k times this has more than k tokens.
+  size_t max_text_bytes_per_token() const { return max_text_bytes_per_token_; }
+
   VocabKind kind() const { return kind_; }
   int32_t vocab_size() const { return static_cast<int32_t>(pieces_.size()); }
   const std::string& piece(int32_t id) const;  // the vocab string as stored
@@ -128,6 +132,7 @@ class Tokenizer {
   bool add_bos_ = false;
   bool add_space_prefix_ = false;
   bool ignore_merges_ = false;  // Llama 3: a word that is a whole token skips merging
+  size_t max_text_bytes_per_token_ = 4;
 };
 
 // Streams text out of token ids, holding back bytes until they form complete
