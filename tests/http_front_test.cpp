@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -414,14 +415,13 @@ TEST_F(FrontTest, ThousandIdleConnectionsAreHeldAndClosedQuietly) {
     ASSERT_GE(fd, 0) << "connection " << i;
     idle.push_back(fd);
   }
-  const auto start = Clock::now();
+  // Served while the idle ones are held (each would have held a worker before the gate).
   EXPECT_EQ(greedy_stream(server), quiet);
   for (int i = 0; i < 5; ++i) {
     auto r = server.client().Get("/health");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200);
   }
-  EXPECT_LT(Clock::now() - start, 1s) << "served before the idle ones timed out";
   for (int fd : idle) {
     EXPECT_EQ(read_until_closed(fd, 3s), "");
     close(fd);
@@ -501,4 +501,30 @@ TEST(HttpFront, BufferedBytesPastTheBudgetAre503WithRetryAfter) {
   auto r = server.client().Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 2})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+}
+
+TEST(HttpFront, HealthAnswersBesideHundredsOfOpenStreams) {
+  test_util::SynthModel synth;
+  EngineOptions eo;
+  eo.max_queue = 300;  // every stream is accepted: each holds a worker while it waits or streams
+  eo.max_running = 16;
+  test_util::TestServer server(*synth.model, *synth.tokenizer, eo, {}, test_limits());
+  const std::string quiet = greedy_stream(server);
+  ASSERT_FALSE(quiet.empty());
+  std::vector<std::string> streamed(256);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < streamed.size(); ++i) clients.emplace_back([&, i] { streamed[i] = greedy_stream(server); });
+  std::vector<double> health_ms;
+  for (int i = 0; i < 20; ++i) {
+    const auto t0 = Clock::now();
+    auto r = server.client().Get("/health");
+    health_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    std::this_thread::sleep_for(20ms);
+  }
+  for (std::thread& t : clients) t.join();
+  for (const std::string& text : streamed) EXPECT_EQ(text, quiet);
+  // Quick requests have workers of their own: only a starved machine comes near this.
+  EXPECT_LT(*std::max_element(health_ms.begin(), health_ms.end()), 1000.0);
 }
