@@ -10,8 +10,8 @@
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/gated_http_server.h"
-#include "server/open_file_limit.h"
 #include "server/generation_response.h"
+#include "server/open_file_limit.h"
 #include "server/response_format.h"
 #include "server/tool_constraint.h"
 

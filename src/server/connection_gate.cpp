@@ -48,6 +48,8 @@ HttpRequestLimits request_limits(const ConnectionGateLimits& limits) {
 ConnectionGate::ConnectionGate(ConnectionGateLimits limits, std::function<void(std::shared_ptr<ReceivedRequest>)> ready)
     : limits_(limits), request_limits_(request_limits(limits)), ready_(std::move(ready)) {
   limits_.max_held = std::max<size_t>(limits_.max_held, 1);
+  // One request of the largest size always fits (--max-body-bytes may be set past the budget).
+  limits_.max_buffered_bytes = std::max(limits_.max_buffered_bytes, limits_.max_body_bytes + 2 * kReadBufferBytes);
   read_buffer_.resize(kReadBufferBytes);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

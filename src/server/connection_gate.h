@@ -35,6 +35,7 @@ struct ConnectionGateLimits {
   size_t max_body_bytes = 16 << 20;                   // Content-Length or decoded chunks, else 413
   // Bytes buffered for requests across all connections (announced bodies
   // count in full from their head on), until their worker is done; past it 503.
+  // Raised to hold at least one request of max_body_bytes.
   size_t max_buffered_bytes = 256 << 20;
   size_t max_held = 4096;  // connections waiting at once; past it the longest-waiting one gets 503
 };
