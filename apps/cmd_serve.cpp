@@ -26,6 +26,7 @@
 #include "kv/kv_planner.h"
 #include "model/model.h"
 #include "server/api_server.h"
+#include "server/open_file_limit.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -46,6 +47,7 @@ struct ServeOptions {
   double grace_seconds = 10;
   double request_timeout_seconds = 30;  // a client's whole request (head + body) must arrive within this
   double idle_timeout_seconds = 10;     // a connection that sends nothing is closed after this
+  int64_t max_body_bytes = 16 << 20;    // a larger request body gets 413
   double grammar_timeout_seconds = 10;  // a request waits this long for its grammar to compile (then 400)
   int64_t max_grammar_bytes = 256 * 1024;
   std::string kv_type = "f32";
@@ -137,6 +139,12 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
   server_options.connections.request_deadline =
       std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_seconds * 1000));
   server_options.connections.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.idle_timeout_seconds * 1000));
+  server_options.connections.max_body_bytes = static_cast<size_t>(opt.max_body_bytes);
+  if (const size_t files = server::raise_open_file_limit(); files < server::kWantedOpenFiles)
+    std::fprintf(stderr,
+                 "kvserve: warning: at most %zu open files (the hard RLIMIT_NOFILE); the server cannot hold 1,000 "
+                 "connections with fewer than %zu (raise it: ulimit -Hn, or LimitNOFILE= in a systemd unit)\n",
+                 files, server::kWantedOpenFiles);
   server_options.constraints.compile_timeout_seconds = opt.grammar_timeout_seconds;
   server_options.constraints.max_spec_bytes = static_cast<size_t>(opt.max_grammar_bytes);
   server::ApiServer server(engine, *model, tokenizer, std::move(chat_template), server_options);
@@ -202,6 +210,8 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(0.1, 3600.0))->capture_default_str();
   cmd->add_option("--idle-timeout", opt->idle_timeout_seconds, "Seconds a connection may stay open sending nothing")
       ->check(CLI::Range(0.1, 3600.0))->capture_default_str();
+  cmd->add_option("--max-body-bytes", opt->max_body_bytes, "Largest request body accepted, in bytes (then 413)")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30))->capture_default_str();
   cmd->add_option("--grammar-timeout", opt->grammar_timeout_seconds,
                   "Seconds a request waits for its schema / regex / grammar to compile (then 400; the compile is cached)")
       ->check(CLI::Range(0.0, 3600.0))->capture_default_str();

@@ -22,7 +22,6 @@ using namespace std::chrono_literals;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using server::ConnectionGateLimits;
-using server::RequestHead;
 
 namespace {
 
@@ -70,32 +69,6 @@ struct AbuseTest : ::testing::Test {
 };
 
 }  // namespace
-
-TEST(ConnectionGate, ClassifiesRequestBytes) {
-  ConnectionGateLimits l;
-  l.max_head_bytes = 64;
-  l.max_peek_bytes = 100;
-  EXPECT_EQ(server::classify_request_bytes("GET /health HTTP/1.1\r\nHost: x\r\n", l), RequestHead::kIncomplete);
-  EXPECT_EQ(server::classify_request_bytes("GET /health HTTP/1.1\r\nHost: x\r\n\r\n", l), RequestHead::kReady);
-  EXPECT_EQ(server::classify_request_bytes("GET / HTTP/1.1\n\n", l), RequestHead::kReady);
-  EXPECT_EQ(server::classify_request_bytes(std::string(64, 'a'), l), RequestHead::kTooLong);
-  EXPECT_EQ(server::classify_request_bytes("GET / HTTP/1.1\r\nX: " + std::string(70, 'a') + "\r\n\r\n", l),
-            RequestHead::kTooLong);
-  const std::string head = "POST /v1/completions HTTP/1.1\r\ncontent-LENGTH: 10\r\n\r\n";
-  EXPECT_EQ(server::classify_request_bytes(head + "12345", l), RequestHead::kIncomplete);
-  EXPECT_EQ(server::classify_request_bytes(head + "1234567890", l), RequestHead::kReady);
-  // A body past max_peek_bytes is the worker's to read: ready once the peek window is full.
-  const std::string big = "POST / HTTP/1.1\r\nContent-Length: 5000\r\n\r\n";
-  EXPECT_EQ(server::classify_request_bytes(big + std::string(10, 'x'), l), RequestHead::kIncomplete);
-  EXPECT_EQ(server::classify_request_bytes(big + std::string(100 - big.size(), 'x'), l), RequestHead::kReady);
-  // Chunked bodies, Expect: 100-continue and unreadable lengths go to a worker at once.
-  EXPECT_EQ(server::classify_request_bytes("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", l), RequestHead::kReady);
-  EXPECT_EQ(server::classify_request_bytes("POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n", l),
-            RequestHead::kReady);
-  EXPECT_EQ(server::classify_request_bytes("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", l), RequestHead::kReady);
-  l.max_body_bytes = 1000;
-  EXPECT_EQ(server::classify_request_bytes("POST / HTTP/1.1\r\nContent-Length: 1001\r\n\r\n", l), RequestHead::kBodyTooLarge);
-}
 
 TEST_F(AbuseTest, SlowHeadersAreTimedOutWith408AndOthersAreServedMeanwhile) {
   test_util::TestServer server(*synth.model, *synth.tokenizer, {}, {}, short_limits());

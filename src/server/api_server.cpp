@@ -11,6 +11,7 @@
 #include "server/api_error.h"
 #include "server/gated_http_server.h"
 #include "server/generation_response.h"
+#include "server/open_file_limit.h"
 #include "server/response_format.h"
 #include "server/tool_constraint.h"
 
@@ -19,7 +20,6 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr size_t kMaxBodyBytes = 16 << 20;
 constexpr time_t kKeepAliveSeconds = 2;
 // httplib 0.11 listens with a backlog of 5: a burst of clients overflows it
 // and the kernel resets some of them. bind() widens it.
@@ -38,9 +38,19 @@ void write_json(httplib::Response& res, const json& body) { res.set_content(dump
 
 json parse_body(const httplib::Request& req) { return parse_json_body(req.body); }
 
-ConnectionGateLimits with_body_limit(ConnectionGateLimits limits) {
-  limits.max_body_bytes = kMaxBodyBytes;
-  return limits;
+// Answered at once, without waiting on the engine: served by workers of their
+// own, so that they never queue behind streaming responses.
+bool is_quick_request(const std::string& method, const std::string& target) {
+  if (method != "GET") return false;
+  const std::string path = target.substr(0, target.find('?'));
+  return path == "/health" || path == "/metrics" || path == "/version" || path == "/v1/models";
+}
+
+size_t worker_threads(const EngineOptions& engine) {
+  // Every waiting or running request holds a worker while it streams (the
+  // engine refuses more with 429); clients still sending their request and
+  // quick requests hold none of these.
+  return static_cast<size_t>(std::clamp<int64_t>(engine.max_queue + engine.max_running + 8, 8, 1024));
 }
 
 }  // namespace
@@ -56,12 +66,8 @@ ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokeni
       context_(std::min(engine.options().max_context, model.config().context_length)),
       parser_(tokenizer_, chat_template_, context_, options_.speculation, engine.options().draft_model != nullptr),
       constraints_(tokenizer_, model.config().vocab_size, options_.constraints),
-      // Every waiting or running request holds an HTTP thread while it
-      // streams; clients still sending their request hold none (the gate).
-      http_(std::make_unique<GatedHttpServer>(with_body_limit(options_.connections),
-                                              static_cast<size_t>(std::clamp<int64_t>(
-                                                  engine.options().max_queue + engine.options().max_running + 8, 8, 512)))) {
-  http_->set_payload_max_length(kMaxBodyBytes);
+      http_(std::make_unique<GatedHttpServer>(options_.connections, worker_threads(engine.options()), is_quick_request)) {
+  http_->set_payload_max_length(options_.connections.max_body_bytes);
   http_->set_keep_alive_timeout(kKeepAliveSeconds);
   http_->set_socket_options([this](socket_t sock) {
     httplib::default_socket_options(sock);
@@ -175,6 +181,7 @@ void ApiServer::handle_detokenize(const httplib::Request& req, httplib::Response
 }
 
 int ApiServer::bind() {
+  raise_open_file_limit();  // each held connection is a descriptor
   const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)
                                       : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
   if (port < 0) throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port));

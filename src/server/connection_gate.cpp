@@ -6,10 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <optional>
 
 #include "core/error.h"
 #include "server/api_error.h"
@@ -17,60 +15,42 @@
 namespace kvserve::server {
 namespace {
 
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) { return std::tolower(x) == std::tolower(y); });
-}
+// A refused client's connection is read (and discarded) this long after the
+// answer: closing with its bytes unread would send a reset that can destroy
+// the answer before the client reads it.
+constexpr std::chrono::milliseconds kLinger{1000};
+constexpr size_t kReadBufferBytes = 64 << 10;
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
-
-// The body bytes the head announces; 0 when none. A head a worker must see at
-// once (chunked body, Expect: 100-continue, an unreadable length) gives nullopt.
-std::optional<size_t> announced_body(std::string_view head) {
-  size_t length = 0;
-  size_t start = head.find('\n');  // skip the request line
-  while (start != std::string_view::npos && start + 1 < head.size()) {
-    const size_t end = head.find('\n', start + 1);
-    const std::string_view line = head.substr(start + 1, end == std::string_view::npos ? end : end - start - 1);
-    start = end;
-    const size_t colon = line.find(':');
-    if (colon == std::string_view::npos) continue;
-    const std::string_view name = trim(line.substr(0, colon)), value = trim(line.substr(colon + 1));
-    if (iequals(name, "transfer-encoding") || iequals(name, "expect")) return std::nullopt;
-    if (!iequals(name, "content-length")) continue;
-    if (value.empty() || value.size() > 12 || value.find_first_not_of("0123456789") != std::string_view::npos)
-      return std::nullopt;
-    length = 0;
-    for (char c : value) length = length * 10 + static_cast<size_t>(c - '0');
+const char* reason_phrase(int status) {
+  switch (status) {
+    case 400: return "Bad Request";
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 417: return "Expectation Failed";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Service Unavailable";
   }
-  return length;
+}
+
+HttpRequestLimits request_limits(const ConnectionGateLimits& limits) {
+  HttpRequestLimits r;
+  r.max_head_bytes = limits.max_head_bytes;
+  r.max_header_line_bytes = limits.max_header_line_bytes;
+  r.max_headers = limits.max_headers;
+  r.max_body_bytes = limits.max_body_bytes;
+  return r;
 }
 
 }  // namespace
 
-RequestHead classify_request_bytes(std::string_view bytes, const ConnectionGateLimits& limits) {
-  const size_t crlf = bytes.find("\r\n\r\n"), lf = bytes.find("\n\n");
-  size_t head_bytes = crlf == std::string_view::npos ? std::string_view::npos : crlf + 4;
-  if (lf != std::string_view::npos && (head_bytes == std::string_view::npos || lf + 2 < head_bytes)) head_bytes = lf + 2;
-  if (head_bytes == std::string_view::npos)
-    return bytes.size() >= limits.max_head_bytes ? RequestHead::kTooLong : RequestHead::kIncomplete;
-  if (head_bytes > limits.max_head_bytes) return RequestHead::kTooLong;
-  const std::optional<size_t> body = announced_body(bytes.substr(0, head_bytes));
-  if (!body) return RequestHead::kReady;
-  if (*body > limits.max_body_bytes) return RequestHead::kBodyTooLarge;
-  const size_t wanted = std::min(limits.max_peek_bytes, head_bytes + std::min(*body, limits.max_peek_bytes));
-  return bytes.size() >= wanted ? RequestHead::kReady : RequestHead::kIncomplete;
-}
-
-ConnectionGate::ConnectionGate(ConnectionGateLimits limits, std::function<void(int)> ready)
-    : limits_(limits), ready_(std::move(ready)) {
-  limits_.max_peek_bytes = std::max(limits_.max_peek_bytes, limits_.max_head_bytes);
+ConnectionGate::ConnectionGate(ConnectionGateLimits limits, std::function<void(std::shared_ptr<ReceivedRequest>)> ready)
+    : limits_(limits), request_limits_(request_limits(limits)), ready_(std::move(ready)) {
   limits_.max_held = std::max<size_t>(limits_.max_held, 1);
-  peek_buffer_.resize(limits_.max_peek_bytes);
+  // One request of the largest size always fits (--max-body-bytes may be set past the budget).
+  limits_.max_buffered_bytes = std::max(limits_.max_buffered_bytes, limits_.max_body_bytes + 2 * kReadBufferBytes);
+  read_buffer_.resize(kReadBufferBytes);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (epoll_fd_ < 0 || wake_fd_ < 0) throw Error(std::string("cannot create the connection gate: ") + std::strerror(errno));
@@ -88,11 +68,11 @@ ConnectionGate::~ConnectionGate() {
   close(wake_fd_);
 }
 
-void ConnectionGate::admit(int sock) {
+void ConnectionGate::admit(int sock, std::string received) {
   {
     std::lock_guard lock(mutex_);
     if (!stopping_) {
-      admitted_.push_back(sock);
+      admitted_.emplace_back(sock, std::move(received));
       const uint64_t one = 1;
       [[maybe_unused]] const ssize_t n = write(wake_fd_, &one, sizeof one);
       return;
@@ -110,10 +90,9 @@ void ConnectionGate::stop() {
     [[maybe_unused]] const ssize_t n = write(wake_fd_, &one, sizeof one);
   }
   if (thread_.joinable()) thread_.join();
-  for (const auto& [sock, held] : held_) close(sock);
-  held_.clear();
+  while (!held_.empty()) drop(held_.begin()->first);
   std::lock_guard lock(mutex_);
-  for (int sock : admitted_) close(sock);
+  for (const auto& admitted : admitted_) close(admitted.first);
   admitted_.clear();
   held_count_ = 0;
 }
@@ -133,7 +112,7 @@ void ConnectionGate::run() {
         [[maybe_unused]] const ssize_t r = read(wake_fd_, &count, sizeof count);
         continue;
       }
-      check(events[i].data.fd, (events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0);
+      read_from(events[i].data.fd);
     }
     {
       std::lock_guard lock(mutex_);
@@ -147,98 +126,150 @@ void ConnectionGate::run() {
 }
 
 void ConnectionGate::take_admitted() {
-  std::vector<int> admitted;
+  std::vector<std::pair<int, std::string>> admitted;
   {
     std::lock_guard lock(mutex_);
     admitted.swap(admitted_);
   }
-  for (int sock : admitted) hold(sock);
+  for (auto& [sock, received] : admitted) hold(sock, std::move(received));
 }
 
-void ConnectionGate::hold(int sock) {
+void ConnectionGate::hold(int sock, std::string received) {
   if (held_.size() >= limits_.max_held) {
     const auto oldest = std::min_element(held_.begin(), held_.end(),
                                          [](const auto& a, const auto& b) { return a.second.since < b.second.since; });
-    refuse(oldest->first, 503, "too many connections are waiting to send their request; try again");
+    if (oldest->second.closing) drop(oldest->first);
+    else refuse(oldest->first, 503, "too many connections are waiting to send their request; try again");
   }
   epoll_event e{};
-  e.events = EPOLLIN | EPOLLRDHUP | EPOLLET;  // edge-triggered: woken by new bytes, not by those already peeked
+  e.events = EPOLLIN | EPOLLRDHUP | EPOLLET;  // edge-triggered: every wake-up reads until the socket is empty
   e.data.fd = sock;
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, sock, &e) != 0) {
     close(sock);
     return;
   }
-  held_[sock] = Held{Clock::now()};
-  check(sock, false);
+  const auto now = Clock::now();
+  Held& held = held_.try_emplace(sock, Held{now, std::nullopt, HttpRequestReader(request_limits_)}).first->second;
+  if (!received.empty()) {  // a pipelined request, read with the previous one
+    held.first_byte = now;
+    held.reader.feed(received);
+    if (!settle(sock, held)) return;
+  }
+  read_from(sock);
 }
 
-void ConnectionGate::check(int sock, bool hung_up) {
-  const auto it = held_.find(sock);
-  if (it == held_.end()) return;
-  const ssize_t n = recv(sock, peek_buffer_.data(), peek_buffer_.size(), MSG_PEEK | MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-  if (n <= 0) {  // closed or reset before sending a whole request
-    release(sock);
-    close(sock);
-    return;
+void ConnectionGate::read_from(int sock) {
+  for (;;) {
+    const auto it = held_.find(sock);
+    if (it == held_.end()) return;
+    Held& held = it->second;
+    if (held.closing) return drain(sock);
+    const ssize_t n = recv(sock, read_buffer_.data(), read_buffer_.size(), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) return drop(sock);  // closed or reset before sending a whole request
+    if (!held.first_byte) held.first_byte = Clock::now();
+    held.reader.feed(std::string_view(read_buffer_.data(), static_cast<size_t>(n)));
+    if (!settle(sock, held)) return;
   }
-  switch (classify_request_bytes(std::string_view(peek_buffer_.data(), static_cast<size_t>(n)), limits_)) {
-    case RequestHead::kReady:
+}
+
+// Charges the reader's bytes to the budget and acts on its state; false once
+// the connection left (handed to a worker, refused or closed).
+bool ConnectionGate::settle(int sock, Held& held) {
+  const size_t bytes = held.reader.buffered_bytes(), old = held.charged;
+  held.charged = bytes;
+  if (bytes < old) *buffered_ -= old - bytes;
+  // Past the budget the request is refused rather than left unread: a
+  // connection we stop reading would keep its slot and reach 408 anyway,
+  // telling the client nothing, while 503 + Retry-After frees the memory at
+  // once and says when to come back.
+  if (bytes > old && buffered_->fetch_add(bytes - old) + (bytes - old) > limits_.max_buffered_bytes &&
+      held.reader.state() != HttpRequestReader::State::kRefused) {
+    refuse(sock, 503, "the server holds too many request bytes at once; try again shortly");
+    return false;
+  }
+  switch (held.reader.state()) {
+    case HttpRequestReader::State::kRefused:
+      refuse(sock, held.reader.refusal_status(), held.reader.refusal_message());
+      return false;
+    case HttpRequestReader::State::kComplete: {
+      auto request = std::make_shared<ReceivedRequest>();
+      request->sock = sock;
+      request->method = held.reader.method();
+      request->target = held.reader.target();
+      request->request = held.reader.take_request();
+      request->leftover = held.reader.take_leftover();
+      request->charge = ByteCharge(buffered_, held.charged);
+      held.charged = 0;
       release(sock);
-      ready_(sock);
-      return;
-    case RequestHead::kTooLong:
-      refuse(sock, 431, "the request line and headers exceed " + std::to_string(limits_.max_head_bytes) + " bytes");
-      return;
-    case RequestHead::kBodyTooLarge:
-      refuse(sock, 413, "the request body is larger than " + std::to_string(limits_.max_body_bytes) + " bytes");
-      return;
-    case RequestHead::kIncomplete:
-      it->second.got_bytes = true;
-      if (hung_up) {  // the client stopped sending: the request can never complete
-        release(sock);
-        close(sock);
+      ready_(std::move(request));
+      return false;
+    }
+    case HttpRequestReader::State::kBody:
+      if (held.reader.wants_continue()) {  // answered here, so httplib never sees the Expect header
+        static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        [[maybe_unused]] const ssize_t sent = send(sock, kContinue, sizeof kContinue - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+        held.reader.continue_sent();
       }
-      return;
+      return true;
+    case HttpRequestReader::State::kHead:
+      return true;
+  }
+  return true;
+}
+
+void ConnectionGate::drain(int sock) {
+  for (int i = 0; i < 64; ++i) {
+    const ssize_t n = recv(sock, read_buffer_.data(), read_buffer_.size(), MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (n <= 0) return drop(sock);
   }
 }
 
 void ConnectionGate::expire(Clock::time_point now) {
   std::vector<int> idle, late;
   for (const auto& [sock, held] : held_) {
-    if (!held.got_bytes && now - held.since >= limits_.idle_timeout) idle.push_back(sock);
-    else if (held.got_bytes && now - held.since >= limits_.request_deadline) late.push_back(sock);
+    if (held.closing ? now - held.since >= kLinger : !held.first_byte && now - held.since >= limits_.idle_timeout)
+      idle.push_back(sock);
+    else if (!held.closing && held.first_byte && now - *held.first_byte >= limits_.request_deadline)
+      late.push_back(sock);
   }
-  for (int sock : idle) {  // nothing was asked: close quietly, as for an idle kept-alive connection
-    release(sock);
-    close(sock);
-  }
+  for (int sock : idle) drop(sock);  // nothing was asked (or all was answered): close quietly
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(limits_.request_deadline).count();
   for (int sock : late) refuse(sock, 408, "the request did not arrive within " + std::to_string(ms) + " ms");
 }
 
 void ConnectionGate::release(int sock) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, sock, nullptr);
-  held_.erase(sock);
+  const auto it = held_.find(sock);
+  if (it == held_.end()) return;
+  *buffered_ -= it->second.charged;
+  held_.erase(it);
+}
+
+void ConnectionGate::drop(int sock) {
+  release(sock);
+  close(sock);
 }
 
 void ConnectionGate::refuse(int sock, int status, const std::string& message) {
-  release(sock);
-  const char* reason = status == 408   ? "Request Timeout"
-                       : status == 413 ? "Payload Too Large"
-                       : status == 431 ? "Request Header Fields Too Large"
-                                       : "Service Unavailable";
+  const auto it = held_.find(sock);
+  if (it == held_.end()) return;
+  Held& held = it->second;
   const std::string body = dump_json(error_body(ApiError(status, message)));
-  const std::string response = "HTTP/1.1 " + std::to_string(status) + " " + reason +
-                               "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
-                               std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string response = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
+                               "\r\nContent-Type: application/json\r\nConnection: close\r\n" +
+                               (status == 503 ? "Retry-After: 1\r\n" : "") +
+                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   [[maybe_unused]] const ssize_t sent = send(sock, response.data(), response.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-  // Unread bytes at close() would turn the FIN into a reset that can discard
-  // the answer before the client reads it.
-  for (int i = 0; i < 16 && recv(sock, peek_buffer_.data(), peek_buffer_.size(), MSG_DONTWAIT) > 0; ++i) {
-  }
   shutdown(sock, SHUT_WR);
-  close(sock);
+  held.reader = HttpRequestReader(request_limits_);  // frees what the request held
+  *buffered_ -= held.charged;
+  held.charged = 0;
+  held.closing = true;
+  held.since = Clock::now();
+  drain(sock);
 }
 
 }  // namespace kvserve::server

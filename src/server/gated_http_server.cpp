@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 
 namespace kvserve::server {
@@ -22,33 +21,28 @@ bool numeric_address(const sockaddr_storage& addr, socklen_t len, std::string& h
   return true;
 }
 
-// httplib's Stream over a connected socket: reads are buffered (httplib reads
-// request lines a byte at a time) and both directions wait at most their
-// timeout for the socket to be ready.
-class SocketStream final : public httplib::Stream {
+// httplib's Stream for one request the gate has read whole: reads come from
+// that request in memory (end of stream after it), so a worker never waits on
+// a client's bytes; writes go to the socket, each waiting at most its timeout
+// for room.
+class RequestStream final : public httplib::Stream {
  public:
-  SocketStream(int sock, time_t read_timeout_sec, time_t write_timeout_sec)
-      : sock_(sock), read_timeout_ms_(static_cast<int>(read_timeout_sec * 1000)),
-        write_timeout_ms_(static_cast<int>(write_timeout_sec * 1000)) {}
+  RequestStream(int sock, const HttpRequestReader::Request& request, time_t write_timeout_sec)
+      : sock_(sock), request_(request), write_timeout_ms_(static_cast<int>(write_timeout_sec * 1000)) {}
 
-  bool is_readable() const override { return buffered_ < filled_ || wait(POLLIN, read_timeout_ms_); }
-  bool is_writable() const override { return wait(POLLOUT, write_timeout_ms_); }
+  bool is_readable() const override { return true; }  // reads never block (0 at the end)
+  bool is_writable() const override { return wait_writable(); }
 
   ssize_t read(char* ptr, size_t size) override {
-    if (buffered_ == filled_) {
-      if (!wait(POLLIN, read_timeout_ms_)) return -1;
-      const ssize_t n = recv(sock_, buffer_.data(), buffer_.size(), 0);
-      if (n <= 0) return n;
-      buffered_ = 0;
-      filled_ = static_cast<size_t>(n);
-    }
-    const size_t n = std::min(size, filled_ - buffered_);
-    std::memcpy(ptr, buffer_.data() + buffered_, n);
-    buffered_ += n;
+    const std::string& part = read_ < request_.head.size() ? request_.head : request_.body;
+    const size_t offset = read_ < request_.head.size() ? read_ : read_ - request_.head.size();
+    const size_t n = std::min(size, part.size() - std::min(offset, part.size()));
+    std::memcpy(ptr, part.data() + offset, n);
+    read_ += n;
     return static_cast<ssize_t>(n);
   }
   ssize_t write(const char* ptr, size_t size) override {
-    if (!is_writable()) return -1;
+    if (!wait_writable()) return -1;
     return send(sock_, ptr, size, MSG_NOSIGNAL);
   }
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
@@ -64,36 +58,38 @@ class SocketStream final : public httplib::Stream {
       port = -1;
   }
   socket_t socket() const override { return sock_; }
-  // Bytes read past the request (a pipelined next one).
-  bool has_buffered() const { return buffered_ < filled_; }
 
  private:
-  // Ready for `events` within timeout_ms, and not hung up (a client that
-  // closed its end gets no more writes: that ends its stream).
-  bool wait(short events, int timeout_ms) const {
-    pollfd p{sock_, static_cast<short>(events | POLLRDHUP), 0};
-    if (poll(&p, 1, timeout_ms) <= 0) return false;
-    if (events == POLLOUT && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) return false;
-    return (p.revents & (events | POLLHUP | POLLRDHUP)) != 0;  // reads see the end of stream as 0 bytes
+  // Room to write within the timeout, and not hung up (a client that closed
+  // its end gets no more writes: that ends its stream).
+  bool wait_writable() const {
+    pollfd p{sock_, static_cast<short>(POLLOUT | POLLRDHUP), 0};
+    if (poll(&p, 1, write_timeout_ms_) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return false;
+    return (p.revents & POLLOUT) != 0;
   }
 
   int sock_;
-  int read_timeout_ms_, write_timeout_ms_;
-  std::array<char, 4096> buffer_{};
-  size_t buffered_ = 0, filled_ = 0;  // unread bytes are buffer_[buffered_, filled_)
+  const HttpRequestReader::Request& request_;
+  int write_timeout_ms_;
+  size_t read_ = 0;  // bytes of head + body read so far
 };
 
 }  // namespace
 
-GatedHttpServer::GatedHttpServer(ConnectionGateLimits limits, size_t worker_threads)
-    : gate_(limits, [this](int sock) {
-        // The gate's thread: queue the connection for a worker, never block.
-        httplib::TaskQueue* pool = pool_.load();
+GatedHttpServer::GatedHttpServer(ConnectionGateLimits limits, size_t worker_threads, QuickRequest quick,
+                                 size_t quick_threads)
+    : quick_(std::move(quick)),
+      quick_pool_(std::max<size_t>(quick_threads, 1)),
+      gate_(limits, [this](std::shared_ptr<ReceivedRequest> request) {
+        // The gate's thread: queue the request for a worker, never block.
+        const bool quick_one = quick_ && quick_(request->method, request->target);
+        httplib::TaskQueue* pool = quick_one ? &quick_pool_ : pool_.load();
         if (pool == nullptr) {
-          close(sock);
+          close(request->sock);
           return;
         }
-        pool->enqueue([this, sock] { serve(sock); });
+        pool->enqueue([this, request] { serve(*request); });
       }) {
   new_task_queue = [this, worker_threads] {
     auto* pool = new httplib::ThreadPool(worker_threads);
@@ -102,7 +98,10 @@ GatedHttpServer::GatedHttpServer(ConnectionGateLimits limits, size_t worker_thre
   };
 }
 
-GatedHttpServer::~GatedHttpServer() { close_gate(); }
+GatedHttpServer::~GatedHttpServer() {
+  close_gate();
+  quick_pool_.shutdown();  // its tasks use the gate: done before members go
+}
 
 void GatedHttpServer::close_gate() { gate_.stop(); }
 
@@ -111,8 +110,9 @@ bool GatedHttpServer::process_and_close_socket(socket_t sock) {
   return true;
 }
 
-void GatedHttpServer::serve(int sock) {
-  SocketStream stream(sock, read_timeout_sec_, write_timeout_sec_);
+void GatedHttpServer::serve(ReceivedRequest& request) {
+  const int sock = request.sock;
+  RequestStream stream(sock, request.request, write_timeout_sec_);
   std::pair<std::string, int> peer;
   stream.get_remote_ip_and_port(peer.first, peer.second);
   {
@@ -125,8 +125,10 @@ void GatedHttpServer::serve(int sock) {
     std::lock_guard lock(mutex_);
     live_.erase(peer);
   }
-  if (answered && !client_closes && !stream.has_buffered() && is_running()) {
-    gate_.admit(sock);  // kept alive: wait for the next request in the gate, not on this worker
+  request.request = {};  // its bytes leave the gate's budget (request.charge) with the task
+  if (answered && !client_closes && is_running()) {
+    // Kept alive: the next request (some of it maybe read already) is waited for in the gate, not on this worker.
+    gate_.admit(sock, std::move(request.leftover));
     return;
   }
   shutdown(sock, SHUT_RDWR);
