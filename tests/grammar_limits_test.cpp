@@ -78,6 +78,8 @@ TEST(GrammarLimits, EachSchemaCapNamesItsPointer) {
   EXPECT_EQ(schema_refusal({{"enum", {{{"maxLength", 1e12}}}}, {"default", {{"minItems", 1e12}}}}), "ok");
   EXPECT_EQ(schema_refusal({{"type", "object"}, {"properties", {{"maxLength", {{"type", "integer"}}}}}}), "ok");
   EXPECT_EQ(schema_refusal(nested_arrays(30)), "ok");
+  EXPECT_EQ(refusal(ConstraintKind::kJsonSchema, std::string(200, '[') + std::string(200, ']')),
+            "the JSON nests deeper than 128 levels");
 }
 
 TEST(GrammarLimits, RegexGrammarAndStructuralTagCounts) {
