@@ -5,6 +5,7 @@
 #include <optional>
 #include <string_view>
 
+#include "core/json_scan.h"
 #include "grammar/repetition_scan.h"
 
 namespace kvserve {
@@ -24,28 +25,9 @@ std::string pointer_step(const std::string& pointer, const std::string& key) {
   return out;
 }
 
-// How deep the brackets of JSON text nest (strings skipped).
-int64_t json_depth(std::string_view text) {
-  int64_t depth = 0, deepest = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '"') {
-      for (++i; i < text.size() && text[i] != '"'; ++i)
-        if (text[i] == '\\') ++i;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
-// A spec's JSON text parsed, nesting at most max_depth levels (it is walked
-// recursively). Checked first rather than with nlohmann's parse callback,
-// whose cost grows with the square of an object's size.
+// A spec's JSON text parsed, nesting at most max_depth levels (it is walked recursively).
 json parse_bounded(const std::string& text, int64_t max_depth) {
-  if (json_depth(text) > max_depth) refuse("the JSON nests deeper than " + std::to_string(max_depth) + " levels");
+  if (json_nesting_depth(text) > max_depth) refuse("the JSON nests deeper than " + std::to_string(max_depth) + " levels");
   return json::parse(text, nullptr, false);  // discarded when invalid: xgrammar reports it
 }
 

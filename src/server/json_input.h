@@ -9,11 +9,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_scan.h"
+
 namespace kvserve::server {
 
 // Request bodies and the JSON texts inside them nest at most this deep
 // (OpenAI's nest about 5).
 inline constexpr int kMaxJsonDepth = 64;
+
+// JSON text is parsed as ordered_json (for a schema's key order) only when no
+// object in it has more members than this: ordered_json's key lookup is a
+// linear search (quadratic parse). Past it, keys come out sorted.
+inline constexpr int64_t kMaxOrderedMembers = 10000;
 
 // The field, or nullptr when it is absent or null (null means "default" in
 // OpenAI's API). Safe on any JSON value: a non-object has no fields.
@@ -24,20 +31,13 @@ inline const nlohmann::json* field(const nlohmann::json& obj, const char* name) 
 
 // `text` parsed, or nullopt when it is not JSON or nests deeper than
 // kMaxJsonDepth. Json: nlohmann::json or nlohmann::ordered_json.
+// (Depth is checked by a scan first: nlohmann's parse callback is quadratic.)
 template <class Json>
 std::optional<Json> parse_bounded_json(std::string_view text) {
-  struct TooDeep {};
-  const typename Json::parser_callback_t limit_depth = [](int depth, typename Json::parse_event_t, Json&) {
-    if (depth > kMaxJsonDepth) throw TooDeep{};
-    return true;
-  };
-  try {
-    Json value = Json::parse(text, limit_depth, false);
-    if (value.is_discarded()) return std::nullopt;
-    return value;
-  } catch (const TooDeep&) {
-    return std::nullopt;
-  }
+  if (json_nesting_depth(text) > kMaxJsonDepth) return std::nullopt;
+  Json value = Json::parse(text, nullptr, false);
+  if (value.is_discarded()) return std::nullopt;
+  return value;
 }
 
 }  // namespace kvserve::server
