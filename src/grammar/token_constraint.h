@@ -4,6 +4,7 @@
 // every request that asks for the same thing, and one matcher per sequence
 // that follows the tokens generated so far and says which may come next.
 // The engine masks the logits with it before sampling (docs/structured_output.md).
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -32,6 +33,8 @@ class CompiledConstraint {
   virtual ~CompiledConstraint() = default;
   // A matcher at the start of the output.
   virtual std::unique_ptr<TokenMatcher> new_matcher() const = 0;
+  // Its memory, estimated, for the compiler cache's byte bound.
+  virtual size_t memory_bytes() const { return sizeof(*this); }
 };
 
 }  // namespace kvserve

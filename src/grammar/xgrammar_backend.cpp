@@ -94,6 +94,8 @@ class XGrammarConstraint final : public CompiledConstraint {
   std::unique_ptr<TokenMatcher> new_matcher() const override {
     return std::make_unique<XGrammarMatcher>(grammar_, stop_ids_, vocab_size_);
   }
+  // The grammar and its token-mask cache (the vocabulary is shared by all).
+  size_t memory_bytes() const override { return sizeof(*this) + grammar_.MemorySizeBytes(); }
 
  private:
   xgrammar::CompiledGrammar grammar_;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "grammar/spec_limits.h"
 #include "server/api_error.h"
 #include "server/gated_http_server.h"
 #include "server/generation_response.h"
@@ -29,7 +30,7 @@ constexpr const char* kServerVersion = "0.1.0";  // what GET /version reports
 // The one place an error becomes an HTTP response.
 void write_error(httplib::Response& res, const ApiError& error) {
   res.status = error.status();
-  if (error.status() == 429) res.set_header("Retry-After", "1");
+  if (error.status() == 429 || error.status() == 503) res.set_header("Retry-After", "1");
   if (error.status() == 401) res.set_header("WWW-Authenticate", "Bearer");
   res.set_content(dump_json(error_body(error)), "application/json");
 }
@@ -130,6 +131,7 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
   if (parsed.tools && parsed.constraint &&
       (parsed.tools->choice.kind == ToolChoice::kRequired || parsed.tools->choice.kind == ToolChoice::kNamed))
     throw invalid("tool_choice", "a required tool call cannot also follow " + parsed.constraint->param);
+  if (parsed.tools && parsed.tools->calls_allowed()) check_tool_schemas(*parsed.tools);
   if (parsed.tools && !parsed.constraint)
     if (std::optional<ConstraintSpec> calls = tool_call_constraint(*parsed.tools, parsed.tool_format))
       parsed.constraint = ConstraintParam{std::move(*calls), "tools", {}};
@@ -149,7 +151,21 @@ std::shared_ptr<const CompiledConstraint> ApiServer::compile_constraint(const Co
     return constraints_.compile(constraint.spec);
   } catch (const ConstraintError& e) {
     if (e.reason() == ConstraintError::Reason::kBusy) throw ApiError(503, e.what(), constraint.param, "server_error");
+    if (e.reason() == ConstraintError::Reason::kTooLarge) throw invalid(constraint.param, constraint.param + ": " + e.what());
     throw invalid(constraint.param, e.what());
+  }
+}
+
+// A tool's parameters become part of the calls' grammar: the same caps as a
+// response_format schema, named by the tool.
+void ApiServer::check_tool_schemas(const ToolRequest& tools) const {
+  for (size_t i = 0; i < tools.tools.size(); ++i) {
+    const std::string param = "tools[" + std::to_string(i) + "].function.parameters";
+    try {
+      check_schema_limits(tools.tools[i].parameters, constraints_.limits());
+    } catch (const ConstraintError& e) {
+      throw invalid(param, param + ": " + e.what());
+    }
   }
 }
 

@@ -64,6 +64,8 @@ class ApiServer {
   void handle_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   // The compiled constraint of a request's response_format etc. (cached); throws ApiError.
   std::shared_ptr<const CompiledConstraint> compile_constraint(const ConstraintParam& constraint);
+  // The caps of a constraint on each tool's parameters schema; throws ApiError 400 naming the tool.
+  void check_tool_schemas(const ToolRequest& tools) const;
   void handle_models(httplib::Response& res) const;
   void handle_tokenize(const httplib::Request& req, httplib::Response& res) const;
   void handle_detokenize(const httplib::Request& req, httplib::Response& res) const;

@@ -21,11 +21,14 @@ ConstraintParam schema_constraint(const json& v, const std::string& param, std::
   json schema = v;
   std::string text;
   if (v.is_string()) {
-    const std::optional<nlohmann::ordered_json> ordered = parse_bounded_json<nlohmann::ordered_json>(v.get<std::string>());
-    if (!ordered)
+    const std::string& given = v.get_ref<const std::string&>();
+    const std::optional<json> parsed = parse_bounded_json<json>(given);
+    if (!parsed)
       throw invalid(param, param + " is not valid JSON (or nests deeper than " + std::to_string(kMaxJsonDepth) + " levels)");
-    schema = *parse_bounded_json<json>(v.get<std::string>());
-    text = ordered->dump();
+    schema = *parsed;
+    // In its own key order where that is affordable; else the sorted keys stay.
+    if (json_widest_object(given) <= kMaxOrderedMembers)
+      if (const auto ordered = parse_bounded_json<nlohmann::ordered_json>(given)) text = ordered->dump();
     location.clear();  // the text keeps its order
   }
   if (!schema.is_object() && !schema.is_boolean()) throw invalid(param, param + " must be a JSON schema (an object)");
@@ -112,7 +115,7 @@ std::optional<ConstraintParam> parse_constraint(const json& body) {
 }
 
 void restore_key_order(ConstraintParam& constraint, const std::string& raw_body) {
-  if (constraint.location.empty()) return;
+  if (constraint.location.empty() || json_widest_object(raw_body) > kMaxOrderedMembers) return;
   // The body parsed before (as json, within the depth bound); should it not now, the sorted schema stays.
   const std::optional<nlohmann::ordered_json> body = parse_bounded_json<nlohmann::ordered_json>(raw_body);
   if (!body) return;

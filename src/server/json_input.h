@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_scan.h"
 
 namespace kvserve::server {
 
@@ -38,6 +39,11 @@ class JsonLimitError : public Error {
  public:
   using Error::Error;
 };
+
+// JSON text is parsed as ordered_json (for a schema's key order) only when no
+// object in it has more members than this: ordered_json's key lookup is a
+// linear search (quadratic parse). Past it, keys come out sorted.
+inline constexpr int64_t kMaxOrderedMembers = 10000;
 
 // The field, or nullptr when it is absent or null (null means "default" in
 // OpenAI's API). Safe on any JSON value: a non-object has no fields.

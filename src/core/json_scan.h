@@ -1,0 +1,51 @@
+#pragma once
+// Linear scans of JSON text from outside, run before parsing it with
+// nlohmann::json, whose costly paths are quadratic: the parse callback (the
+// usual way to bound depth) rescans the enclosing object at the end of each
+// member object, and ordered_json finds each key by a linear search. A few
+// MiB of {"k0": {}, "k1": {}, ...} took minutes either way.
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace kvserve {
+
+// Calls on_open(is_object) / on_close(is_object, members) for each bracket, strings skipped.
+template <class Open, class Close>
+void scan_json_brackets(std::string_view text, Open on_open, Close on_close) {
+  std::vector<std::pair<bool, int64_t>> open;  // per open bracket: an object?, its commas
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      for (++i; i < text.size() && text[i] != '"'; ++i)
+        if (text[i] == '\\') ++i;
+    } else if (c == '[' || c == '{') {
+      open.emplace_back(c == '{', 0);
+      on_open(open.size());
+    } else if (c == ',' && !open.empty()) {
+      ++open.back().second;
+    } else if ((c == ']' || c == '}') && !open.empty()) {
+      on_close(open.back().first, open.back().second + 1);
+      open.pop_back();
+    }
+  }
+}
+
+// How deep the brackets nest.
+inline int64_t json_nesting_depth(std::string_view text) {
+  size_t deepest = 0;
+  scan_json_brackets(text, [&](size_t depth) { deepest = std::max(deepest, depth); }, [](bool, int64_t) {});
+  return static_cast<int64_t>(deepest);
+}
+
+// The most members any one object has (0 without objects).
+inline int64_t json_widest_object(std::string_view text) {
+  int64_t widest = 0;
+  scan_json_brackets(text, [](size_t) {}, [&](bool object, int64_t members) {
+    if (object) widest = std::max(widest, members);
+  });
+  return widest;
+}
+
+}  // namespace kvserve
