@@ -57,11 +57,14 @@ bool truthy(const json& v) {
 // holds much memory.
 class WorkBudget {
  public:
+  explicit WorkBudget(size_t limit) : limit_(limit) {}
+
   void charge(size_t bytes) {
-    used_ += std::min(bytes, kMaxWorkBytes + 1);  // cannot wrap around
-    if (used_ > kMaxWorkBytes)
-      fail("the template touched more than " + std::to_string(kMaxWorkBytes >> 30) +
-           " GiB of values (bytes made, copied or searched)");
+    used_ += std::min(bytes, limit_ + 1);  // cannot wrap around
+    if (used_ > limit_)
+      fail("the template touched more than " +
+           (limit_ >= (size_t{1} << 30) ? std::to_string(limit_ >> 30) + " GiB" : std::to_string(limit_ >> 20) + " MiB") +
+           " of values (bytes made, copied or searched)");
   }
   // A linear-time substring search (text_search.h) of `needle` in `haystack`.
   void charge_search(size_t haystack_bytes, size_t needle_bytes) {
@@ -69,6 +72,7 @@ class WorkBudget {
   }
 
  private:
+  size_t limit_;
   size_t used_ = 0;
 };
 
@@ -201,17 +205,6 @@ std::string replace(const std::string& s, const std::string& from, const std::st
   if (from.empty()) return s;
   work.charge_search(s.size(), from.size());
   std::string out;
-  if (from.size() == 1) {  // a byte at a time: dense matches ('a' in 'aaaa') stay cheap
-    for (const char c : s) {
-      if (c != from[0]) {
-        out += c;
-        continue;
-      }
-      check_text_size(out.size() + to.size(), "replace()");
-      out += to;
-    }
-    return out;
-  }
   size_t start = 0, at, matches = 0;
   while ((at = find_linear(s, from, start)) != std::string::npos) {
     check_text_size(out.size() + (at - start) + to.size(), "replace()");
@@ -421,8 +414,9 @@ json parse_int(const std::string& text) {
 // Hugging Face's tojson is Python's json.dumps: ", " and ": " between items,
 // or one item per line with an indent, so that tools and tool-call arguments
 // read as in the model's training data. (Keys come sorted: JSON objects here
-// do not keep their order.)
-void python_json(const json& v, int indent, int level, std::string& out) {
+// do not keep their order.) Each item costs kStepCost of work: a dump() and
+// appends, slower than its bytes.
+void python_json(const json& v, int indent, int level, std::string& out, WorkBudget& work) {
   if ((!v.is_array() && !v.is_object()) || v.empty()) {
     out += dump(v);
     return;
@@ -433,7 +427,8 @@ void python_json(const json& v, int indent, int level, std::string& out) {
     if (it != v.begin()) out += indent < 0 ? ", " : ",";
     out += line_start;
     if (v.is_object()) out += dump(it.key()) + ": ";
-    python_json(*it, indent, level + 1, out);
+    work.charge(kStepCost);
+    python_json(*it, indent, level + 1, out, work);
     check_text_size(out.size(), "tojson");
   }
   if (indent >= 0) out += "\n" + std::string(static_cast<size_t>(indent * level), ' ');
@@ -479,7 +474,7 @@ json apply_filter(const std::string& name, const json& v, const std::vector<json
     const int64_t indent = is_undefined(arg(0)) ? -1 : as_int(arg(0), "tojson");
     if (indent > kMaxJsonIndent) fail("tojson indent must be at most " + std::to_string(kMaxJsonIndent));
     std::string out;  // Python: an indent of 0 or less breaks lines without indenting
-    python_json(v, is_undefined(arg(0)) ? -1 : static_cast<int>(std::max<int64_t>(indent, 0)), 0, out);
+    python_json(v, is_undefined(arg(0)) ? -1 : static_cast<int>(std::max<int64_t>(indent, 0)), 0, out, work);
     return out;
   }
   if (name == "default" || name == "d") return is_undefined(v) || (truthy(arg(1)) && !truthy(v)) ? arg(0) : v;
@@ -526,7 +521,7 @@ size_t footprint(const json& v, int depth) {
 
 class Renderer {
  public:
-  explicit Renderer(json globals) { scopes_.push_back(std::move(globals)); }
+  Renderer(json globals, size_t max_work_bytes) : work_(max_work_bytes) { scopes_.push_back(std::move(globals)); }
 
   std::string run(const std::vector<Node>& nodes) {
     exec(nodes);
@@ -814,7 +809,7 @@ std::string ChatTemplate::apply(const ChatTemplateInputs& inputs) const {
                   {"bos_token", inputs.bos_token},
                   {"eos_token", inputs.eos_token},
                   {"tools", inputs.tools}};
-  return Renderer(std::move(globals)).run(program_->nodes);
+  return Renderer(std::move(globals), inputs.max_work_bytes ? inputs.max_work_bytes : kMaxWorkBytes).run(program_->nodes);
 }
 
 const std::string& ChatTemplate::source() const { return program_->source; }
