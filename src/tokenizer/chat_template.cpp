@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "model/gguf.h"
 #include "tokenizer/chat_template_ast.h"
+#include "tokenizer/text_search.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvserve {
@@ -51,8 +52,67 @@ bool truthy(const json& v) {
   return !v.empty();
 }
 
+// The work one apply() may do (kMaxWorkBytes): operations charge what they
+// touch before or as they build it, so a render fails before it runs long or
+// holds much memory.
+class WorkBudget {
+ public:
+  explicit WorkBudget(size_t limit) : limit_(limit) {}
+
+  void charge(size_t bytes) {
+    used_ += std::min(bytes, limit_ + 1);  // cannot wrap around
+    if (used_ > limit_)
+      fail("the template touched more than " +
+           (limit_ >= (size_t{1} << 30) ? std::to_string(limit_ >> 30) + " GiB" : std::to_string(limit_ >> 20) + " MiB") +
+           " of values (bytes made, copied or searched)");
+  }
+  // A linear-time substring search (text_search.h) of `needle` in `haystack`.
+  void charge_search(size_t haystack_bytes, size_t needle_bytes) {
+    charge((haystack_bytes + needle_bytes) * (needle_bytes == 1 ? 1 : kSearchCostPerByte));
+  }
+
+ private:
+  size_t limit_;
+  size_t used_ = 0;
+};
+
+// Fails before a string of `bytes` is built.
+void check_text_size(size_t bytes, const char* what) {
+  if (bytes > kMaxTextBytes)
+    fail(std::string(what) + " would make a string of more than " + std::to_string(kMaxTextBytes >> 20) + " MiB");
+}
+
+// At least the bytes JSON text takes for `v` (invalid UTF-8 becomes U+FFFD, a
+// control byte \u00XX): measured before it is written, since a string can
+// grow 6 times over.
+size_t json_text_bound(const json& v) {
+  if (v.is_string()) {
+    size_t bytes = 2;
+    for (const char c : v.get_ref<const std::string&>()) {
+      const auto b = static_cast<unsigned char>(c);
+      const bool short_escape = b == '"' || b == '\\' || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t';
+      bytes += short_escape ? 2 : b < 0x20 ? 6 : b >= 0x80 ? 3 : 1;
+    }
+    return bytes;
+  }
+  if (v.is_object()) {
+    size_t bytes = 2;
+    for (auto it = v.begin(); it != v.end(); ++it) bytes += json_text_bound(it.key()) + json_text_bound(*it) + 4;
+    return bytes;
+  }
+  if (v.is_array()) {
+    size_t bytes = 2;
+    for (const json& item : v) bytes += json_text_bound(item) + 2;
+    return bytes;
+  }
+  return 32;  // a number, true, false or null
+}
+
 // Template strings may hold any bytes; JSON text replaces invalid UTF-8.
-std::string dump(const json& v, int indent = -1) { return v.dump(indent, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& v, int indent = -1) {
+  if (v.is_structured() || v.is_string()) check_text_size(json_text_bound(v), "printing a value");
+  return v.dump(indent, ' ', false, json::error_handler_t::replace);
+}
 
 // Jinja's str(): Python spellings for booleans and None.
 std::string to_text(const json& v) {
@@ -63,10 +123,10 @@ std::string to_text(const json& v) {
   return dump(v);
 }
 
-// Fails before a string of `bytes` is built.
-void check_text_size(size_t bytes, const char* what) {
-  if (bytes > kMaxTextBytes)
-    fail(std::string(what) + " would make a string of more than " + std::to_string(kMaxTextBytes >> 20) + " MiB");
+// The length to_text(v) would have, without making it (0 when not cheap to know).
+size_t text_size(const json& v) {
+  if (v.is_string()) return v.get_ref<const std::string&>().size();
+  return v.is_structured() ? json_text_bound(v) : 0;
 }
 
 const std::string& as_string(const json& v, const char* what) {
@@ -87,39 +147,73 @@ int64_t as_int(const json& v, const char* what) {
   return v.get<int64_t>();
 }
 
+// ASCII, as std::isspace in the "C" locale, without a call per byte.
+bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
 std::string strip(const std::string& s, bool left, bool right) {
   size_t b = 0, e = s.size();
-  while (left && b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (right && e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  while (left && b < e && is_space(s[b])) ++b;
+  while (right && e > b && is_space(s[e - 1])) --e;
   return s.substr(b, e - b);
 }
 
 std::string change_case(std::string s, int mode) {  // 0 lower, 1 upper, 2 capitalize, 3 title
   bool word_start = true;
   for (size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
+    const char c = s[i];
     const bool up = mode == 1 || (mode == 2 && i == 0) || (mode == 3 && word_start);
-    s[i] = static_cast<char>(up ? std::toupper(c) : std::tolower(c));
-    word_start = std::isspace(c) != 0;
+    if (up && c >= 'a' && c <= 'z') s[i] = static_cast<char>(c - 'a' + 'A');
+    if (!up && c >= 'A' && c <= 'Z') s[i] = static_cast<char>(c - 'A' + 'a');
+    word_start = is_space(c);
   }
   return s;
 }
 
-json split(const std::string& s, const json& sep) {
+// Bytes a value takes in memory, roughly: a JSON node, and for a string its
+// heap object and allocation headers too.
+constexpr size_t kValueBytes = 16, kStringBytes = 64;
+
+// Python's str.split: each piece is charged as it is made, so a string of
+// separators cannot turn into 64 M strings before the budget notices.
+json split(const std::string& s, const json& sep, WorkBudget& work) {
   json out = json::array();
+  auto add = [&](size_t from, size_t to) {
+    work.charge(kStepCost + kValueBytes + kStringBytes + (to - from));
+    out.push_back(s.substr(from, to - from));
+  };
   if (is_undefined(sep) || sep.is_null()) {
-    std::string word;
-    for (char c : s + " ")
-      if (!std::isspace(static_cast<unsigned char>(c))) word += c;
-      else if (!word.empty()) out.push_back(word), word.clear();
+    size_t start = 0;
+    for (size_t i = 0; i <= s.size(); ++i) {
+      if (i < s.size() && !is_space(s[i])) continue;
+      if (i > start) add(start, i);
+      start = i + 1;
+    }
     return out;
   }
   const std::string& d = as_string(sep, "split");
   if (d.empty()) fail("split: empty separator");
+  work.charge_search(s.size(), d.size());
   size_t start = 0, at;
-  while ((at = s.find(d, start)) != std::string::npos) out.push_back(s.substr(start, at - start)), start = at + d.size();
-  out.push_back(s.substr(start));
+  while ((at = find_linear(s, d, start)) != std::string::npos) add(start, at), start = at + d.size();
+  add(start, s.size());
   return out;
+}
+
+// Python's str.replace, in one linear pass; the result is checked before it
+// grows. Each match costs a search call and two appends: kStepCost / 8.
+std::string replace(const std::string& s, const std::string& from, const std::string& to, WorkBudget& work) {
+  if (from.empty()) return s;
+  work.charge_search(s.size(), from.size());
+  std::string out;
+  size_t start = 0, at, matches = 0;
+  while ((at = find_linear(s, from, start)) != std::string::npos) {
+    check_text_size(out.size() + (at - start) + to.size(), "replace()");
+    out.append(s, start, at - start).append(to);
+    start = at + from.size();
+    if (++matches % 4096 == 0) work.charge(4096 * kStepCost / 8);
+  }
+  check_text_size(out.size() + s.size() - start, "replace()");
+  return out.append(s, start);
 }
 
 json items_of(const json& obj) {
@@ -156,6 +250,7 @@ json repeat(const std::string& s, const json& count) {
   if (s.empty()) return s;
   if (n > kMaxTextBytes / s.size())
     fail("string repetition would make a string of more than " + std::to_string(kMaxTextBytes >> 20) + " MiB");
+  if (s.size() == 1) return std::string(n, s[0]);
   std::string out;
   out.reserve(s.size() * n);
   for (uint64_t k = 0; k < n; ++k) out += s;
@@ -188,17 +283,24 @@ json arithmetic(const std::string& op, const json& a, const json& b) {
   return op == "+" ? x + y : op == "-" ? x - y : x * y;
 }
 
-bool contains(const json& haystack, const json& needle) {
-  if (haystack.is_string()) return haystack.get_ref<const std::string&>().find(as_string(needle, "in")) != std::string::npos;
+// Comparing values takes time linear in their sizes, which their evaluation
+// charged; only a substring search needs its own charge.
+bool contains(const json& haystack, const json& needle, WorkBudget& work) {
+  if (haystack.is_string()) {
+    const std::string& text = haystack.get_ref<const std::string&>();
+    const std::string& part = as_string(needle, "in");
+    work.charge_search(text.size(), part.size());
+    return find_linear(text, part) != std::string::npos;
+  }
   if (haystack.is_array()) return std::find(haystack.begin(), haystack.end(), needle) != haystack.end();
   if (haystack.is_object()) return needle.is_string() && haystack.contains(needle.get<std::string>());
   return false;
 }
 
-json compare(const std::string& op, const json& a, const json& b) {
+json compare(const std::string& op, const json& a, const json& b, WorkBudget& work) {
   if (op == "==") return !is_undefined(a) && !is_undefined(b) ? a == b : is_undefined(a) && is_undefined(b);
-  if (op == "!=") return !compare("==", a, b).get<bool>();
-  if (op == "in") return contains(b, a);
+  if (op == "!=") return !compare("==", a, b, work).get<bool>();
+  if (op == "in") return contains(b, a, work);
   const bool comparable = (a.is_number() && b.is_number()) || (a.is_string() && b.is_string());
   if (!comparable) fail("cannot compare with '" + op + "'");
   if (op == "<") return a < b;
@@ -222,9 +324,20 @@ json subscript(const json& obj, const json& key) {
     int64_t i = key.get<int64_t>();
     const size_t size = obj.is_array() ? obj.size() : obj.get_ref<const std::string&>().size();
     if (!normalize_index(i, size)) return undefined();
-    return obj.is_array() ? obj[static_cast<size_t>(i)] : json(obj.get<std::string>().substr(static_cast<size_t>(i), 1));
+    return obj.is_array() ? obj[static_cast<size_t>(i)]
+                          : json(std::string(1, obj.get_ref<const std::string&>()[static_cast<size_t>(i)]));
   }
   return undefined();
+}
+
+// s[from:to:by] with bounds already clamped into range.
+std::string slice_text(const std::string& s, int64_t from, int64_t to, int64_t by) {
+  if (by == 1) return from < to ? s.substr(static_cast<size_t>(from), static_cast<size_t>(to - from)) : "";
+  if (by == -1) return from > to ? std::string(s.rbegin() + (static_cast<int64_t>(s.size()) - 1 - from), s.rend() - (to + 1)) : "";
+  const int64_t count = by > 0 ? (to - from + by - 1) / by : (from - to - by - 1) / -by;
+  std::string out(static_cast<size_t>(std::max<int64_t>(0, count)), '\0');
+  for (size_t k = 0; k < out.size(); ++k) out[k] = s[static_cast<size_t>(from + static_cast<int64_t>(k) * by)];
+  return out;
 }
 
 json slice(const json& obj, const json& start, const json& stop, const json& step) {
@@ -242,17 +355,17 @@ json slice(const json& obj, const json& start, const json& stop, const json& ste
     return std::clamp<int64_t>(i, by > 0 ? 0 : -1, by > 0 ? n : n - 1);
   };
   const int64_t from = bound(start, by > 0 ? 0 : n - 1), to = bound(stop, by > 0 ? n : -1);
-  json out = is_text ? json("") : json::array();
-  for (int64_t i = from; by > 0 ? i < to : i > to; i += by) {
-    if (is_text) out.get_ref<std::string&>() += obj.get_ref<const std::string&>()[static_cast<size_t>(i)];
-    else out.push_back(obj[static_cast<size_t>(i)]);
-  }
+  if (is_text) return slice_text(obj.get_ref<const std::string&>(), from, to, by);
+  json out = json::array();
+  for (int64_t i = from; by > 0 ? i < to : i > to; i += by) out.push_back(obj[static_cast<size_t>(i)]);
   return out;
 }
 
-json string_method(const std::string& s, const std::string& name, const std::vector<json>& a) {
+json string_method(const std::string& s, const std::string& name, const std::vector<json>& a, WorkBudget& work) {
   auto arg = [&](size_t i) { return i < a.size() ? a[i] : undefined(); };
   if (name == "strip" || name == "lstrip" || name == "rstrip") return strip(s, name != "rstrip", name != "lstrip");
+  if (name == "lower" || name == "upper" || name == "capitalize" || name == "title")
+    work.charge(2 * s.size());  // a byte at a time: slower than a copy
   if (name == "lower") return change_case(s, 0);
   if (name == "upper") return change_case(s, 1);
   if (name == "capitalize") return change_case(s, 2);
@@ -262,24 +375,13 @@ json string_method(const std::string& s, const std::string& name, const std::vec
     const std::string end = as_string(arg(0), "endswith");  // a copy: arg() returns a temporary
     return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
   }
-  if (name == "split") return split(s, arg(0));
-  if (name == "replace") {
-    const std::string from = as_string(arg(0), "replace"), to = as_string(arg(1), "replace");
-    if (from.empty()) return s;
-    std::string out;
-    size_t start = 0, at;
-    while ((at = s.find(from, start)) != std::string::npos) {
-      check_text_size(out.size() + (at - start) + to.size(), "replace()");
-      out += s.substr(start, at - start) + to, start = at + from.size();
-    }
-    check_text_size(out.size() + s.size() - start, "replace()");
-    return out + s.substr(start);
-  }
+  if (name == "split") return split(s, arg(0), work);
+  if (name == "replace") return replace(s, as_string(arg(0), "replace"), as_string(arg(1), "replace"), work);
   fail("unknown string method '" + name + "'");
 }
 
-json call_method(const json& self, const std::string& name, const std::vector<json>& a) {
-  if (self.is_string()) return string_method(self.get<std::string>(), name, a);
+json call_method(const json& self, const std::string& name, const std::vector<json>& a, WorkBudget& work) {
+  if (self.is_string()) return string_method(self.get_ref<const std::string&>(), name, a, work);
   if (self.is_object()) {
     if (name == "items") return items_of(self);
     json out = json::array();
@@ -312,8 +414,9 @@ json parse_int(const std::string& text) {
 // Hugging Face's tojson is Python's json.dumps: ", " and ": " between items,
 // or one item per line with an indent, so that tools and tool-call arguments
 // read as in the model's training data. (Keys come sorted: JSON objects here
-// do not keep their order.)
-void python_json(const json& v, int indent, int level, std::string& out) {
+// do not keep their order.) Each item costs kStepCost of work: a dump() and
+// appends, slower than its bytes.
+void python_json(const json& v, int indent, int level, std::string& out, WorkBudget& work) {
   if ((!v.is_array() && !v.is_object()) || v.empty()) {
     out += dump(v);
     return;
@@ -324,16 +427,25 @@ void python_json(const json& v, int indent, int level, std::string& out) {
     if (it != v.begin()) out += indent < 0 ? ", " : ",";
     out += line_start;
     if (v.is_object()) out += dump(it.key()) + ": ";
-    python_json(*it, indent, level + 1, out);
+    work.charge(kStepCost);
+    python_json(*it, indent, level + 1, out, work);
     check_text_size(out.size(), "tojson");
   }
   if (indent >= 0) out += "\n" + std::string(static_cast<size_t>(indent * level), ' ');
   out += v.is_array() ? ']' : '}';
 }
 
-json characters(const std::string& s) {
-  json out = json::array();
-  for (char c : s) out.push_back(std::string(1, c));
+// Jinja's join over a string's characters, without a string per character.
+std::string join_characters(const std::string& s, const json& separator) {
+  const std::string sep = is_undefined(separator) ? "" : to_text(separator);
+  if (s.empty()) return s;
+  check_text_size(s.size() + (s.size() - 1) * sep.size(), "join");  // both at most 64 MiB: no overflow
+  std::string out(s.size() + (s.size() - 1) * sep.size(), '\0');
+  char* at = out.data();
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) at = std::copy(sep.begin(), sep.end(), at);
+    *at++ = s[i];
+  }
   return out;
 }
 
@@ -344,24 +456,25 @@ json join(const json& items, const json& separator) {
   for (size_t i = 0; i < items.size(); ++i) {
     const std::string item = to_text(items[i]);
     check_text_size(out.size() + sep.size() + item.size(), "join");
-    out += (i ? sep : "") + item;
+    if (i) out += sep;
+    out += item;
   }
   return out;
 }
 
-json apply_filter(const std::string& name, const json& v, const std::vector<json>& a) {
+json apply_filter(const std::string& name, const json& v, const std::vector<json>& a, WorkBudget& work) {
   auto arg = [&](size_t i) { return i < a.size() ? a[i] : undefined(); };
   if (name == "trim" || name == "strip") return strip(as_string(v, "trim"), true, true);
   if (name == "length" || name == "count") return length_of(v);
   if (name == "upper" || name == "lower" || name == "capitalize" || name == "title")
-    return string_method(as_string(v, name.c_str()), name, {});
+    return string_method(as_string(v, name.c_str()), name, {}, work);
   if (name == "string") return to_text(v);
   if (name == "safe") return v;
   if (name == "tojson") {
     const int64_t indent = is_undefined(arg(0)) ? -1 : as_int(arg(0), "tojson");
     if (indent > kMaxJsonIndent) fail("tojson indent must be at most " + std::to_string(kMaxJsonIndent));
     std::string out;  // Python: an indent of 0 or less breaks lines without indenting
-    python_json(v, is_undefined(arg(0)) ? -1 : static_cast<int>(std::max<int64_t>(indent, 0)), 0, out);
+    python_json(v, is_undefined(arg(0)) ? -1 : static_cast<int>(std::max<int64_t>(indent, 0)), 0, out, work);
     return out;
   }
   if (name == "default" || name == "d") return is_undefined(v) || (truthy(arg(1)) && !truthy(v)) ? arg(0) : v;
@@ -373,7 +486,7 @@ json apply_filter(const std::string& name, const json& v, const std::vector<json
   }
   if (name == "reverse") return slice(v, undefined(), undefined(), -1);
   if (name == "list") return v.is_array() ? v : slice(v, undefined(), undefined(), 1);
-  if (name == "join") return join(v.is_string() ? characters(v.get_ref<const std::string&>()) : v, arg(0));
+  if (name == "join") return v.is_string() ? json(join_characters(v.get_ref<const std::string&>(), arg(0))) : join(v, arg(0));
   fail("unknown filter '" + name + "'");
 }
 
@@ -393,21 +506,22 @@ bool apply_test(const std::string& name, const json& v) {
   fail("unknown test '" + name + "'");
 }
 
-// Bytes a value takes, roughly (evaluating one copies it). Fails on values
-// nested deeper than kMaxValueDepth, which would overflow the stack when
-// copied, compared or printed (JSON values are recursive).
+// Bytes a value takes in memory, roughly (evaluating one copies it). Fails on
+// values nested deeper than kMaxValueDepth, which would overflow the stack
+// when copied, compared or printed (JSON values are recursive).
 size_t footprint(const json& v, int depth) {
   if (depth > kMaxValueDepth) fail("a value nests lists or dicts more than " + std::to_string(kMaxValueDepth) + " deep");
-  if (v.is_string()) return 16 + v.get_ref<const std::string&>().size();
-  if (!v.is_array() && !v.is_object()) return 16;
-  size_t bytes = 16;
-  for (const json& item : v) bytes += footprint(item, depth + 1);
+  if (v.is_string()) return kValueBytes + kStringBytes + v.get_ref<const std::string&>().size();
+  if (!v.is_array() && !v.is_object()) return kValueBytes;
+  size_t bytes = kValueBytes + kStringBytes;
+  for (auto it = v.begin(); it != v.end(); ++it)
+    bytes += footprint(*it, depth + 1) + (v.is_object() ? kStringBytes + it.key().size() : 0);
   return bytes;
 }
 
 class Renderer {
  public:
-  explicit Renderer(json globals) { scopes_.push_back(std::move(globals)); }
+  Renderer(json globals, size_t max_work_bytes) : work_(max_work_bytes) { scopes_.push_back(std::move(globals)); }
 
   std::string run(const std::vector<Node>& nodes) {
     exec(nodes);
@@ -417,6 +531,7 @@ class Renderer {
  private:
   void exec(const std::vector<Node>& nodes) {
     for (const Node& n : nodes) {
+      work_.charge(kStepCost);
       switch (n.kind) {
         case Node::Kind::kText: emit(n.text); break;
         case Node::Kind::kOutput: emit(to_text(eval(*n.expr))); break;
@@ -441,13 +556,15 @@ class Renderer {
       fail("loops ran more than " + std::to_string(kMaxLoopIterations) + " iterations in all");
   }
 
+  // Fails before a loop of `count` more iterations starts (or its items are made).
+  void check_iterations(size_t count) const {
+    if (count > static_cast<size_t>(kMaxLoopIterations - iterations_))
+      fail("loops ran more than " + std::to_string(kMaxLoopIterations) + " iterations in all");
+  }
+
   // Charges a value just produced against the work budget: every evaluation
   // copies its result, so a loop over a large value costs its size each time.
-  void account(const json& v) {
-    work_ += footprint(v, 0);
-    if (work_ > kMaxWorkBytes)
-      fail("the template produced more than " + std::to_string(kMaxWorkBytes >> 30) + " GiB of values");
-  }
+  void account(const json& v) { work_.charge(kStepCost + footprint(v, 0)); }
 
   void exec_if(const Node& n) {
     for (size_t i = 0; i < n.bodies.size(); ++i) {
@@ -458,13 +575,22 @@ class Renderer {
     }
   }
 
+  // The items a {% for %} visits, counted against the loop limit before they
+  // are made: a string of 64 MiB would otherwise become 64 M strings first.
   std::vector<json> iteration_items(const Node& n) {
     const json seq = eval(*n.expr);
+    if (!seq.is_structured() && !seq.is_string() && !is_undefined(seq) && !seq.is_null())
+      fail("cannot loop over a " + std::string(seq.type_name()));
+    const size_t count = seq.is_string() ? seq.get_ref<const std::string&>().size() : seq.is_structured() ? seq.size() : 0;
+    check_iterations(count);
     std::vector<json> all;
+    all.reserve(count);
     if (seq.is_object()) for (auto it = seq.begin(); it != seq.end(); ++it) all.push_back(it.key());
     else if (seq.is_array()) all.assign(seq.begin(), seq.end());
-    else if (seq.is_string()) for (char c : seq.get<std::string>()) all.push_back(std::string(1, c));
-    else if (!is_undefined(seq) && !seq.is_null()) fail("cannot loop over a " + std::string(seq.type_name()));
+    else if (seq.is_string()) {
+      work_.charge(count * (kStepCost + kValueBytes + kStringBytes));
+      for (char c : seq.get_ref<const std::string&>()) all.push_back(std::string(1, c));
+    }
     if (!n.conditions[0]) return all;
     std::vector<json> kept;
     count_iterations(static_cast<int64_t>(all.size()));
@@ -544,7 +670,7 @@ class Renderer {
       case Expr::Kind::kSlice:
         return slice(eval(*e.args[0]), optional(e.args[1]), optional(e.args[2]), optional(e.args[3]));
       case Expr::Kind::kCall: return eval_call(e);
-      case Expr::Kind::kFilter: return apply_filter(e.name, eval(*e.args[0]), eval_args(e));
+      case Expr::Kind::kFilter: return apply_filter(e.name, eval(*e.args[0]), eval_args(e), work_);
       case Expr::Kind::kTest: return apply_test(e.name, eval(*e.args[0]));
       case Expr::Kind::kNot: return !truthy(eval(*e.args[0]));
       case Expr::Kind::kNeg: return arithmetic("-", 0, eval(*e.args[0]));
@@ -578,9 +704,12 @@ class Renderer {
     if (op == "and") return truthy(left) ? eval(*e.args[1]) : left;
     if (op == "or") return truthy(left) ? left : eval(*e.args[1]);
     const json right = eval(*e.args[1]);
-    if (op == "~") return to_text(left) + to_text(right);
+    if (op == "~") {
+      check_text_size(text_size(left) + text_size(right), "'~'");
+      return to_text(left) + to_text(right);
+    }
     if (op == "+" || op == "-" || op == "*" || op == "/" || op == "//" || op == "%") return arithmetic(op, left, right);
-    return compare(op, left, right);
+    return compare(op, left, right, work_);
   }
 
   // Arguments after the first (the callee or the filtered value).
@@ -593,10 +722,10 @@ class Renderer {
   json eval_call(const Expr& e) {
     const Expr& callee = *e.args[0];
     std::vector<json> args = eval_args(e);
-    if (callee.kind == Expr::Kind::kAttr) return call_method(eval(*callee.args[0]), callee.name, args);
+    if (callee.kind == Expr::Kind::kAttr) return call_method(eval(*callee.args[0]), callee.name, args, work_);
     if (callee.kind != Expr::Kind::kName) fail("this value cannot be called");
     const std::string& fn = callee.name;
-    if (fn == "raise_exception") fail(args.empty() ? "raise_exception()" : to_text(args[0]));
+    if (fn == "raise_exception") fail(args.empty() ? "raise_exception()" : to_text(args[0]).substr(0, kMaxErrorBytes));
     if (fn == "namespace" || fn == "dict") {
       json out = json::object();
       for (size_t i = 0; i < args.size(); ++i)
@@ -629,7 +758,7 @@ class Renderer {
   std::vector<json> scopes_;  // innermost last; every scope is a JSON object
   std::string out_;
   int64_t iterations_ = 0;  // loop iterations so far, against kMaxLoopIterations
-  size_t work_ = 0;         // bytes of values produced so far, against kMaxWorkBytes
+  WorkBudget work_;
 };
 
 }  // namespace
@@ -680,7 +809,7 @@ std::string ChatTemplate::apply(const ChatTemplateInputs& inputs) const {
                   {"bos_token", inputs.bos_token},
                   {"eos_token", inputs.eos_token},
                   {"tools", inputs.tools}};
-  return Renderer(std::move(globals)).run(program_->nodes);
+  return Renderer(std::move(globals), inputs.max_work_bytes ? inputs.max_work_bytes : kMaxWorkBytes).run(program_->nodes);
 }
 
 const std::string& ChatTemplate::source() const { return program_->source; }

@@ -33,6 +33,9 @@ struct ChatTemplateInputs {
   // Hugging Face's `tools`: the request's list of {"type": "function",
   // "function": {...}} as given, or null (None) when it has none.
   nlohmann::json tools = nullptr;
+  // The work budget of this render in bytes touched; 0 is the default,
+  // kMaxWorkBytes (chat_template_ast.h). Tests and the fuzzer lower it.
+  size_t max_work_bytes = 0;
 };
 
 class ChatTemplate {

@@ -28,7 +28,18 @@ inline constexpr int kMaxExpressionDepth = 128;         // operators, calls, bra
 inline constexpr int kMaxValueDepth = 64;               // lists and dicts nested in a value
 inline constexpr int64_t kMaxLoopIterations = 1 << 20;  // all {% for %} iterations of one apply(); also range()
 inline constexpr size_t kMaxTextBytes = 64 << 20;       // the output, and any one string value
-inline constexpr size_t kMaxWorkBytes = size_t{1} << 30;  // bytes of values one apply() may produce or copy
+// The work budget of one apply(), in bytes touched: every value evaluated
+// counts its size in memory (evaluating copies it) plus kStepCost, every node
+// executed kStepCost, every value an operation builds piece by piece (split()
+// pieces, a loop's characters) its size plus kStepCost as it is built, and a
+// substring search (`in`, split, replace) kSearchCostPerByte per byte of
+// haystack and needle. The costs are set so that a unit takes about a
+// nanosecond at most (docs/reliability.md); everything a render keeps alive
+// was counted, so the budget bounds its memory too.
+inline constexpr size_t kMaxWorkBytes = size_t{1} << 30;
+inline constexpr size_t kSearchCostPerByte = 8;   // two-way search, worst case (a 1-byte needle: memchr, 1)
+inline constexpr size_t kStepCost = 256;          // interpreting a node or expression, besides its value
+inline constexpr size_t kMaxErrorBytes = 1024;    // raise_exception()'s message (it becomes the response)
 
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
