@@ -61,7 +61,7 @@ TEST(GGUF, RoundTripsEveryMetadataTypeAndTensors) {
   EXPECT_EQ(g.get_uint("some.u64"), 1ull << 40);
   EXPECT_FLOAT_EQ(static_cast<float>(g.get_float("some.f32")), 0.5f);
   EXPECT_TRUE(g.get_bool("some.bool", false));
-  EXPECT_EQ(g.get_string_array("some.strings"), (std::vector<std::string>{"a", "", "日本"}));
+  EXPECT_EQ(g.get_string_array("some.strings").to_vector(), (std::vector<std::string>{"a", "", "日本"}));
   EXPECT_EQ(g.get_number_array("some.floats"), (std::vector<double>{1.5, -2.0}));
   EXPECT_EQ(g.get_number_array("some.ints"), (std::vector<double>{3, -4, 5}));
   ASSERT_EQ(g.tensors().size(), 2u);

@@ -240,7 +240,7 @@ TEST_F(Llama2cTest, ConvertsTok512ToSentencePieceMetadata) {
   EXPECT_TRUE(gguf.get_bool("tokenizer.ggml.add_bos_token", false));
   EXPECT_TRUE(gguf.get_bool("tokenizer.ggml.add_space_prefix", false));
   EXPECT_FALSE(gguf.has("kvserve.placeholder_vocab"));
-  for (const std::string& t : tokens) EXPECT_EQ(t.find(' '), std::string::npos) << t;
+  for (size_t i = 0; i < tokens.size(); ++i) EXPECT_EQ(tokens[i].find(' '), std::string_view::npos) << tokens[i];
 }
 
 TEST_F(Llama2cTest, QuantizesStories260KWhereRowsAllow) {

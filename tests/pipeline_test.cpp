@@ -291,15 +291,16 @@ TEST(PipelineMessages, MalformedStepsAreRefused) {
   const SequenceChunk chunk{tokens, 0, table, true, 1};
   const std::vector<float> activations(2 * 8, 1.0f);
   encode_step({}, std::span(&chunk, 1), activations, bytes);
-  const StepMessage m = decode_step(bytes, 8);
+  const StepLimits limits{8, 16, 4};
+  const StepMessage m = decode_step(bytes, limits);
   EXPECT_EQ(m.n_tokens(), 2);
   EXPECT_EQ(m.activations, activations);
-  EXPECT_THROW(decode_step(bytes, 4), Error);  // activations of another width
+  EXPECT_THROW(decode_step(bytes, StepLimits{4, 16, 4}), Error);  // activations of another width
   bytes.resize(bytes.size() - 1);
-  EXPECT_THROW(decode_step(bytes, 8), Error);
+  EXPECT_THROW(decode_step(bytes, limits), Error);
   bytes.resize(5);
-  EXPECT_THROW(decode_step(bytes, 8), Error);
-  EXPECT_TRUE(decode_step(encode_shutdown(), 8).shutdown);
+  EXPECT_THROW(decode_step(bytes, limits), Error);
+  EXPECT_TRUE(decode_step(encode_shutdown(), limits).shutdown);
 }
 
 TEST(PipelineRealModel, SmolLM2TwoRanksGiveTheOutputsOfOneProcess) {

@@ -92,8 +92,8 @@ void check_same_vocabulary(const Model& target, const Model& draft) {
   const size_t n = std::min(tt.size(), td.size());
   for (size_t i = 0; i < n; ++i)
     if (tt[i] != td[i])
-      throw Error("the draft and target vocabularies differ at token " + std::to_string(i) + ": target '" + tt[i] +
-                  "', draft '" + td[i] + "': speculative decoding needs the same tokenizer");
+      throw Error("the draft and target vocabularies differ at token " + std::to_string(i) + ": target '" +
+                  std::string(tt[i]) + "', draft '" + std::string(td[i]) + "': speculative decoding needs the same tokenizer");
   if (tt.size() != td.size())
     throw Error("the draft tokenizer has " + std::to_string(td.size()) + " tokens but the target's has " +
                 std::to_string(tt.size()) + ": speculative decoding needs the same tokenizer");

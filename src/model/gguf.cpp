@@ -7,6 +7,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <new>
+#include <utility>
 
 #include "core/error.h"
 
@@ -42,15 +45,17 @@ class Cursor {
     return v;
   }
 
-  std::string read_string(const std::string& field) {
+  // A length-prefixed string, as a view into the mapping (nothing allocated).
+  std::string_view read_string_view(const std::string& field) {
     const size_t at = pos_;
-    const uint64_t len = read<uint64_t>(field + " (string length)");
+    const uint64_t len = read<uint64_t>(field);
     if (len > remaining()) fail(field, "string length " + std::to_string(len) + " runs past the end of file", at);
-    std::string s(reinterpret_cast<const char*>(base_ + pos_), len);
+    const std::string_view s(reinterpret_cast<const char*>(base_ + pos_), len);
     pos_ += len;
     return s;
   }
 
+  void seek(size_t pos) { pos_ = pos; }
   void align_to(size_t alignment) { pos_ = (pos_ + alignment - 1) / alignment * alignment; }
 
  private:
@@ -74,6 +79,38 @@ size_t scalar_size(GGUFType t) {
 
 bool valid_type(uint32_t t) { return t <= static_cast<uint32_t>(GGUFType::F64); }
 
+// The heap bytes of a std::string of `len` bytes (libstdc++ keeps up to 15 inline).
+uint64_t string_heap_bytes(uint64_t len) { return len > 15 ? len + 1 : 0; }
+// A std::map node's bookkeeping and the allocator's, beyond its value.
+constexpr uint64_t kMapNodeBytes = 48;
+
+// Counts the heap bytes the parse keeps, refusing (before the allocation)
+// what would take more than kGGUFMemoryPerFileByte x the file's bytes plus
+// kGGUFMemorySlack: no file makes the reader allocate out of proportion to it.
+class MemoryBudget {
+ public:
+  MemoryBudget(const Cursor& cursor, size_t file_size)
+      : cursor_(cursor),
+        limit_(file_size > (SIZE_MAX - kGGUFMemorySlack) / kGGUFMemoryPerFileByte
+                   ? SIZE_MAX
+                   : file_size * kGGUFMemoryPerFileByte + kGGUFMemorySlack) {}
+
+  // `count` items of `item_bytes` each (overflow-checked).
+  void charge(uint64_t count, uint64_t item_bytes, const std::string& field, size_t at) {
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(count, item_bytes, &bytes) || bytes > limit_ - used_)
+      cursor_.fail(field, "the file's metadata would take more than " + std::to_string(limit_) + " bytes of memory (" +
+                              std::to_string(kGGUFMemoryPerFileByte) + "x the file's bytes + 1 MiB)", at);
+    used_ += bytes;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  const Cursor& cursor_;
+  size_t limit_;
+  size_t used_ = 0;
+};
+
 // Reads one scalar of type t into v (numbers into i/u/f/b; strings into str).
 void read_scalar(Cursor& c, GGUFType t, GGUFValue& v, const std::string& field) {
   switch (t) {
@@ -88,19 +125,38 @@ void read_scalar(Cursor& c, GGUFType t, GGUFValue& v, const std::string& field) 
     case GGUFType::F32: v.f = c.read<float>(field); break;
     case GGUFType::F64: v.f = c.read<double>(field); break;
     case GGUFType::BOOL: v.b = c.read<uint8_t>(field) != 0; v.u = v.b; v.i = v.b; break;
-    case GGUFType::STRING: v.str = c.read_string(field); break;
-    case GGUFType::ARRAY: break;  // handled by the caller
+    case GGUFType::STRING: case GGUFType::ARRAY: break;  // handled by the caller
   }
   if (t != GGUFType::F32 && t != GGUFType::F64 && t != GGUFType::STRING) v.f = static_cast<double>(v.i);
   if (t == GGUFType::U64) v.f = static_cast<double>(v.u);
 }
 
-GGUFValue read_value(Cursor& c, const std::string& key) {
+// An array of `count` strings: a first pass checks every length against the
+// file and sums them, so the compact copy is charged and sized exactly once.
+void read_string_array(Cursor& c, uint64_t count, GGUFValue& v, MemoryBudget& budget, const std::string& key) {
+  const size_t first = c.pos();
+  const std::string field = key + " (array element)";
+  uint64_t bytes = 0;
+  for (uint64_t k = 0; k < count; ++k) bytes += c.read_string_view(field).size();
+  budget.charge(count, sizeof(uint64_t), key, first);
+  budget.charge(bytes, 1, key, first);
+  v.strings.reserve(count, bytes);
+  c.seek(first);
+  for (uint64_t k = 0; k < count; ++k) v.strings.push_back(c.read_string_view(key));
+}
+
+GGUFValue read_value(Cursor& c, MemoryBudget& budget, const std::string& key) {
   GGUFValue v;
   const size_t at = c.pos();
   const uint32_t type = c.read<uint32_t>(key + " (value type)");
   if (!valid_type(type)) c.fail(key, "invalid value type " + std::to_string(type), at);
   v.type = static_cast<GGUFType>(type);
+  if (v.type == GGUFType::STRING) {
+    const std::string_view s = c.read_string_view(key);
+    budget.charge(string_heap_bytes(s.size()), 1, key, at);
+    v.str = s;
+    return v;
+  }
   if (v.type != GGUFType::ARRAY) {
     read_scalar(c, v.type, v, key);
     return v;
@@ -115,15 +171,15 @@ GGUFValue read_value(Cursor& c, const std::string& key) {
   if (count > c.remaining() / scalar_size(v.elem_type))
     c.fail(key, "array length " + std::to_string(count) + " exceeds what the file can hold", count_at);
   if (v.elem_type == GGUFType::STRING) {
-    v.strings.reserve(count);
-    for (uint64_t k = 0; k < count; ++k) v.strings.push_back(c.read_string(key + "[" + std::to_string(k) + "]"));
-  } else {
-    v.numbers.reserve(count);
-    GGUFValue e;
-    for (uint64_t k = 0; k < count; ++k) {
-      read_scalar(c, v.elem_type, e, key);
-      v.numbers.push_back(e.f);
-    }
+    read_string_array(c, count, v, budget, key);
+    return v;
+  }
+  budget.charge(count, sizeof(double), key, count_at);
+  v.numbers.reserve(count);
+  GGUFValue e;
+  for (uint64_t k = 0; k < count; ++k) {
+    read_scalar(c, v.elem_type, e, key);
+    v.numbers.push_back(e.f);
   }
   return v;
 }
@@ -135,6 +191,32 @@ const char* gguf_type_name(GGUFType t) {
                                 "bool", "string", "array", "u64", "i64", "f64"};
   const auto i = static_cast<uint32_t>(t);
   return i < 13 ? names[i] : "invalid";
+}
+
+GGUFStrings::GGUFStrings(std::initializer_list<std::string_view> strings) {
+  for (std::string_view s : strings) push_back(s);
+}
+
+std::string_view GGUFStrings::operator[](size_t i) const {
+  const size_t begin = i == 0 ? 0 : ends_[i - 1];
+  return std::string_view(bytes_).substr(begin, ends_[i] - begin);
+}
+
+std::vector<std::string> GGUFStrings::to_vector() const {
+  std::vector<std::string> out;
+  out.reserve(size());
+  for (size_t i = 0; i < size(); ++i) out.emplace_back((*this)[i]);
+  return out;
+}
+
+void GGUFStrings::reserve(size_t count, size_t bytes) {
+  ends_.reserve(count);
+  bytes_.reserve(bytes);
+}
+
+void GGUFStrings::push_back(std::string_view s) {
+  bytes_.append(s);
+  ends_.push_back(bytes_.size());
 }
 
 bool GGUFValue::is_integer() const {
@@ -171,7 +253,21 @@ GGUFFile::GGUFFile(const std::string& path) : path_(path) {
   } catch (...) {
     ::munmap(const_cast<uint8_t*>(base_), size_);
     ::close(fd_);
+    rethrow_as_error(path);
+  }
+}
+
+// The last line of defence: a standard-library exception from the parse
+// (bad_alloc, length_error, out_of_range) leaves as an Error naming the file.
+void GGUFFile::rethrow_as_error(const std::string& path) {
+  try {
     throw;
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw Error(path + ": out of memory while reading the GGUF metadata");
+  } catch (const std::exception& e) {
+    throw Error(path + ": cannot read the GGUF metadata: " + e.what());
   }
 }
 
@@ -197,9 +293,14 @@ void GGUFFile::parse() {
   if (n_kv > c.remaining() / 12)
     c.fail("metadata_kv_count", "metadata count " + std::to_string(n_kv) + " exceeds what the file can hold", at);
 
+  MemoryBudget budget(c, size_);
   for (uint64_t k = 0; k < n_kv; ++k) {
-    std::string key = c.read_string("metadata key #" + std::to_string(k));
-    GGUFValue v = read_value(c, key);
+    at = c.pos();
+    const std::string_view key_bytes = c.read_string_view("metadata key #" + std::to_string(k));
+    budget.charge(1, kMapNodeBytes + sizeof(std::pair<const std::string, GGUFValue>) + string_heap_bytes(key_bytes.size()),
+                  "metadata key #" + std::to_string(k), at);
+    std::string key(key_bytes);
+    GGUFValue v = read_value(c, budget, key);
     metadata_[key] = std::move(v);
   }
   if (const GGUFValue* a = find("general.alignment")) {
@@ -213,11 +314,18 @@ void GGUFFile::parse() {
     size_t info_at;
   };
   std::vector<RawInfo> raw;
+  budget.charge(n_tensors,
+                sizeof(TensorView) + sizeof(RawInfo) + kMapNodeBytes + sizeof(std::pair<const std::string, size_t>),
+                "tensor_count", 8);
+  raw.reserve(n_tensors);
   tensors_.reserve(n_tensors);
   for (uint64_t k = 0; k < n_tensors; ++k) {
     TensorView t;
     const size_t info_at = c.pos();
-    t.name = c.read_string("tensor info #" + std::to_string(k) + " name");
+    const std::string_view name = c.read_string_view("tensor info #" + std::to_string(k) + " name");
+    // Twice: the tensor's name and its index entry's key.
+    budget.charge(2, string_heap_bytes(name.size()), "tensor info #" + std::to_string(k) + " name", info_at);
+    t.name = name;
     const std::string field = "tensor " + t.name;
     at = c.pos();
     const uint32_t n_dims = c.read<uint32_t>(field + " n_dims");
@@ -260,6 +368,7 @@ void GGUFFile::parse() {
                   " bytes; tensor info at offset " + std::to_string(raw[k].info_at) + ")");
     t.data = base_ + begin;
   }
+  parsed_memory_ = budget.used();
 }
 
 const GGUFValue* GGUFFile::find(const std::string& key) const {
@@ -317,7 +426,7 @@ std::string GGUFFile::get_string(const std::string& key, const std::string& fall
   return has(key) ? get_string(key) : fallback;
 }
 
-const std::vector<std::string>& GGUFFile::get_string_array(const std::string& key) const {
+const GGUFStrings& GGUFFile::get_string_array(const std::string& key) const {
   const GGUFValue& v = require(key);
   if (v.type != GGUFType::ARRAY || v.elem_type != GGUFType::STRING) wrong_type(path_, key, v, "array of strings");
   return v.strings;

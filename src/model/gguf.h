@@ -4,11 +4,20 @@
 // views into the mapping. Every read is bounds-checked; a truncated or
 // corrupt file throws kvserve::Error naming the file, the field and the
 // offset. After construction all methods are const and thread-compatible.
+//
+// Memory: what the parse keeps (metadata values, string arrays, tensor infos)
+// is counted as it is built and bounded by kGGUFMemoryPerFileByte times the
+// file's bytes plus kGGUFMemorySlack; a file that would need more is refused
+// before the allocation. Arrays of strings are stored compactly (GGUFStrings:
+// at most the file's own bytes), so a real vocabulary stays far below it.
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
@@ -21,6 +30,32 @@ enum class GGUFType : uint32_t {
 };
 const char* gguf_type_name(GGUFType t);
 
+inline constexpr size_t kGGUFMemoryPerFileByte = 4;
+inline constexpr size_t kGGUFMemorySlack = size_t{1} << 20;
+
+// An array of strings in one buffer plus an end offset per string: 8 bytes
+// an entry, as the file's length prefix, instead of a std::string each.
+class GGUFStrings {
+ public:
+  GGUFStrings() = default;
+  GGUFStrings(std::initializer_list<std::string_view> strings);
+
+  size_t size() const { return ends_.size(); }
+  bool empty() const { return ends_.empty(); }
+  std::string_view operator[](size_t i) const;
+  std::vector<std::string> to_vector() const;
+
+  void reserve(size_t count, size_t bytes);
+  void push_back(std::string_view s);
+  // The heap bytes this array holds.
+  size_t memory_bytes() const { return bytes_.capacity() + ends_.capacity() * sizeof(uint64_t); }
+  bool operator==(const GGUFStrings&) const = default;
+
+ private:
+  std::string bytes_;
+  std::vector<uint64_t> ends_;  // ends_[i]: one past string i's last byte in bytes_
+};
+
 struct GGUFValue {
   GGUFType type = GGUFType::U32;
   GGUFType elem_type = GGUFType::U32;  // arrays only
@@ -31,7 +66,7 @@ struct GGUFValue {
   bool b = false;
   std::string str;
   // Arrays: strings in `strings`, numbers (ints, floats, bools) in `numbers`.
-  std::vector<std::string> strings;
+  GGUFStrings strings;
   std::vector<double> numbers;
 
   bool is_integer() const;
@@ -52,6 +87,8 @@ class GGUFFile {
   size_t file_size() const { return size_; }
   size_t data_offset() const { return data_offset_; }
   uint32_t alignment() const { return alignment_; }
+  // The heap bytes the parse keeps (the reader's own count; bounded above).
+  size_t parsed_memory() const { return parsed_memory_; }
 
   const std::map<std::string, GGUFValue>& metadata() const { return metadata_; }
   const GGUFValue* find(const std::string& key) const;
@@ -66,7 +103,7 @@ class GGUFFile {
   bool get_bool(const std::string& key, bool fallback) const;
   std::string get_string(const std::string& key) const;
   std::string get_string(const std::string& key, const std::string& fallback) const;
-  const std::vector<std::string>& get_string_array(const std::string& key) const;
+  const GGUFStrings& get_string_array(const std::string& key) const;
   const std::vector<double>& get_number_array(const std::string& key) const;
 
   const std::vector<TensorView>& tensors() const { return tensors_; }
@@ -76,6 +113,7 @@ class GGUFFile {
 
  private:
   void parse();
+  [[noreturn]] static void rethrow_as_error(const std::string& path);
   const GGUFValue& require(const std::string& key) const;
 
   std::string path_;
@@ -85,6 +123,7 @@ class GGUFFile {
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
   size_t data_offset_ = 0;
+  size_t parsed_memory_ = 0;
   std::map<std::string, GGUFValue> metadata_;
   std::vector<TensorView> tensors_;
   std::map<std::string, size_t> tensor_index_;

@@ -16,7 +16,7 @@ void put(std::vector<uint8_t>& out, T v) {
   out.insert(out.end(), p, p + sizeof(T));
 }
 
-void put_string(std::vector<uint8_t>& out, const std::string& s) {
+void put_string(std::vector<uint8_t>& out, std::string_view s) {
   put<uint64_t>(out, s.size());
   out.insert(out.end(), s.begin(), s.end());
 }
@@ -48,7 +48,7 @@ void GGUFWriter::set_value(const std::string& key, const GGUFValue& v) {
   put<uint32_t>(kv_bytes_, static_cast<uint32_t>(v.elem_type));
   put<uint64_t>(kv_bytes_, v.array_size());
   if (v.elem_type == GGUFType::STRING) {
-    for (const auto& s : v.strings) put_string(kv_bytes_, s);
+    for (size_t i = 0; i < v.strings.size(); ++i) put_string(kv_bytes_, v.strings[i]);
     return;
   }
   // Array numbers are kept as doubles: exact for every 32-bit type and for

@@ -1,5 +1,6 @@
 #include "parallel/pipeline_messages.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -80,6 +81,12 @@ PipelineSetup PipelineSetup::decode(std::span<const std::byte> bytes) {
   ByteReader r(bytes, "setup");
   const auto setup = r.get<PipelineSetup>();
   r.expect_end();
+  const int64_t at_least_one[] = {setup.ranks, setup.total_layers, setup.dim, setup.vocab,
+                                  setup.n_kv_heads, setup.head_dim, setup.n_blocks, setup.block_size};
+  for (const int64_t v : at_least_one)
+    if (v < 1) throw Error("pipeline: a malformed setup message (a size of " + std::to_string(v) + ")");
+  if (setup.kv_type < 0 || setup.activations < 0)
+    throw Error("pipeline: a malformed setup message (a negative kv type or activation precision)");
   return setup;
 }
 
@@ -158,7 +165,49 @@ std::vector<std::byte> encode_shutdown() {
   return out;
 }
 
-StepMessage decode_step(std::span<const std::byte> bytes, int64_t dim) {
+namespace {
+
+[[noreturn]] void malformed_step(const std::string& what) {
+  throw Error("pipeline: a malformed step message: " + what + " (do all ranks run the same kvserve build and flags?)");
+}
+
+void check_block(BlockId id, const StepLimits& limits, const char* where) {
+  if (id < 0 || id >= limits.n_blocks)
+    malformed_step(std::string(where) + " names block " + std::to_string(id) + ", outside the pool of " +
+                   std::to_string(limits.n_blocks) + " blocks");
+}
+
+// One chunk's plan; `tokens_left` is what the message's activations and the
+// pool's slots can still hold, less this chunk's tokens on return.
+ChunkPlan read_chunk(ByteReader& r, const StepLimits& limits, int64_t& tokens_left) {
+  ChunkPlan c;
+  c.n_tokens = r.get<int64_t>();
+  c.pos0 = r.get<int64_t>();
+  c.logits_rows = r.get<int64_t>();
+  c.block_table.resize(r.count(sizeof(BlockId)));
+  r.get_array(std::span<BlockId>(c.block_table));
+  if (c.n_tokens < 1 || c.n_tokens > tokens_left)
+    malformed_step("a chunk of " + std::to_string(c.n_tokens) + " tokens, with room for " +
+                   std::to_string(tokens_left));
+  tokens_left -= c.n_tokens;
+  if (c.logits_rows < 0 || c.logits_rows > c.n_tokens)
+    malformed_step(std::to_string(c.logits_rows) + " logits rows of a chunk of " + std::to_string(c.n_tokens) +
+                   " tokens");
+  int64_t end = 0, covered = 0;
+  if (c.pos0 < 0 || __builtin_add_overflow(c.pos0, c.n_tokens, &end) ||
+      __builtin_mul_overflow(static_cast<int64_t>(c.block_table.size()), limits.block_size, &covered) ||
+      end > covered)
+    malformed_step("a chunk at positions " + std::to_string(c.pos0) + " + " + std::to_string(c.n_tokens) +
+                   " with a page table of " + std::to_string(c.block_table.size()) + " blocks");
+  for (const BlockId id : c.block_table) check_block(id, limits, "a page table");
+  return c;
+}
+
+}  // namespace
+
+StepMessage decode_step(std::span<const std::byte> bytes, const StepLimits& limits) {
+  if (limits.dim < 1 || limits.n_blocks < 1 || limits.block_size < 1)
+    throw Error("pipeline: decode_step needs a positive width, pool and block size");
   ByteReader r(bytes, "step");
   StepMessage m;
   const auto kind = r.get<int64_t>();
@@ -172,18 +221,18 @@ StepMessage decode_step(std::span<const std::byte> bytes, int64_t dim) {
   for (BlockCopy& c : m.copies) {
     c.src = r.get<BlockId>();
     c.dst = r.get<BlockId>();
+    check_block(c.src, limits, "a block copy");
+    check_block(c.dst, limits, "a block copy");
   }
   m.chunks.resize(r.count(4 * sizeof(int64_t)));
-  for (ChunkPlan& c : m.chunks) {
-    c.n_tokens = r.get<int64_t>();
-    c.pos0 = r.get<int64_t>();
-    c.logits_rows = r.get<int64_t>();
-    c.block_table.resize(r.count(sizeof(BlockId)));
-    r.get_array(std::span<BlockId>(c.block_table));
-    if (c.n_tokens < 1 || c.pos0 < 0 || c.logits_rows < 0 || c.logits_rows > c.n_tokens)
-      throw Error("pipeline: a step message with a malformed chunk");
-  }
-  const auto floats = static_cast<size_t>(m.n_tokens() * dim);
+  // Every token needs dim floats of activations here and a KV slot of the pool.
+  int64_t token_bytes = 0, slots = 0;
+  if (__builtin_mul_overflow(limits.dim, static_cast<int64_t>(sizeof(float)), &token_bytes) ||
+      __builtin_mul_overflow(limits.n_blocks, limits.block_size, &slots))
+    throw Error("pipeline: a stage's width or pool is too large to address");
+  int64_t tokens_left = std::min(static_cast<int64_t>(bytes.size()) / token_bytes, slots);
+  for (ChunkPlan& c : m.chunks) c = read_chunk(r, limits, tokens_left);
+  const auto floats = static_cast<size_t>(m.n_tokens() * limits.dim);  // bounded by the message's bytes above
   if (r.rest().size() != floats * sizeof(float))
     throw Error("pipeline: a step message carries " + std::to_string(r.rest().size()) + " bytes of activations, expected " +
                 std::to_string(floats * sizeof(float)) + " (do all ranks run the same model?)");

@@ -8,6 +8,10 @@
 //     rank r's layers. Token ids are not sent: only rank 0 embeds them.
 //   reply (a rank to rank 0): the last stage's logits rows, or a rank's error.
 // Encoded as little-endian machine words (every rank runs the same build).
+// A received message is untrusted bytes: decoding checks every count against
+// the bytes that hold it (overflow-checked) and every block id, position and
+// token count against the receiving stage's pool, and throws kvserve::Error
+// naming what is wrong; nothing a message says is used unchecked.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -36,7 +40,8 @@ struct PipelineSetup {
   int64_t activations = 0; // the ActivationPrecision rank 0's matmuls use
 
   std::vector<std::byte> encode() const;
-  // Throws kvserve::Error for a message of the wrong size.
+  // Throws kvserve::Error for a message of the wrong size or a field below 1
+  // (kv_type and activations below 0).
   static PipelineSetup decode(std::span<const std::byte> bytes);
   bool operator==(const PipelineSetup&) const = default;
 };
@@ -67,12 +72,21 @@ struct StepMessage {
   std::vector<SequenceChunk> sequence_chunks(std::vector<int32_t>& tokens) const;
 };
 
+// What a step message may name, from the receiving stage's setup.
+struct StepLimits {
+  int64_t dim = 0;         // floats per token of activations
+  int64_t n_blocks = 0;    // block ids lie in [0, n_blocks)
+  int64_t block_size = 0;  // a chunk's table covers pos0 + n_tokens positions
+};
+
 // A step message: copies, chunks and the activations [n][dim] after the sender's layers.
 void encode_step(std::span<const BlockCopy> copies, std::span<const SequenceChunk> chunks,
                  std::span<const float> activations, std::vector<std::byte>& out);
 std::vector<std::byte> encode_shutdown();
-// Throws kvserve::Error for a malformed message (sizes that do not add up).
-StepMessage decode_step(std::span<const std::byte> bytes, int64_t dim);
+// Throws kvserve::Error for a malformed message: sizes that do not add up, a
+// block id outside the pool, a chunk whose positions its page table does not
+// cover, more tokens than the pool has slots.
+StepMessage decode_step(std::span<const std::byte> bytes, const StepLimits& limits);
 
 // Replies: logits rows [rows][vocab] (ok), or an error text.
 void encode_logits_reply(std::span<const float> logits, std::vector<std::byte>& out);

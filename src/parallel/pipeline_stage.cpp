@@ -1,5 +1,7 @@
 #include "parallel/pipeline_stage.h"
 
+#include <exception>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,22 +18,31 @@ class PipelineStage {
       : comm_(comm),
         last_(comm.rank() == comm.size() - 1),
         vocab_(stage.config().vocab_size),
+        limits_{stage.config().dim, setup.n_blocks, setup.block_size},
         timeout_(timeout),
         storage_(stage.config().n_layers, setup.n_blocks, setup.block_size, stage.config().n_kv_heads,
                  stage.config().head_dim, static_cast<KVType>(setup.kv_type)),
         transformer_(stage, AttentionKernel::kFlash) {}
 
   // Runs one step message; false after the shutdown (passed down the chain).
-  bool execute(const StepMessage& m, PipelineStageStats& stats) {
+  // A malformed message or a failed step fails that step on rank 0 with the
+  // reason (later ranks never see it); the stage goes on with the next.
+  bool execute(std::span<const std::byte> bytes, PipelineStageStats& stats) {
+    StepMessage m;
+    try {
+      m = decode_step(bytes, limits_);
+    } catch (const Error& e) {
+      comm_.send(0, kPipelineReplyTag, encode_error_reply(e.what()), timeout_);
+      return true;
+    }
     if (m.shutdown) {
       if (!last_) comm_.send(comm_.rank() + 1, kPipelineStepTag, encode_shutdown(), timeout_);
       return false;
     }
-    for (const BlockCopy& c : m.copies) storage_.copy_block(c.src, c.dst);
-    const std::vector<SequenceChunk> chunks = m.sequence_chunks(tokens_);
     try {
-      run_layers(m, chunks);
-    } catch (const Error& e) {  // this step fails on rank 0 with the reason; later ranks never see it
+      for (const BlockCopy& c : m.copies) storage_.copy_block(c.src, c.dst);
+      run_layers(m, m.sequence_chunks(tokens_));
+    } catch (const std::exception& e) {  // kvserve::Error, or bad_alloc for a step too large for this rank
       comm_.send(0, kPipelineReplyTag, encode_error_reply(e.what()), timeout_);
       return true;
     }
@@ -46,9 +57,11 @@ class PipelineStage {
   // next stage's step, or (the last rank) the logits reply.
   void run_layers(const StepMessage& m, std::span<const SequenceChunk> chunks) {
     if (last_) {
-      int64_t rows = 0;
-      for (const ChunkPlan& c : m.chunks) rows += c.logits_rows;
-      logits_.resize(static_cast<size_t>(rows * vocab_));
+      int64_t rows = 0, floats = 0;
+      for (const ChunkPlan& c : m.chunks) rows += c.logits_rows;  // each at most its chunk's tokens
+      if (__builtin_mul_overflow(rows, vocab_, &floats))
+        throw Error("pipeline: " + std::to_string(rows) + " logits rows of " + std::to_string(vocab_) + " are too many");
+      logits_.resize(static_cast<size_t>(floats));
       transformer_.forward_stage(chunks, storage_, m.activations.data(), nullptr, logits_.data());
       return encode_logits_reply(logits_, message_);
     }
@@ -60,6 +73,7 @@ class PipelineStage {
   Communicator& comm_;
   bool last_;
   int64_t vocab_;
+  StepLimits limits_;  // what a step message may name
   std::chrono::milliseconds timeout_;
   PagedKVStorage storage_;  // K/V of this rank's layers, block ids as rank 0's pool
   Transformer transformer_;
@@ -102,7 +116,7 @@ PipelineStageStats run_pipeline_stage(const Model& stage, Communicator& comm, st
     comm.send(0, kPipelineReplyTag, ready, timeout);
     do {
       comm.recv(comm.rank() - 1, kPipelineStepTag, bytes, Communicator::kForever);
-    } while (runner.execute(decode_step(bytes, stage.config().dim), stats));
+    } while (runner.execute(bytes, stats));
   }
 }
 

@@ -25,17 +25,17 @@ uint64_t pair_key(int32_t left, int32_t right) {
 
 void Tokenizer::load_merges(const GGUFFile& file) {
   const std::string key = "tokenizer.ggml.merges";
-  const std::vector<std::string>& merges = file.get_string_array(key);
+  const GGUFStrings& merges = file.get_string_array(key);
   merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const std::string& merge = merges[rank];
-    const auto where = [&] { return file.path() + ": " + key + "[" + std::to_string(rank) + "] = \"" + merge + "\""; };
+    const std::string_view merge = merges[rank];
+    const auto where = [&] { return file.path() + ": " + key + "[" + std::to_string(rank) + "] = \"" + std::string(merge) + "\""; };
     // Search from 1: a piece is never empty, so a leading space belongs to it.
     const size_t space = merge.find(' ', 1);
-    if (space == std::string::npos || space + 1 == merge.size()) {
+    if (space == std::string_view::npos || space + 1 == merge.size()) {
       throw Error(where() + " is not two pieces separated by a space; the merges list is corrupt");
     }
-    const std::string_view text(merge);
+    const std::string_view text = merge;
     const int32_t left = find_piece(text.substr(0, space));
     const int32_t right = find_piece(text.substr(space + 1));
     const int32_t merged = find_piece(std::string(text.substr(0, space)) + std::string(text.substr(space + 1)));

@@ -66,7 +66,7 @@ Tokenizer Tokenizer::from_gguf(const GGUFFile& file) {
 }
 
 void Tokenizer::load_vocabulary(const GGUFFile& file) {
-  pieces_ = file.get_string_array("tokenizer.ggml.tokens");
+  pieces_ = file.get_string_array("tokenizer.ggml.tokens").to_vector();
   if (pieces_.empty() || pieces_.size() > static_cast<size_t>(INT32_MAX)) {
     throw Error(file.path() + ": tokenizer.ggml.tokens holds " + std::to_string(pieces_.size()) +
                 " tokens; a vocabulary needs at least one");
