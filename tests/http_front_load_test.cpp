@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "raw_http.h"
 #include "server_harness.h"
 
 using namespace kvserve;
@@ -29,15 +30,9 @@ using namespace std::chrono_literals;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-namespace {
+using namespace kvserve::raw_http;
 
-int64_t resident_kib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
-  return 0;
-}
+namespace {
 
 int connect_nonblocking(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
@@ -48,28 +43,6 @@ int connect_nonblocking(int port) {
   if (fd >= 0 && (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 || errno == EINPROGRESS)) return fd;
   if (fd >= 0) close(fd);
   return -1;
-}
-
-// A greedy streamed completion's text ("" when it failed).
-std::string greedy_stream(const test_util::TestServer& server, const std::string& prompt) {
-  std::string received;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.body = json{{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"stream", true}}.dump();
-  req.set_header("Content-Type", "application/json");
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    received.append(data, n);
-    return true;
-  };
-  auto r = server.client().send(req);
-  if (!r || r->status != 200 || received.find("data: [DONE]") == std::string::npos) return "";
-  std::string text;
-  for (size_t at = received.find("data: {"); at != std::string::npos; at = received.find("data: {", at + 1)) {
-    const json event = json::parse(received.substr(at + 6, received.find('\n', at) - at - 6), nullptr, false);
-    if (!event.is_discarded() && !event["choices"].empty()) text += event["choices"][0]["text"].get<std::string>();
-  }
-  return text;
 }
 
 enum class Hostile { kSlowHead, kSlowBody, kEndlessLine, kIdleKeepAlive };
@@ -184,7 +157,7 @@ TEST(HttpFrontLoad, ThousandHostileConnectionsBesideSixteenStreams) {
   for (int i = 0; i < 16; ++i) prompts.push_back("Story number " + std::to_string(i) + ": once upon a time, a");
   {
     std::vector<std::thread> quiet_clients;
-    for (size_t i = 0; i < 16; ++i) quiet_clients.emplace_back([&, i] { quiet[i] = greedy_stream(server, prompts[i]); });
+    for (size_t i = 0; i < 16; ++i) quiet_clients.emplace_back([&, i] { quiet[i] = greedy_stream(server, prompts[i], 8); });
     for (std::thread& t : quiet_clients) t.join();
   }
   for (size_t i = 0; i < 16; ++i) ASSERT_FALSE(quiet[i].empty()) << "quiet run " << i;
@@ -199,7 +172,7 @@ TEST(HttpFrontLoad, ThousandHostileConnectionsBesideSixteenStreams) {
   for (size_t i = 0; i < 16; ++i)
     clients.emplace_back([&, i] {
       while (Clock::now() < end) {
-        const std::string text = greedy_stream(server, prompts[i]);
+        const std::string text = greedy_stream(server, prompts[i], 8);
         if (text.empty()) ++streams_failed;
         else if (text != quiet[i]) ++streams_differing;
         else ++streams_ok;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "server/http_request_reader.h"
+#include "raw_http.h"
 #include "server_harness.h"
 
 using namespace kvserve;
@@ -32,6 +33,8 @@ using server::ConnectionGateLimits;
 using server::HttpRequestLimits;
 using server::HttpRequestReader;
 using State = HttpRequestReader::State;
+
+using namespace kvserve::raw_http;
 
 namespace {
 
@@ -48,38 +51,6 @@ HttpRequestReader read_all(const std::string& bytes, HttpRequestLimits limits = 
 int refusal(const std::string& bytes, HttpRequestLimits limits = {}) {
   HttpRequestReader r = read_all(bytes, limits);
   return r.state() == State::kRefused ? r.refusal_status() : 0;
-}
-
-// ---- raw sockets ----
-
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
-  if (fd >= 0) close(fd);
-  return -1;
-}
-
-bool send_all(int fd, const std::string& bytes) {
-  return send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
-}
-
-// Everything the server sends until it closes the connection or `limit` passes.
-std::string read_until_closed(int fd, std::chrono::milliseconds limit) {
-  std::string out;
-  const auto end = Clock::now() + limit;
-  char buf[4096];
-  while (Clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 50) <= 0) continue;
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
 }
 
 // Sends next() over and over as fast as the server reads, until it answers
@@ -104,36 +75,6 @@ std::string flood(int fd, const std::function<std::string()>& next, size_t max_b
 
 std::string status_line(const std::string& response) { return response.substr(0, response.find("\r\n")); }
 
-int64_t resident_kib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
-  return 0;
-}
-
-// A greedy streamed completion's text ("" when it failed).
-std::string greedy_stream(const test_util::TestServer& server, const std::string& prompt = "Once upon a time") {
-  std::string received;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.body = json{{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true}}.dump();
-  req.set_header("Content-Type", "application/json");
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    received.append(data, n);
-    return true;
-  };
-  auto r = server.client().send(req);
-  if (!r || r->status != 200 || received.find("data: [DONE]") == std::string::npos) return "";
-  std::string text;
-  for (size_t at = received.find("data: {"); at != std::string::npos; at = received.find("data: {", at + 1)) {
-    const json event = json::parse(received.substr(at + 6, received.find('\n', at) - at - 6), nullptr, false);
-    if (!event.is_discarded() && !event["choices"].empty()) text += event["choices"][0]["text"].get<std::string>();
-  }
-  return text;
-}
-
 ConnectionGateLimits test_limits() {
   ConnectionGateLimits l;
   l.request_deadline = 2s;
@@ -145,7 +86,7 @@ ConnectionGateLimits test_limits() {
 struct FrontTest : ::testing::Test {
   test_util::SynthModel synth;
   test_util::TestServer server{*synth.model, *synth.tokenizer, {}, {}, test_limits()};
-  std::string quiet = greedy_stream(server);
+  std::string quiet = greedy_stream(server, "Once upon a time", 24);
 
   // Runs `attack` (which returns what the server answered it) while a greedy
   // stream runs; checks the answer's status line, the time it took, memory,
@@ -155,7 +96,7 @@ struct FrontTest : ::testing::Test {
     ASSERT_FALSE(quiet.empty());
     const int64_t rss_before = resident_kib();
     std::string streamed;
-    std::thread stream([&] { streamed = greedy_stream(server); });
+    std::thread stream([&] { streamed = greedy_stream(server, "Once upon a time", 24); });
     const auto start = Clock::now();
     const std::string answer = attack();
     const auto took = Clock::now() - start;
@@ -416,7 +357,7 @@ TEST_F(FrontTest, ThousandIdleConnectionsAreHeldAndClosedQuietly) {
     idle.push_back(fd);
   }
   // Served while the idle ones are held (each would have held a worker before the gate).
-  EXPECT_EQ(greedy_stream(server), quiet);
+  EXPECT_EQ(greedy_stream(server, "Once upon a time", 24), quiet);
   for (int i = 0; i < 5; ++i) {
     auto r = server.client().Get("/health");
     ASSERT_TRUE(r);
@@ -509,11 +450,11 @@ TEST(HttpFront, HealthAnswersBesideHundredsOfOpenStreams) {
   eo.max_queue = 300;  // every stream is accepted: each holds a worker while it waits or streams
   eo.max_running = 16;
   test_util::TestServer server(*synth.model, *synth.tokenizer, eo, {}, test_limits());
-  const std::string quiet = greedy_stream(server);
+  const std::string quiet = greedy_stream(server, "Once upon a time", 24);
   ASSERT_FALSE(quiet.empty());
   std::vector<std::string> streamed(256);
   std::vector<std::thread> clients;
-  for (size_t i = 0; i < streamed.size(); ++i) clients.emplace_back([&, i] { streamed[i] = greedy_stream(server); });
+  for (size_t i = 0; i < streamed.size(); ++i) clients.emplace_back([&, i] { streamed[i] = greedy_stream(server, "Once upon a time", 24); });
   std::vector<double> health_ms;
   for (int i = 0; i < 20; ++i) {
     const auto t0 = Clock::now();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "server/connection_gate.h"
+#include "raw_http.h"
 #include "server_harness.h"
 
 using namespace kvserve;
@@ -23,37 +24,9 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using server::ConnectionGateLimits;
 
+using namespace kvserve::raw_http;
+
 namespace {
-
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
-  if (fd >= 0) close(fd);
-  return -1;
-}
-
-bool send_all(int fd, const std::string& bytes) {
-  return send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
-}
-
-// Everything the server sends until it closes the connection or `limit` passes.
-std::string read_until_closed(int fd, std::chrono::milliseconds limit) {
-  std::string out;
-  const auto end = Clock::now() + limit;
-  char buf[4096];
-  while (Clock::now() < end) {
-    pollfd p{fd, POLLIN, 50};
-    if (poll(&p, 1, 50) <= 0) continue;
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
 
 std::string status_line(const std::string& response) { return response.substr(0, response.find("\r\n")); }
 

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "raw_http.h"
 #include "server_harness.h"
 
 using namespace kvserve;
@@ -30,15 +31,9 @@ using namespace std::chrono_literals;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-namespace {
+using namespace kvserve::raw_http;
 
-int64_t resident_kib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
-  return 0;
-}
+namespace {
 
 struct Tally {
   std::atomic<int64_t> completed{0}, cancelled{0}, vanished{0}, malformed_refused{0}, queue_full{0};
