@@ -29,7 +29,8 @@ std::string message_content(std::string_view spec) {
     const std::string_view digits = spec.substr(split + 1);
     std::from_chars(digits.data(), digits.data() + digits.size(), count);
   }
-  if (!unit.empty()) count = std::min(count, kMaxContentBytes / unit.size());
+  if (unit.empty()) return {};  // nothing to repeat (a count alone would loop for nothing)
+  count = std::min(count, kMaxContentBytes / unit.size());
   std::string out;
   out.reserve(unit.size() * count);
   for (size_t i = 0; i < count; ++i) out += unit;
