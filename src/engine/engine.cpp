@@ -1,15 +1,25 @@
 // The Engine boundary over continuous batching. The engine thread loops:
-// take new requests and cancellations, let the Scheduler plan one step
-// (running decodes, with speculative drafts for requests that ask for them, +
-// chunked prefills under the token budget), run one batched forward pass over
-// the paged KV cache, sample where a chunk reached the end of its known tokens
-// (or verify its drafts), stream events, and drop finished sequences.
+// take new requests (admission builds each branch's state: sampler, logits
+// processors, stop strings, drafter) and cancellations, run one step, publish
+// the metrics. A step is, as the data flows:
+//   schedule()         the Scheduler plans running decodes (with speculative
+//                      drafts for requests that ask for them) + chunked
+//                      prefills under the token budget;
+//   run_draft_model()  the draft model's batched passes for those drafts;
+//   forward()          one batched forward pass over the paged KV cache;
+//   process_outputs()  where a chunk reached the end of its known tokens, its
+//                      logits rows are processed in place (sampling/
+//                      logits_processor.h), sampled or its drafts verified,
+//                      and each token goes through the OutputProcessor
+//                      (logprobs, text, stop conditions) into an event;
+//                      finished branches free their sequences at once.
 //
 // State: the model and tokenizer are shared and const; KV memory is the
 // KVCacheManager (metadata) + PagedKVStorage (bytes); per-request sampling
 // and text state live in RequestState; only the inbox, the cancel set, the
 // live-id set and the metrics snapshot are shared with other threads, under
-// mutex_.
+// mutex_. Counters are kept on the engine thread and published once per
+// loop iteration (and before a request's final event).
 #include "engine/engine.h"
 
 #include <omp.h>
@@ -26,8 +36,11 @@
 #include <thread>
 
 #include "core/error.h"
-#include "engine/request_state.h"
 #include "engine/batch_speculation.h"
+#include "engine/engine_counters.h"
+#include "engine/finish_reason.h"
+#include "engine/output_processor.h"
+#include "engine/request_state.h"
 #include "engine/scheduler.h"
 #include "kernels/openmp_wait.h"
 #include "kv/kv_cache_manager.h"
@@ -45,20 +58,6 @@ struct Pending {
   GenerationRequest request;
   EventCallback on_event;
 };
-
-TokenLogprob logprob_of(std::span<const float> logits, int32_t id, int32_t top, std::vector<float>& scratch) {
-  Sampler::log_softmax(logits, scratch);
-  TokenLogprob lp{id, scratch[static_cast<size_t>(id)], {}};
-  if (top > 0) {
-    std::vector<int32_t> ids(scratch.size());
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-    const auto k = std::min<size_t>(static_cast<size_t>(top), ids.size());
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
-                      [&](int32_t a, int32_t b) { return scratch[static_cast<size_t>(a)] > scratch[static_cast<size_t>(b)]; });
-    for (size_t i = 0; i < k; ++i) lp.top.emplace_back(ids[i], scratch[static_cast<size_t>(ids[i])]);
-  }
-  return lp;
-}
 
 std::vector<int32_t> end_of_generation_ids(const Tokenizer& tokenizer, int32_t vocab) {
   std::vector<int32_t> ids;
@@ -252,7 +251,7 @@ class Engine::Impl {
     try {
       start(p);
     } catch (const std::exception& e) {
-      if (requests_.count(id) > 0) return finish_all(id, "error", e.what());
+      if (requests_.count(id) > 0) return finish_all(id, FinishReason::kError, e.what());
       refuse(id, n, p.on_event, e.what());
     }
   }
@@ -263,11 +262,12 @@ class Engine::Impl {
     const RequestId id = p.id;
     const SpeculationContext speculation{draft_batch_.get(), &policy_};
     if (p.request.speculation.mode == SpeculativeMode::kAuto && !policy_.step_cost.measured()) measure_speculation_costs();
-    auto [it, inserted] = requests_.try_emplace(id, std::move(p.request), EventCallback{}, tokenizer_, speculation);
+    auto [it, inserted] = requests_.try_emplace(id, std::move(p.request), EventCallback{}, tokenizer_, speculation,
+                                               end_of_generation_ids_);
     check(inserted, "request ids are unique");
     RequestState& rs = it->second;
     rs.on_event = std::move(p.on_event);
-    if (rs.request.max_tokens == 0) return finish_all(id, "length");
+    if (rs.request.max_tokens == 0) return finish_all(id, FinishReason::kLength);
     auto seq = std::make_unique<Sequence>();
     seq->id = new_sequence(id, *rs.branches[0]);
     seq->tokens = rs.request.prompt;
@@ -278,16 +278,14 @@ class Engine::Impl {
 
   // Ends a request whose state could not be made: every branch's final event carries the error.
   void refuse(RequestId id, int32_t n, const EventCallback& on_event, const std::string& error) {
-    {
-      std::lock_guard lock(mutex_);
-      metrics_.requests_finished++;
-    }
+    counters_.requests_finished++;
+    publish_metrics();
     for (int32_t i = 0; i < n && on_event; ++i) {
       GenerationEvent ev;
       ev.id = id;
       ev.index = i;
       ev.finished = true;
-      ev.finish_reason = "error";
+      ev.finish_reason = to_string(FinishReason::kError);
       ev.error = error;
       for_request(id, [&] { on_event(ev); });
     }
@@ -312,23 +310,20 @@ class Engine::Impl {
 
   // Sends the branch's final event and frees its blocks at once; the request
   // is forgotten with its last branch.
-  void finish(RequestId id, Branch& b, GenerationEvent& ev, const std::string& reason) {
+  void finish(RequestId id, Branch& b, GenerationEvent& ev, FinishReason reason) {
     scheduler_.remove(b.seq);
     owners_.erase(b.seq);
     if (draft_batch_) draft_batch_->release(b.seq);  // its draft K/V, at once (other branches may run on)
     b.finished = true;
     ev.finished = true;
-    ev.finish_reason = reason;
+    ev.finish_reason = to_string(reason);
     const auto it = requests_.find(id);
     if (--it->second.unfinished > 0) return for_request(id, [&] { it->second.on_event(ev); });
     EventCallback callback = std::move(it->second.on_event);
     requests_.erase(it);
     // Counters first: a client that reads the metrics after its final event
     // must see its request finished and its blocks back in the pool.
-    {
-      std::lock_guard lock(mutex_);
-      metrics_.requests_finished++;
-    }
+    counters_.requests_finished++;
     publish_metrics();
     for_request(id, [&] { callback(ev); });
     forget(id);
@@ -342,7 +337,7 @@ class Engine::Impl {
   }
 
   // Ends a branch that has not finished yet with `reason` (and `error`).
-  void finish_if_live(RequestId id, Branch& b, const std::string& reason, const std::string& error = "") {
+  void finish_if_live(RequestId id, Branch& b, FinishReason reason, const std::string& error = "") {
     if (b.finished) return;
     GenerationEvent ev = base_event(id, requests_.at(id), b);
     ev.error = error;
@@ -350,7 +345,7 @@ class Engine::Impl {
   }
 
   // Ends every unfinished branch of a request (cancel, error).
-  void finish_all(RequestId id, const std::string& reason, const std::string& error = "") {
+  void finish_all(RequestId id, FinishReason reason, const std::string& error = "") {
     const auto it = requests_.find(id);
     if (it == requests_.end()) return;
     std::vector<Branch*> live;
@@ -359,7 +354,7 @@ class Engine::Impl {
     for (Branch* b : live) finish_if_live(id, *b, reason, error);  // the last one erases the request
   }
 
-  void finish_cancelled(RequestId id) { finish_all(id, "cancelled"); }
+  void finish_cancelled(RequestId id) { finish_all(id, FinishReason::kCancelled); }
 
   void step_or_fail() {
     try {
@@ -368,7 +363,7 @@ class Engine::Impl {
       // A failed forward pass leaves the KV contents unknown: fail every request.
       std::vector<RequestId> ids;
       for (const auto& [id, rs] : requests_) ids.push_back(id);
-      for (RequestId id : ids) finish_all(id, "error", e.what());
+      for (RequestId id : ids) finish_all(id, FinishReason::kError, e.what());
     }
     finish_failures();
   }
@@ -396,36 +391,61 @@ class Engine::Impl {
   void finish_failures() {
     std::map<RequestId, std::string> failed;
     failed.swap(failures_);
-    for (const auto& [id, error] : failed) finish_all(id, "error", error);
+    for (const auto& [id, error] : failed) finish_all(id, FinishReason::kError, error);
   }
 
+  // One step, as the data flows: the scheduler's plan, the drafts it asked
+  // for, one forward pass over every chunk, then the outputs (each sampling
+  // chunk's tokens sampled or its drafts verified, streamed as events).
   void step() {
-    const SchedulerOutput out = scheduler_.schedule(draft_source_);
+    const SchedulerOutput out = schedule();
+    if (out.chunks.empty()) return;
+    run_draft_model(out);
+    const auto start = std::chrono::steady_clock::now();
+    forward(out);
+    process_outputs(out);
+    // The pass with its sampling and verification: what a step of n tokens costs.
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    policy_.step_cost.observe(out.num_tokens(), took.count());
+  }
+
+  // Plans the step (decodes with their drafts, chunked prefills) and applies
+  // its block copies (copy-on-write) and preemptions.
+  SchedulerOutput schedule() {
+    SchedulerOutput out = scheduler_.schedule(draft_source_);
     note_peak_blocks();
     for (const BlockCopy& c : out.copies) runner_->copy_block(c.src, c.dst, c.group);
     if (draft_batch_)
       for (SequenceId id : out.preempted) draft_batch_->release(id);  // recomputed later, drafts included
     check(!out.chunks.empty() || scheduler_.idle(), "a busy scheduler plans work");
-    if (out.chunks.empty()) return;
-    run_draft_model(out);
+    return out;
+  }
+
+  // One batched forward pass over the step's chunks: logits_ gets a row per
+  // sampling chunk, plus one per draft.
+  void forward(const SchedulerOutput& out) {
     std::vector<SequenceChunk> chunks;
-    int64_t n_rows = 0;  // logits rows: one per sampling chunk, plus one per draft
+    int64_t n_rows = 0;
     for (const ScheduledChunk& c : out.chunks) {
       const auto tokens = std::span<const int32_t>(c.seq->tokens).subspan(static_cast<size_t>(c.start), static_cast<size_t>(c.n));
       chunks.push_back({tokens, c.start, kv_.blocks(c.seq->id), c.samples, c.n_draft + 1, kv_.sliding_blocks(c.seq->id)});
       n_rows += c.samples ? c.n_draft + 1 : 0;
     }
-    const auto vocab = static_cast<size_t>(model_.config().vocab_size);
-    logits_.resize(static_cast<size_t>(n_rows) * vocab);
-    const auto start = std::chrono::steady_clock::now();
+    logits_.resize(static_cast<size_t>(n_rows) * static_cast<size_t>(model_.config().vocab_size));
     runner_->forward_batch(chunks, logits_.data());
     scheduler_.finish_step(out);
     count_step(out);
+  }
+
+  // Each sampling chunk's rows of logits_ (theirs to change: processed and
+  // sampled in place) become tokens and events.
+  void process_outputs(const SchedulerOutput& out) {
+    const auto vocab = static_cast<size_t>(model_.config().vocab_size);
     size_t row = 0;
     for (const ScheduledChunk& c : out.chunks) {
       if (!c.samples) continue;
       const auto rows = static_cast<size_t>(c.n_draft + 1);
-      const auto span = std::span<const float>(logits_).subspan(row * vocab, rows * vocab);
+      const auto span = std::span<float>(logits_).subspan(row * vocab, rows * vocab);
       row += rows;
       const RequestId id = owners_.at(c.seq->id).first;
       if (failed(id)) continue;  // another branch of it failed: it ends after the step
@@ -434,9 +454,6 @@ class Engine::Impl {
         else on_logits(*c.seq, span);
       });
     }
-    // The pass with its sampling and verification: what a step of n tokens costs.
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    policy_.step_cost.observe(out.num_tokens(), took.count());
   }
 
   static SpeculationPolicy initial_policy(const EngineOptions& options) {
@@ -540,152 +557,87 @@ class Engine::Impl {
   }
 
   void count_step(const SchedulerOutput& out) {
-    std::lock_guard lock(mutex_);
-    metrics_.steps++;
-    metrics_.preemptions += static_cast<int64_t>(out.preempted.size());
-    metrics_.prefix_query_tokens += out.prefix_query_tokens;
-    metrics_.prefix_hit_tokens += out.prefix_hit_tokens;
+    counters_.steps++;
+    counters_.preemptions += static_cast<int64_t>(out.preempted.size());
+    counters_.prefix_query_tokens += out.prefix_query_tokens;
+    counters_.prefix_hit_tokens += out.prefix_hit_tokens;
     for (const ScheduledChunk& c : out.chunks) {
       // Prompt tokens computed for the first time (recompute after preemption excluded).
       const int64_t prompt_end = std::min(c.start + c.n, c.seq->prompt_len);
-      if (c.start < prompt_end && c.seq->num_generated() == 0) metrics_.prompt_tokens_total += prompt_end - c.start;
+      if (c.start < prompt_end && c.seq->num_generated() == 0) counters_.prompt_tokens_total += prompt_end - c.start;
     }
   }
 
-  // Samples the next token of `seq` from its logits and streams it. The
-  // first logits of a request with n > 1 fork its sequence into the other
-  // branches, and every branch samples its first token from them.
-  void on_logits(Sequence& seq, std::span<const float> logits) {
+  // Samples the next token of `seq` from its row of logits and streams it.
+  // The first logits of a request with n > 1 fork its sequence into the
+  // other branches, and every branch samples its first token from them.
+  void on_logits(Sequence& seq, std::span<float> row) {
     const auto [id, index] = owners_.at(seq.id);
     RequestState& rs = requests_.at(id);
-    if (rs.forked || rs.request.n == 1) return sample(id, *rs.branches[static_cast<size_t>(index)], seq, logits);
+    if (rs.forked || rs.request.n == 1) return sample(id, *rs.branches[static_cast<size_t>(index)], seq, row);
     rs.forked = true;
     std::vector<std::pair<Branch*, Sequence*>> all = {{rs.branches[0].get(), &seq}};
     for (size_t i = 1; i < rs.branches.size(); ++i) {
       Branch& b = *rs.branches[i];
       all.emplace_back(&b, scheduler_.fork(seq.id, new_sequence(id, b)));
     }
-    for (auto [b, s] : all) sample(id, *b, *s, logits);  // the last branch to finish erases rs
+    // Sampling changes its row: every branch but the last samples from a copy.
+    for (size_t i = 0; i + 1 < all.size(); ++i) {
+      fork_row_.assign(row.begin(), row.end());
+      sample(id, *all[i].first, *all[i].second, fork_row_);
+    }
+    sample(id, *all.back().first, *all.back().second, row);  // the last branch to finish erases rs
   }
 
-  void sample(RequestId id, Branch& b, Sequence& seq, std::span<const float> logits) {
+  // The branch's next token from `row`, processed and sampled in place: the
+  // adjusted distribution is sampled from and reported in logprobs (taken
+  // before the sampler's penalties change the row).
+  void sample(RequestId id, Branch& b, Sequence& seq, std::span<float> row) {
     RequestState& rs = requests_.at(id);
     if (b.completion_tokens == 0) rs.cached_tokens = seq.prefix_hit_tokens;
-    if (adjusts_logits(rs.request, b)) {  // the adjusted distribution: sampled from and reported in logprobs
-      masked_.assign(logits.begin(), logits.end());
-      adjust_logits(rs.request, b, 0, masked_);
-      logits = masked_;
-    }
-    scratch_logits_.assign(logits.begin(), logits.end());
+    if (b.logits.changes(b.completion_tokens)) b.logits.process(row, b.completion_tokens);
+    std::span<const float> log_probs;
     int32_t token = 0;
     try {
-      token = b.sampler.sample(scratch_logits_, seq.tokens);
+      if (rs.request.top_logprobs >= 0) log_probs = output_.log_probs(row);
+      token = b.sampler.sample(row, seq.tokens);
     } catch (const Error& e) {  // e.g. a constraint that no token can continue: this branch alone fails
-      return finish_if_live(id, b, "error", e.what());
+      return finish_if_live(id, b, FinishReason::kError, e.what());
     }
     seq.tokens.push_back(token);
-    GenerationEvent ev = base_event(id, requests_.at(id), b);
-    if (const char* reason = take_token(seq, requests_.at(id).request, b, token, seq.num_tokens(), logits, ev))
-      return finish(id, b, ev, reason);
-    requests_.at(id).on_event(ev);
+    GenerationEvent ev = base_event(id, rs, b);
+    const FinishReason reason = output_.take_token(seq, rs.request, b, token, seq.num_tokens(), log_probs, ev);
+    if (reason != FinishReason::kNone) return finish(id, b, ev, reason);
+    rs.on_event(ev);
   }
 
   // Verifies the drafts of a speculative chunk against its rows
-  // [n_draft + 1][vocab], rolls the rejected ones back and streams the round's
-  // tokens, stopping at the first that ends the request.
-  void on_draft_logits(Sequence& seq, int64_t n_draft, std::span<const float> rows) {
+  // [n_draft + 1][vocab] (processed in place, each for its position), rolls
+  // the rejected ones back and streams the round's tokens, stopping at the
+  // first that ends the request.
+  void on_draft_logits(Sequence& seq, int64_t n_draft, std::span<float> rows) {
     const auto [id, index] = owners_.at(seq.id);
     RequestState& rs = requests_.at(id);
     Branch& b = *rs.branches[static_cast<size_t>(index)];
+    const auto vocab = static_cast<size_t>(model_.config().vocab_size);
     const int64_t base = seq.num_tokens() - n_draft;  // the history the drafts follow
     const auto history = std::span<const int32_t>(seq.tokens).first(static_cast<size_t>(base));
-    if (adjusts_logits(rs.request, b))
-      rows = adjusted_rows(rs.request, b, rows, std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(base)));
+    if (b.logits.changes(b.completion_tokens))
+      b.logits.process_rows(rows, vocab, std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(base)),
+                            b.completion_tokens);
     const int64_t accepted = b.spec.verify(rows, n_draft, history, b.sampler, verify_scratch_, produced_);
     count_speculation(n_draft, accepted);
     scheduler_.resolve_drafts(seq, accepted);
     seq.tokens.push_back(produced_.back());  // the accepted drafts are already there
     GenerationEvent ev = base_event(id, rs, b);
-    const auto vocab = static_cast<size_t>(model_.config().vocab_size);
     for (size_t i = 0; i < produced_.size(); ++i) {
       const auto row = rows.subspan(i * vocab, vocab);
-      if (const char* reason = take_token(seq, rs.request, b, produced_[i], base + static_cast<int64_t>(i) + 1, row, ev))
-        return finish(id, b, ev, reason);
+      const auto log_probs = rs.request.top_logprobs >= 0 ? output_.log_probs(row) : std::span<const float>{};
+      const int64_t length = base + static_cast<int64_t>(i) + 1;
+      const FinishReason reason = output_.take_token(seq, rs.request, b, produced_[i], length, log_probs, ev);
+      if (reason != FinishReason::kNone) return finish(id, b, ev, reason);
     }
     rs.on_event(ev);
-  }
-
-  // Whether the branch's next logits need adjusting before sampling: a
-  // bias, min_tokens or a constraint.
-  bool adjusts_logits(const GenerationRequest& r, const Branch& b) const {
-    return b.matcher || !r.logit_bias.empty() || b.completion_tokens < r.min_tokens;
-  }
-
-  // One row of logits for the branch's next token after `ahead` more
-  // (drafts): logit_bias added, end tokens masked before min_tokens, then the
-  // constraint's mask in the matcher's current state.
-  void adjust_logits(const GenerationRequest& r, Branch& b, int64_t ahead, std::span<float> row) const {
-    for (const auto& [token, bias] : r.logit_bias) row[static_cast<size_t>(token)] += bias;
-    if (b.completion_tokens + ahead < r.min_tokens) {
-      constexpr float kMasked = -std::numeric_limits<float>::infinity();
-      for (int32_t token : end_of_generation_ids_) row[static_cast<size_t>(token)] = kMasked;
-      for (int32_t token : r.stop_token_ids) row[static_cast<size_t>(token)] = kMasked;
-    }
-    if (b.matcher) b.matcher->mask(row);
-  }
-
-  // The verification rows of a speculative round, each adjusted for its
-  // position (the grammar state its drafts lead to). Rows after a draft the
-  // grammar rejects stay unmasked: that draft has probability 0, so they are
-  // never used.
-  std::span<const float> adjusted_rows(const GenerationRequest& r, Branch& b, std::span<const float> rows,
-                                       std::span<const int32_t> drafts) {
-    const auto vocab = static_cast<size_t>(model_.config().vocab_size);
-    masked_.assign(rows.begin(), rows.end());
-    int32_t accepted = 0;
-    for (size_t i = 0; i <= drafts.size(); ++i) {
-      adjust_logits(r, b, static_cast<int64_t>(i), std::span<float>(masked_).subspan(i * vocab, vocab));
-      if (i == drafts.size() || (b.matcher && !b.matcher->accept(drafts[i]))) break;
-      accepted++;
-      // A draft that completes the output ends the branch if it is accepted, so no row after it is used; a
-      // matcher past its end-of-generation token must not be asked for a mask (xgrammar throws).
-      if (b.matcher && b.matcher->finished()) break;
-    }
-    if (b.matcher) b.matcher->rollback(accepted);
-    return masked_;
-  }
-
-  // Adds a generated token (sampled from `logits`; the sequence then holds
-  // `length` tokens) to the event; returns the finish reason it causes, if any.
-  const char* take_token(const Sequence& seq, const GenerationRequest& r, Branch& b, int32_t token, int64_t length,
-                         std::span<const float> logits, GenerationEvent& ev) {
-    b.completion_tokens++;
-    ev.completion_tokens = b.completion_tokens;
-    ev.tokens.push_back(token);
-    if (r.top_logprobs >= 0) ev.logprobs.push_back(logprob_of(logits, token, r.top_logprobs, scratch_));
-    if (b.matcher && !b.matcher->accept(token)) {  // the mask allowed it: only a bug gets here
-      ev.error = "the output constraint rejected token " + std::to_string(token);
-      return "error";
-    }
-    const bool eog = !r.ignore_eos && tokenizer_.is_end_of_generation(token);
-    ev.text += eog ? b.stops.flush() : b.stops.push(b.stream.push(token));
-    {
-      std::lock_guard lock(mutex_);
-      metrics_.generated_tokens_total++;
-    }
-    if (eog || b.stops.stopped()) return "stop";
-    // A stop token (its text kept), or a complete constraint (only an end-of-generation token could follow).
-    const bool stop_token = std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) != r.stop_token_ids.end();
-    if (stop_token || (b.matcher && b.matcher->finished())) {
-      ev.text += b.stops.push(b.stream.flush()) + b.stops.flush();
-      return "stop";
-    }
-    // The last sampled token needs no K/V slot: a sequence may hold context + 1 tokens.
-    if (b.completion_tokens >= r.max_tokens || length > seq.max_kv_tokens) {
-      ev.text += b.stops.push(b.stream.flush()) + b.stops.flush();
-      return "length";
-    }
-    return nullptr;
   }
 
   Branch& branch_of(const Sequence& seq) {
@@ -771,16 +723,14 @@ class Engine::Impl {
   }
 
   void count_speculation(int64_t drafts, int64_t accepted) {
-    std::lock_guard lock(mutex_);
-    metrics_.spec_rounds++;
-    metrics_.spec_draft_tokens += drafts;
-    metrics_.spec_accepted_tokens += accepted;
+    counters_.spec_rounds++;
+    counters_.spec_draft_tokens += drafts;
+    counters_.spec_accepted_tokens += accepted;
   }
 
   // Planning a step is when the most blocks are held: freeing waits for its end.
   void note_peak_blocks() {
-    std::lock_guard lock(mutex_);
-    EngineMetrics& m = metrics_;
+    EngineCounters& m = counters_;
     m.kv_blocks_used_peak = std::max(m.kv_blocks_used_peak, kv_.pool().used());
     if (kv_.has_sliding_group())
       m.kv_sliding_blocks_used_peak = std::max(m.kv_sliding_blocks_used_peak, kv_.sliding_pool().used());
@@ -791,6 +741,8 @@ class Engine::Impl {
   void publish_metrics() {
     const BlockPool& pool = kv_.pool();
     std::lock_guard lock(mutex_);
+    counters_.copy_to(metrics_);
+    metrics_.generated_tokens_total = output_.tokens_taken();
     metrics_.running = scheduler_.n_running();
     scheduler_waiting_ = scheduler_.n_waiting();
     metrics_.kv_blocks_total = pool.total();
@@ -827,12 +779,12 @@ class Engine::Impl {
   std::map<RequestId, std::string> failures_;  // requests whose own processing threw this step, with the cause
   SequenceId next_seq_ = kNoSequence + 1;
   std::vector<float> logits_;          // [rows][vocab] of the current step: one per sampling chunk + one per draft
-  std::vector<float> scratch_logits_;  // [vocab] the sampler's working copy
-  std::vector<float> scratch_;         // [vocab] log-softmax for logprobs
-  std::vector<float> masked_;          // [rows][vocab] a branch's adjusted logits (bias, min_tokens, constraint)
+  std::vector<float> fork_row_;        // [vocab] a copy of a forking request's first row, for one branch
   std::vector<int32_t> end_of_generation_ids_ = end_of_generation_ids(tokenizer_, model_.config().vocab_size);
   VerifyScratch verify_scratch_;       // speculative verification's [vocab] rows
   std::vector<int32_t> produced_;      // a verified round's tokens
+  OutputProcessor output_{tokenizer_};  // logprobs, text, stop conditions of each generated token
+  EngineCounters counters_;            // published into metrics_ by publish_metrics()
   // Auto speculation's step cost and draft-model statistics.
   SpeculationPolicy policy_ = initial_policy(options_);
   DraftSource draft_source_ = [this](const Sequence& seq, int64_t max_drafts, int64_t batch_tokens) {

@@ -9,12 +9,14 @@
 // Not thread-safe: owned by the engine thread.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/batch_speculation.h"
 #include "engine/engine.h"
 #include "engine/stop_strings.h"
 #include "kv/kv_cache_manager.h"
+#include "sampling/logits_processor.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,13 +26,25 @@ constexpr SequenceId kNoSequence = 0;  // a branch not forked yet
 
 struct Branch {
   Branch(const GenerationRequest& r, int32_t index, const Tokenizer& tokenizer, const SpeculationContext& speculation,
-         std::shared_ptr<const StopStrings> stop_strings)
+         std::shared_ptr<const StopStrings> stop_strings, std::span<const int32_t> end_of_generation_ids)
       : index(index), sampler(seeded(r.sampling, index)), stream(tokenizer), stops(std::move(stop_strings)),
         spec(r.speculation, speculation),
-        matcher(r.constraint ? r.constraint->new_matcher() : nullptr) {}
+        matcher(r.constraint ? r.constraint->new_matcher() : nullptr) {
+    build_logits_processors(r, end_of_generation_ids);
+  }
   static SamplingParams seeded(SamplingParams p, int32_t index) {
     p.seed += static_cast<uint64_t>(index);
     return p;
+  }
+  // logit_bias, then min_tokens' mask of the ids that would end the branch, then the constraint's mask.
+  void build_logits_processors(const GenerationRequest& r, std::span<const int32_t> end_of_generation_ids) {
+    if (!r.logit_bias.empty()) logits.add(std::make_unique<LogitBias>(r.logit_bias));
+    if (r.min_tokens > 0) {
+      std::vector<int32_t> ending(end_of_generation_ids.begin(), end_of_generation_ids.end());
+      ending.insert(ending.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
+      logits.add(std::make_unique<MinTokensMask>(r.min_tokens, std::move(ending)));
+    }
+    if (matcher) logits.add_constraint(*matcher);
   }
   int32_t index;
   SequenceId seq = kNoSequence;
@@ -39,17 +53,18 @@ struct Branch {
   StopStringMatcher stops;
   RequestSpeculation spec;  // this branch's drafter (its own draft KV cache in draft-model mode) and adaptive k
   std::unique_ptr<TokenMatcher> matcher;  // the request's constraint over this branch's output; null: free
+  LogitsProcessorChain logits;  // what adjusts this branch's logits before sampling (none: sampled as they are)
   int64_t completion_tokens = 0;
   bool finished = false;
 };
 
 struct RequestState {
   RequestState(GenerationRequest r, EventCallback callback, const Tokenizer& tokenizer,
-               const SpeculationContext& speculation)
+               const SpeculationContext& speculation, std::span<const int32_t> end_of_generation_ids)
       : request(std::move(r)), on_event(std::move(callback)), unfinished(request.n) {
     const auto stops = std::make_shared<const StopStrings>(request.stop);  // compiled once for every branch
     for (int32_t i = 0; i < request.n; ++i)
-      branches.push_back(std::make_unique<Branch>(request, i, tokenizer, speculation, stops));
+      branches.push_back(std::make_unique<Branch>(request, i, tokenizer, speculation, stops, end_of_generation_ids));
   }
   GenerationRequest request;
   EventCallback on_event;
