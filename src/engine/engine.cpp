@@ -27,13 +27,14 @@
 
 #include "core/error.h"
 #include "engine/request_state.h"
-#include "engine/batch_speculation.h"
 #include "engine/scheduler.h"
 #include "kernels/openmp_wait.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_planner.h"
 #include "kv/paged_kv_storage.h"
 #include "model/transformer.h"
+#include "speculation/model_drafter.h"
+#include "speculation/request_speculation.h"
 
 namespace kvserve {
 namespace {

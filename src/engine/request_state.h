@@ -11,11 +11,11 @@
 #include <memory>
 #include <vector>
 
-#include "engine/batch_speculation.h"
 #include "engine/engine.h"
 #include "engine/stop_strings.h"
 #include "kv/kv_cache_manager.h"
 #include "sampling/sampler.h"
+#include "speculation/request_speculation.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvserve {

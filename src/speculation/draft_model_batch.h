@@ -17,12 +17,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/speculative.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/paged_kv_storage.h"
 #include "model/model.h"
 #include "model/transformer.h"
 #include "sampling/sampler.h"
+#include "speculation/drafter.h"
 
 namespace kvserve {
 
