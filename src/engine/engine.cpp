@@ -30,7 +30,7 @@
 #include "engine/scheduler.h"
 #include "kernels/openmp_wait.h"
 #include "kv/kv_cache_manager.h"
-#include "kv/kv_planner.h"
+#include "kv/kv_pool_sizing.h"
 #include "kv/paged_kv_storage.h"
 #include "model/transformer.h"
 #include "speculation/draft_stage.h"
@@ -70,68 +70,27 @@ std::vector<int32_t> end_of_generation_ids(const Tokenizer& tokenizer, int32_t v
   return ids;
 }
 
-// Whether the sliding-window layers' K/V go to their own group, which frees
-// the blocks that left every window (docs/kv_planner.md).
-bool uses_sliding_group(const ModelConfig& c, const EngineOptions& o) {
+// The pools' sizes for this model and these options (kv/kv_pool_sizing.h).
+KVPoolBlocks pool_blocks(const ModelConfig& c, const EngineOptions& o, int64_t context) {
+  KVPoolRequest r;
+  r.block_size = o.block_size;
+  r.type = o.kv_type;
+  r.context = context;
+  r.sequences = o.max_running;
+  r.chunk = o.max_batch_tokens;
+  r.blocks = o.kv_blocks;
+  r.memory_bytes = o.kv_memory_bytes;
+  if (o.draft_model != nullptr && o.block_size > 0)
+    r.extra_bytes_per_block = DraftModelBatch::bytes_per_block(o.draft_model->config(), o.block_size);
   // A pipeline's stages mirror one pool shape: its ranks keep every position (docs/scaling.md).
-  return o.sliding_window_kv && o.pipeline.comm == nullptr && c.sliding_window > 0 &&
-         std::find(c.layer_is_sliding.begin(), c.layer_is_sliding.end(), true) != c.layer_is_sliding.end();
-}
-
-// Blocks in each group's pool (sliding 0: no sliding group).
-struct PoolBlocks {
-  int64_t full = 0;
-  int64_t sliding = 0;
-};
-
-// Blocks in the pool: an explicit count, a byte budget, or room for
-// max_running full contexts capped at 1 GiB. A draft model's pool has as many
-// blocks as the full pool: its bytes count with them. With a sliding group, that
-// group's pool holds max_running sequences' windows (no more than the full
-// pool) and the full pool gets the rest of the budget.
-PoolBlocks pool_blocks(const ModelConfig& c, const EngineOptions& o, int64_t context) {
-  if (o.block_size <= 0) throw Error("block_size must be positive, got " + std::to_string(o.block_size));
-  const int64_t B = o.block_size, context_blocks = (context + B - 1) / B;
-  const int64_t full_contexts = o.max_running * context_blocks;
-  const auto n_sliding = static_cast<int64_t>(
-      uses_sliding_group(c, o) ? std::count(c.layer_is_sliding.begin(), c.layer_is_sliding.end(), true) : 0);
-  // The sliding pool's size: max_running sequences' windows.
-  int64_t sliding_cap = 0;
-  if (n_sliding > 0) {
-    const int64_t chunk = std::max<int64_t>(o.max_batch_tokens, 1);
-    const int64_t per_sequence = std::min(sliding_blocks_per_sequence(c.sliding_window, chunk, B), context_blocks);
-    sliding_cap = std::max<int64_t>(o.max_running, 1) * per_sequence;
-  }
-  if (o.kv_blocks > 0) return {o.kv_blocks, std::min(o.kv_blocks, sliding_cap)};
-  int64_t full_bytes = PagedKVStorage::bytes_per_block(c.n_layers - n_sliding, B, c.n_kv_heads, c.head_dim, o.kv_type);
-  if (o.draft_model != nullptr) full_bytes += DraftModelBatch::bytes_per_block(o.draft_model->config(), B);
-  const int64_t sliding_bytes = PagedKVStorage::bytes_per_block(n_sliding, B, c.n_kv_heads, c.head_dim, o.kv_type);
-  const int64_t per_block = full_bytes + sliding_bytes;
-  if (o.kv_memory_bytes > 0 && o.kv_memory_bytes < per_block)
-    throw Error("kv_memory_bytes " + std::to_string(o.kv_memory_bytes) + " is smaller than one KV block (" +
-                std::to_string(per_block) + " bytes)");
-  const int64_t budget = o.kv_memory_bytes > 0 ? o.kv_memory_bytes : int64_t{1} << 30;
-  // Full blocks T with T * full_bytes + min(T, sliding_cap) * sliding_bytes <= budget.
-  int64_t full = budget / per_block;
-  if (full > sliding_cap && n_sliding > 0)
-    full = full_bytes > 0 ? (budget - sliding_cap * sliding_bytes) / full_bytes : full_contexts;
-  if (o.kv_memory_bytes <= 0) full = std::max<int64_t>(1, std::min(full_contexts, full));
-  return {full, std::min(full, sliding_cap)};
-}
-
-KVCacheManager make_kv_manager(const ModelConfig& c, const EngineOptions& o, const PoolBlocks& pools) {
-  if (pools.sliding == 0) return KVCacheManager(pools.full, o.block_size, o.prefix_caching);
-  return KVCacheManager(pools.full, o.block_size, o.prefix_caching, SlidingKVGroup{c.sliding_window, pools.sliding});
-}
-
-PagedKVStorage make_kv_storage(const ModelConfig& c, const EngineOptions& o, const PoolBlocks& pools) {
-  if (pools.sliding == 0) return PagedKVStorage(c.n_layers, pools.full, o.block_size, c.n_kv_heads, c.head_dim, o.kv_type);
-  return PagedKVStorage(c.layer_is_sliding, pools.full, pools.sliding, o.block_size, c.n_kv_heads, c.head_dim, o.kv_type);
+  r.sliding_group = o.sliding_window_kv && o.pipeline.comm == nullptr;
+  return kv_pool_blocks(c.kv_shape(), r);
 }
 
 // Every layer here, or the first stage of a pipeline (the model is then rank 0's slice).
-std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions& o, const PoolBlocks& pools) {
-  if (o.pipeline.comm == nullptr) return make_local_runner(model, make_kv_storage(model.config(), o, pools));
+std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions& o, const KVPoolBlocks& pools) {
+  if (o.pipeline.comm == nullptr)
+    return make_local_runner(model, make_kv_storage(model.config().kv_shape(), pools, o.block_size, o.kv_type));
   return make_pipeline_head(model, {pools.full, o.block_size, o.kv_type}, o.pipeline);
 }
 
@@ -145,7 +104,7 @@ class Engine::Impl {
         // The longest sequence must fit in the context and in the whole pool
         // (the sliding pool holds at least one sequence's window: pool_blocks).
         context_limit_(std::min({options.max_context, model.config().context_length, pools_.full * options.block_size})),
-        kv_(make_kv_manager(model.config(), options, pools_)),
+        kv_(make_kv_manager(model.config().kv_shape(), pools_, options.block_size, options.prefix_caching)),
         scheduler_(SchedulerConfig{options.max_running, options.max_batch_tokens}, kv_),
         runner_(make_runner(model, options, pools_)),
         draft_batch_(options.draft_model == nullptr
@@ -686,7 +645,7 @@ class Engine::Impl {
   const Model& model_;
   const Tokenizer& tokenizer_;
   EngineOptions options_;
-  PoolBlocks pools_;
+  KVPoolBlocks pools_;
   int64_t context_limit_;  // tokens with K/V per sequence at most
   // Engine-thread state:
   KVCacheManager kv_;
