@@ -17,9 +17,10 @@
 #include "core/error.h"
 #include "engine/decoder.h"
 #include "engine/generate.h"
-#include "engine/ngram_draft.h"
-#include "engine/speculative.h"
 #include "model/model.h"
+#include "speculation/model_drafter.h"
+#include "speculation/ngram_drafter.h"
+#include "speculation/speculative_session.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvserve::cli {

@@ -1,4 +1,4 @@
-// Auto speculation's decision (spec_policy.h): the step cost's interpolation
+// Auto speculation's decision (speculation_policy.h, step_cost.h): the step cost's interpolation
 // and correction, the acceptance estimate, and the choice of k: none when a
 // step costs in proportion to its tokens, many for a lone sequence whose
 // drafts hit when a step costs about the same whatever its size, fewer as the
@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "engine/spec_policy.h"
+#include "speculation/speculation_policy.h"
 
 using namespace kvserve;
 

@@ -14,13 +14,15 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "engine/decoder.h"
-#include "engine/draft_model_batch.h"
 #include "engine/generate.h"
-#include "engine/ngram_draft.h"
-#include "engine/speculative.h"
 #include "kernels/dispatch.h"
 #include "model/synth.h"
 #include "spec_stats.h"
+#include "speculation/draft_model_batch.h"
+#include "speculation/draft_verification.h"
+#include "speculation/model_drafter.h"
+#include "speculation/ngram_drafter.h"
+#include "speculation/speculative_session.h"
 #include "test_util.h"
 
 using namespace kvserve;

@@ -36,7 +36,6 @@
 #include <thread>
 
 #include "core/error.h"
-#include "engine/batch_speculation.h"
 #include "engine/engine_counters.h"
 #include "engine/finish_reason.h"
 #include "engine/output_processor.h"
@@ -44,9 +43,13 @@
 #include "engine/scheduler.h"
 #include "kernels/openmp_wait.h"
 #include "kv/kv_cache_manager.h"
-#include "kv/kv_planner.h"
+#include "kv/kv_pool_sizing.h"
 #include "kv/paged_kv_storage.h"
 #include "model/transformer.h"
+#include "speculation/draft_stage.h"
+#include "speculation/model_drafter.h"
+#include "speculation/request_speculation.h"
+#include "speculation/speculation_cost_probe.h"
 
 namespace kvserve {
 namespace {
@@ -66,68 +69,27 @@ std::vector<int32_t> end_of_generation_ids(const Tokenizer& tokenizer, int32_t v
   return ids;
 }
 
-// Whether the sliding-window layers' K/V go to their own group, which frees
-// the blocks that left every window (docs/kv_planner.md).
-bool uses_sliding_group(const ModelConfig& c, const EngineOptions& o) {
+// The pools' sizes for this model and these options (kv/kv_pool_sizing.h).
+KVPoolBlocks pool_blocks(const ModelConfig& c, const EngineOptions& o, int64_t context) {
+  KVPoolRequest r;
+  r.block_size = o.block_size;
+  r.type = o.kv_type;
+  r.context = context;
+  r.sequences = o.max_running;
+  r.chunk = o.max_batch_tokens;
+  r.blocks = o.kv_blocks;
+  r.memory_bytes = o.kv_memory_bytes;
+  if (o.draft_model != nullptr && o.block_size > 0)
+    r.extra_bytes_per_block = DraftModelBatch::bytes_per_block(o.draft_model->config(), o.block_size);
   // A pipeline's stages mirror one pool shape: its ranks keep every position (docs/scaling.md).
-  return o.sliding_window_kv && o.pipeline.comm == nullptr && c.sliding_window > 0 &&
-         std::find(c.layer_is_sliding.begin(), c.layer_is_sliding.end(), true) != c.layer_is_sliding.end();
-}
-
-// Blocks in each group's pool (sliding 0: no sliding group).
-struct PoolBlocks {
-  int64_t full = 0;
-  int64_t sliding = 0;
-};
-
-// Blocks in the pool: an explicit count, a byte budget, or room for
-// max_running full contexts capped at 1 GiB. A draft model's pool has as many
-// blocks as the full pool: its bytes count with them. With a sliding group, that
-// group's pool holds max_running sequences' windows (no more than the full
-// pool) and the full pool gets the rest of the budget.
-PoolBlocks pool_blocks(const ModelConfig& c, const EngineOptions& o, int64_t context) {
-  if (o.block_size <= 0) throw Error("block_size must be positive, got " + std::to_string(o.block_size));
-  const int64_t B = o.block_size, context_blocks = (context + B - 1) / B;
-  const int64_t full_contexts = o.max_running * context_blocks;
-  const auto n_sliding = static_cast<int64_t>(
-      uses_sliding_group(c, o) ? std::count(c.layer_is_sliding.begin(), c.layer_is_sliding.end(), true) : 0);
-  // The sliding pool's size: max_running sequences' windows.
-  int64_t sliding_cap = 0;
-  if (n_sliding > 0) {
-    const int64_t chunk = std::max<int64_t>(o.max_batch_tokens, 1);
-    const int64_t per_sequence = std::min(sliding_blocks_per_sequence(c.sliding_window, chunk, B), context_blocks);
-    sliding_cap = std::max<int64_t>(o.max_running, 1) * per_sequence;
-  }
-  if (o.kv_blocks > 0) return {o.kv_blocks, std::min(o.kv_blocks, sliding_cap)};
-  int64_t full_bytes = PagedKVStorage::bytes_per_block(c.n_layers - n_sliding, B, c.n_kv_heads, c.head_dim, o.kv_type);
-  if (o.draft_model != nullptr) full_bytes += DraftModelBatch::bytes_per_block(o.draft_model->config(), B);
-  const int64_t sliding_bytes = PagedKVStorage::bytes_per_block(n_sliding, B, c.n_kv_heads, c.head_dim, o.kv_type);
-  const int64_t per_block = full_bytes + sliding_bytes;
-  if (o.kv_memory_bytes > 0 && o.kv_memory_bytes < per_block)
-    throw Error("kv_memory_bytes " + std::to_string(o.kv_memory_bytes) + " is smaller than one KV block (" +
-                std::to_string(per_block) + " bytes)");
-  const int64_t budget = o.kv_memory_bytes > 0 ? o.kv_memory_bytes : int64_t{1} << 30;
-  // Full blocks T with T * full_bytes + min(T, sliding_cap) * sliding_bytes <= budget.
-  int64_t full = budget / per_block;
-  if (full > sliding_cap && n_sliding > 0)
-    full = full_bytes > 0 ? (budget - sliding_cap * sliding_bytes) / full_bytes : full_contexts;
-  if (o.kv_memory_bytes <= 0) full = std::max<int64_t>(1, std::min(full_contexts, full));
-  return {full, std::min(full, sliding_cap)};
-}
-
-KVCacheManager make_kv_manager(const ModelConfig& c, const EngineOptions& o, const PoolBlocks& pools) {
-  if (pools.sliding == 0) return KVCacheManager(pools.full, o.block_size, o.prefix_caching);
-  return KVCacheManager(pools.full, o.block_size, o.prefix_caching, SlidingKVGroup{c.sliding_window, pools.sliding});
-}
-
-PagedKVStorage make_kv_storage(const ModelConfig& c, const EngineOptions& o, const PoolBlocks& pools) {
-  if (pools.sliding == 0) return PagedKVStorage(c.n_layers, pools.full, o.block_size, c.n_kv_heads, c.head_dim, o.kv_type);
-  return PagedKVStorage(c.layer_is_sliding, pools.full, pools.sliding, o.block_size, c.n_kv_heads, c.head_dim, o.kv_type);
+  r.sliding_group = o.sliding_window_kv && o.pipeline.comm == nullptr;
+  return kv_pool_blocks(c.kv_shape(), r);
 }
 
 // Every layer here, or the first stage of a pipeline (the model is then rank 0's slice).
-std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions& o, const PoolBlocks& pools) {
-  if (o.pipeline.comm == nullptr) return make_local_runner(model, make_kv_storage(model.config(), o, pools));
+std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions& o, const KVPoolBlocks& pools) {
+  if (o.pipeline.comm == nullptr)
+    return make_local_runner(model, make_kv_storage(model.config().kv_shape(), pools, o.block_size, o.kv_type));
   return make_pipeline_head(model, {pools.full, o.block_size, o.kv_type}, o.pipeline);
 }
 
@@ -141,7 +103,7 @@ class Engine::Impl {
         // The longest sequence must fit in the context and in the whole pool
         // (the sliding pool holds at least one sequence's window: pool_blocks).
         context_limit_(std::min({options.max_context, model.config().context_length, pools_.full * options.block_size})),
-        kv_(make_kv_manager(model.config(), options, pools_)),
+        kv_(make_kv_manager(model.config().kv_shape(), pools_, options.block_size, options.prefix_caching)),
         scheduler_(SchedulerConfig{options.max_running, options.max_batch_tokens}, kv_),
         runner_(make_runner(model, options, pools_)),
         draft_batch_(options.draft_model == nullptr
@@ -261,7 +223,7 @@ class Engine::Impl {
   void start(Pending& p) {
     const RequestId id = p.id;
     const SpeculationContext speculation{draft_batch_.get(), &policy_};
-    if (p.request.speculation.mode == SpeculativeMode::kAuto && !policy_.step_cost.measured()) measure_speculation_costs();
+    if (p.request.speculation.mode == SpeculativeMode::kAuto && !policy_.step_cost.measured()) cost_probe().measure(policy_);
     auto [it, inserted] = requests_.try_emplace(id, std::move(p.request), EventCallback{}, tokenizer_, speculation,
                                                end_of_generation_ids_);
     check(inserted, "request ids are unique");
@@ -462,98 +424,19 @@ class Engine::Impl {
     return policy;
   }
 
+  // The start-up cost probe over this engine's target, K/V pool and draft model.
+  SpeculationCostProbe cost_probe() {
+    const auto forward = [this](const SequenceChunk& chunk, float* logits) {
+      runner_->forward_batch(std::span<const SequenceChunk>(&chunk, 1), logits);
+    };
+    return SpeculationCostProbe(forward, kv_, draft_batch_.get(), model_.config().vocab_size,
+                                options_.max_batch_tokens, context_limit_);
+  }
+
   // Auto speculation's step cost from the options, or measured now when asked
   // (with the engine thread's OpenMP team size, restored after); returns its points.
   std::vector<std::pair<int64_t, double>> prepare_step_cost() {
-    policy_.step_cost.set_points(options_.step_cost, /*learn_shape=*/false);
-    if (options_.measure_step_cost && !policy_.step_cost.measured()) {
-      const int caller_threads = omp_get_max_threads();
-      if (options_.threads > 0) omp_set_num_threads(options_.threads);
-      measure_speculation_costs();
-      omp_set_num_threads(caller_threads);
-    }
-    return policy_.step_cost.points();
-  }
-
-  // Everything auto speculation weighs: t(n), and the draft model's costs when there is one.
-  void measure_speculation_costs() {
-    measure_step_cost();
-    measure_draft_cost();
-  }
-
-  // Auto speculation's draft-model costs before any request drafts: d, one
-  // draft pass, and the catch-up per history token, on a scratch sequence
-  // (32 tokens fed, then one at a time, best of two). Unmeasured, both were 0:
-  // every sequence's first choice took the draft model for free and paid its
-  // prompt's catch-up blind (auto + draft 0.95x at four sequences).
-  void measure_draft_cost() {
-    if (!draft_batch_) return;
-    const SequenceId scratch = std::numeric_limits<SequenceId>::max() - 1;
-    const auto vocab = static_cast<size_t>(options_.draft_model->config().vocab_size);
-    std::vector<int32_t> history(33);
-    for (size_t i = 0; i < history.size(); ++i) history[i] = static_cast<int32_t>((i * 7919 + 29) % vocab);
-    SamplingParams greedy;
-    greedy.temperature = 0;
-    Sampler sampler(greedy);
-    DraftProposal proposal;
-    const auto timed_run = [&](std::span<const int32_t> h) {
-      if (!draft_batch_->reserve(scratch, h, 1)) return 0.0;
-      const DraftModelRequest request{scratch, h, 1, &sampler, &proposal};
-      const auto start = std::chrono::steady_clock::now();
-      draft_batch_->run(std::span<const DraftModelRequest>(&request, 1));
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    };
-    const std::span<const int32_t> all(history);
-    const double catch_up = timed_run(all.first(32));
-    const double pass = std::min(timed_run(all), timed_run(all));
-    draft_batch_->release(scratch);
-    if (!(pass > 0)) return;
-    policy_.observe_draft_seconds(pass);
-    if (catch_up > pass) policy_.observe_catch_up_seconds((catch_up - pass) / 32);
-  }
-
-  // Auto speculation's t(n): forward passes over n = 1 .. 17 new tokens after
-  // a 32-token context, on a scratch sequence outside the scheduler (its
-  // blocks are never published and go back to the pool), best of three each.
-  // Every token's logits are computed, as in the steps t(n) stands for (a
-  // decode token or a draft each needs its output-head row: a quarter of a
-  // token's matmuls on Qwen2.5-Coder-0.5B; with only the last row, drafts
-  // looked cheaper than they are and auto lost 4-6% at 4-8 sequences).
-  // A pool too small for it leaves t(n) proportional to n (drafting never
-  // pays then), which is also what a compute-bound CPU measures.
-  void measure_step_cost() {
-    const SequenceId scratch = std::numeric_limits<SequenceId>::max();
-    const int64_t context = 32;
-    std::vector<int64_t> sizes;
-    for (int64_t n : {1, 2, 3, 5, 9, 17})
-      if (n <= options_.max_batch_tokens && context + n <= context_limit_) sizes.push_back(n);
-    std::vector<BlockCopy> copies;
-    if (sizes.empty() || !kv_.allocate(scratch, 0, context + sizes.back(), copies)) {
-      policy_.step_cost.set_points({{1, 1.0}});
-      return;
-    }
-    const int32_t vocab = model_.config().vocab_size;
-    std::vector<int32_t> tokens(static_cast<size_t>(context + sizes.back()));
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(vocab));
-    logits_.resize(static_cast<size_t>(vocab) * static_cast<size_t>(sizes.back()));
-    const auto pass = [&](int64_t pos0, int64_t n) {
-      const auto span = std::span<const int32_t>(tokens).subspan(static_cast<size_t>(pos0), static_cast<size_t>(n));
-      const int64_t rows = pos0 == 0 ? 1 : n;  // the context pass only fills the cache
-      const SequenceChunk chunk{span, pos0, kv_.blocks(scratch), true, rows, kv_.sliding_blocks(scratch)};
-      const auto start = std::chrono::steady_clock::now();
-      runner_->forward_batch(std::span<const SequenceChunk>(&chunk, 1), logits_.data());
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    };
-    pass(0, context);  // also faults the weights in
-    // Best of three rounds over every n, the rounds in turn: a slow moment on a shared host then costs one
-    // sample of each n rather than bending t(n)'s shape (best of two per n in a row measured t(1) 29 ms where
-    // decoding ran at 23, and auto drafted less on the Qwen pair's code: 1.05x instead of 1.36x).
-    std::vector<std::pair<int64_t, double>> points;
-    for (int64_t n : sizes) points.emplace_back(n, std::numeric_limits<double>::infinity());
-    for (int round = 0; round < 3; ++round)
-      for (auto& [n, seconds] : points) seconds = std::min(seconds, pass(context, n));
-    kv_.free(scratch);
-    policy_.step_cost.set_points(points);
+    return cost_probe().prepare(policy_, options_.step_cost, options_.measure_step_cost, options_.threads);
   }
 
   void count_step(const SchedulerOutput& out) {
@@ -640,86 +523,33 @@ class Engine::Impl {
     rs.on_event(ev);
   }
 
-  Branch& branch_of(const Sequence& seq) {
-    const auto [id, index] = owners_.at(seq.id);
-    return *requests_.at(id).branches[static_cast<size_t>(index)];
+  // Where the draft stage finds a branch's speculation, sampler, constraint and remaining tokens.
+  static DraftingBranch drafting(RequestState& rs, Branch& b) {
+    return {&b.spec, &b.sampler, b.matcher.get(), rs.request.max_tokens - b.completion_tokens};
   }
 
-  // The draft model's passes for every chunk whose drafts it proposed,
-  // batched, before the target's pass that verifies them: the placeholders
-  // in the sequences' tokens become the drafts.
+  // The draft model's passes for this step's drafts, before the target's pass that verifies them.
   void run_draft_model(const SchedulerOutput& out) {
-    draft_requests_.clear();
-    drafting_.clear();
-    for (const ScheduledChunk& c : out.chunks) {
-      if (c.n_draft == 0) continue;
-      Branch& b = branch_of(*c.seq);
-      if (!b.spec.drafts_pending()) continue;
-      const auto history = std::span<const int32_t>(c.seq->tokens).first(static_cast<size_t>(c.seq->num_tokens() - c.n_draft));
-      draft_requests_.push_back({c.seq->id, history, c.n_draft, &b.sampler, &b.spec.pending_proposal()});
-      drafting_.emplace_back(c.seq, &b);
-    }
-    if (draft_requests_.empty()) return;
-    const auto start = std::chrono::steady_clock::now();
-    draft_batch_->run(draft_requests_);
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    int64_t passes = 0;  // draft positions: one batched draft pass each, whatever the sequences
-    for (auto [seq, b] : drafting_) {
-      const std::vector<int32_t>& drafts = b->spec.pending_proposal().tokens;
-      std::copy(drafts.begin(), drafts.end(), seq->tokens.end() - static_cast<std::ptrdiff_t>(drafts.size()));
-      b->spec.drafts_computed();
-      passes = std::max(passes, static_cast<int64_t>(drafts.size()));
-    }
-    // Auto's d, the draft's seconds per draft position (a pass over every
-    // drafting sequence; charged in full to each sequence that considers
-    // drafting, as if it drafted alone: per drafted token, d looked 4x
-    // cheaper when four sequences had drafted together than a lone drafter
-    // then paid, and auto + draft lost 4% on code at four sequences). Only
-    // from rounds without a long catch-up: a first round also prefills the
-    // prompt into the draft, and counting that once made d so large that the
-    // draft model was never chosen again (and d never corrected). Runs that
-    // caught up on more history give the catch-up's cost per token (what is
-    // left once the drafts' own passes, at d each, are taken out).
-    const int64_t catch_up = draft_batch_->last_catch_up_tokens();
-    if (catch_up <= 2 * static_cast<int64_t>(drafting_.size()))
-      policy_.observe_draft_seconds(took.count() / static_cast<double>(passes));
-    else if (policy_.draft_seconds_per_pass > 0)
-      policy_.observe_catch_up_seconds(
-          std::max(0.0, took.count() - static_cast<double>(passes) * policy_.draft_seconds_per_pass) /
-          static_cast<double>(catch_up));
-    std::lock_guard lock(mutex_);
-    metrics_.spec_draft_passes = draft_batch_->passes();
+    const auto branch_of = [this](const Sequence& seq) {
+      const auto [id, index] = owners_.at(seq.id);
+      RequestState& rs = requests_.at(id);
+      return drafting(rs, *rs.branches[static_cast<size_t>(index)]);
+    };
+    draft_stage_.run(out.chunks, branch_of);  // its pass count is published with the other metrics
   }
 
   // Drafts for a decoding request that asked for speculation (Scheduler's
   // DraftSource); none for a request that failed (it ends after the step).
   std::span<const int32_t> drafts_for(const Sequence& seq, int64_t max_drafts, int64_t batch_tokens) {
-    const RequestId id = owners_.at(seq.id).first;
+    const std::pair<RequestId, int32_t> owner = owners_.at(seq.id);
     std::span<const int32_t> drafts;
-    if (!failed(id)) for_request(id, [&] { drafts = propose_drafts(seq, max_drafts, batch_tokens); });
+    if (failed(owner.first)) return drafts;
+    for_request(owner.first, [&] {
+      RequestState& rs = requests_.at(owner.first);
+      drafts = draft_stage_.propose(seq, drafting(rs, *rs.branches[static_cast<size_t>(owner.second)]), max_drafts,
+                                    batch_tokens);
+    });
     return drafts;
-  }
-
-  std::span<const int32_t> propose_drafts(const Sequence& seq, int64_t max_drafts, int64_t batch_tokens) {
-    const auto [id, index] = owners_.at(seq.id);
-    RequestState& rs = requests_.at(id);
-    Branch& b = *rs.branches[static_cast<size_t>(index)];
-    // A round yields up to drafts + 1 tokens: stay within max_tokens and the sequence's K/V slots.
-    const int64_t remaining = rs.request.max_tokens - b.completion_tokens;
-    const int64_t limit = std::min({max_drafts, remaining - 1, seq.max_kv_tokens - seq.num_tokens()});
-    const std::span<const int32_t> drafts = b.spec.propose(seq.id, seq.tokens, limit, batch_tokens, remaining, b.sampler);
-    if (!b.matcher || drafts.empty() || !b.spec.proposal_deterministic()) return drafts;
-    // Cut a deterministic proposal at the first draft the grammar rejects:
-    // it would be rejected anyway (probability 0), so the cut only saves work.
-    // Drafts after one that completes the output are never used either (that token ends the branch).
-    int32_t valid = 0;
-    while (valid < static_cast<int32_t>(drafts.size()) && b.matcher->accept(drafts[static_cast<size_t>(valid)])) {
-      valid++;
-      if (b.matcher->finished()) break;
-    }
-    b.matcher->rollback(valid);
-    b.spec.keep_first(valid);
-    return drafts.first(static_cast<size_t>(valid));
   }
 
   void count_speculation(int64_t drafts, int64_t accepted) {
@@ -754,6 +584,7 @@ class Engine::Impl {
     if (draft_batch_) {
       metrics_.draft_kv_blocks_total = draft_batch_->pool().total();
       metrics_.draft_kv_blocks_used = draft_batch_->pool().used();
+      metrics_.spec_draft_passes = draft_stage_.passes();
     }
     if (!kv_.has_sliding_group()) return;
     const BlockPool& sliding = kv_.sliding_pool();
@@ -765,15 +596,13 @@ class Engine::Impl {
   const Model& model_;
   const Tokenizer& tokenizer_;
   EngineOptions options_;
-  PoolBlocks pools_;
+  KVPoolBlocks pools_;
   int64_t context_limit_;  // tokens with K/V per sequence at most
   // Engine-thread state:
   KVCacheManager kv_;
   Scheduler scheduler_;
   std::unique_ptr<ModelRunner> runner_;  // the layers and their K/V bytes, here or along a pipeline
   std::unique_ptr<DraftModelBatch> draft_batch_;  // null without a draft model
-  std::vector<DraftModelRequest> draft_requests_;  // the current step's
-  std::vector<std::pair<Sequence*, Branch*>> drafting_;  // their sequences and branches, in the same order
   std::map<RequestId, RequestState> requests_;
   std::map<SequenceId, std::pair<RequestId, int32_t>> owners_;  // each branch's sequence -> (request, branch)
   std::map<RequestId, std::string> failures_;  // requests whose own processing threw this step, with the cause
@@ -787,6 +616,7 @@ class Engine::Impl {
   EngineCounters counters_;            // published into metrics_ by publish_metrics()
   // Auto speculation's step cost and draft-model statistics.
   SpeculationPolicy policy_ = initial_policy(options_);
+  DraftStage draft_stage_{draft_batch_.get(), policy_};
   DraftSource draft_source_ = [this](const Sequence& seq, int64_t max_drafts, int64_t batch_tokens) {
     return drafts_for(seq, max_drafts, batch_tokens);
   };

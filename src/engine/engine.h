@@ -15,12 +15,12 @@
 #include <utility>
 #include <vector>
 
-#include "engine/spec_policy.h"
 #include "grammar/token_constraint.h"
 #include "kv/kv_planner.h"
 #include "model/model.h"
 #include "parallel/pipeline_head.h"
 #include "sampling/sampler.h"
+#include "speculation/speculation_policy.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvserve {
@@ -36,7 +36,7 @@ enum class SpeculativeMode {
   kNgram,       // prompt lookup: the continuation of the latest earlier n-gram of prompt + output
   kDraftModel,  // a draft model (EngineOptions::draft_model) proposes; refused when the engine has none
   kAuto,        // each step: prompt lookup, the draft model (if the engine has one) or no draft, and k up to
-                // draft_k, whichever is expected to give the most tokens per second (spec_policy.h)
+                // draft_k, whichever is expected to give the most tokens per second (speculation_policy.h)
 };
 
 struct SpeculationSettings {
@@ -118,7 +118,7 @@ struct EngineOptions {
   std::vector<std::pair<int64_t, double>> step_cost;
   bool measure_step_cost = false;
   // Auto speculation drafts only for an expected gain of at least this
-  // (spec_policy.h's kMinDraftGain; tests that must exercise drafting lower it).
+  // (speculation_policy.h's kMinDraftGain; tests that must exercise drafting lower it).
   double spec_min_draft_gain = kMinDraftGain;
   // Pipeline parallelism (docs/scaling.md): with pipeline.comm set, the model
   // is rank 0's stage (ModelLoadOptions::pipeline_rank 0) and every forward

@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "engine/batch_speculation.h"
 #include "engine/decoder.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
@@ -26,6 +25,7 @@
 #include "kv/paged_kv_storage.h"
 #include "model/model.h"
 #include "model/quantize_model.h"
+#include "speculation/request_speculation.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvserve {

@@ -12,12 +12,12 @@
 #include <span>
 #include <vector>
 
-#include "engine/batch_speculation.h"
 #include "engine/engine.h"
 #include "engine/stop_strings.h"
 #include "kv/kv_cache_manager.h"
 #include "sampling/logits_processor.h"
 #include "sampling/sampler.h"
+#include "speculation/request_speculation.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvserve {

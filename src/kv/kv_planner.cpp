@@ -6,7 +6,6 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "model/config.h"
 
 namespace kvserve {
 namespace {
@@ -24,6 +23,12 @@ std::string lowercase(std::string_view s) {
 int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {
   int64_t out = 0;
   if (__builtin_mul_overflow(a, b, &out)) throw Error(what + " is too large: the KV cache size overflows 64 bits");
+  return out;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
+  int64_t out = 0;
+  if (__builtin_add_overflow(a, b, &out)) throw Error(what + " is too large: the KV cache size overflows 64 bits");
   return out;
 }
 
@@ -126,18 +131,16 @@ int64_t KVModelShape::vector_elems() const {
   return kind == AttentionKind::MultiHeadLatent ? kv_lora_rank + qk_rope_dim : head_dim;
 }
 
-KVModelShape kv_shape_from_config(const ModelConfig& config) {
+KVModelShape kv_model_shape(const KVShape& shape) {
   KVModelShape s;
-  s.name = config.name;
   s.kind = AttentionKind::GroupedQuery;
-  s.n_layers = config.n_layers;
-  s.n_heads = config.n_heads;
-  s.n_kv_heads = config.n_kv_heads;
-  s.head_dim = config.head_dim;
-  s.context_length = config.context_length;
-  if (config.sliding_window > 0) {
-    s.sliding_window = config.sliding_window;
-    s.n_sliding_layers = static_cast<int64_t>(std::count(config.layer_is_sliding.begin(), config.layer_is_sliding.end(), true));
+  s.n_layers = shape.n_layers;
+  s.n_kv_heads = shape.n_kv_heads;
+  s.head_dim = shape.head_dim;
+  s.context_length = shape.context_length;
+  if (shape.sliding_window > 0) {
+    s.sliding_window = shape.sliding_window;
+    s.n_sliding_layers = shape.n_sliding_layers();
   }
   return s;
 }
@@ -175,6 +178,21 @@ int64_t sliding_blocks_per_sequence(int64_t window, int64_t chunk, int64_t block
   return window / block_size + chunk / block_size + (rest + block_size - 1) / block_size + 1;
 }
 
+KVPageLayout kv_page_layout(const KVModelShape& shape, KVType type, int64_t block_size, int64_t context, int64_t chunk) {
+  const bool sliding = shape.n_sliding_layers > 0 && shape.sliding_window > 0;
+  KVPageLayout page;
+  page.sliding_layers = sliding ? shape.n_sliding_layers : 0;
+  const int64_t per_layer = shape.vectors_per_layer() * kv_vector_bytes(type, shape.vector_elems());
+  const int64_t layer_page = checked_mul(per_layer, block_size, "--block-size");
+  page.full_page_bytes = checked_mul(layer_page, shape.n_layers - page.sliding_layers, "--block-size");
+  page.sliding_page_bytes = checked_mul(layer_page, page.sliding_layers, "--block-size");
+  page.pages_per_sequence = context > 0 ? context / block_size + (context % block_size != 0) : 0;
+  page.sliding_pages_per_sequence =
+      sliding ? std::min(page.pages_per_sequence, sliding_blocks_per_sequence(shape.sliding_window, chunk, block_size))
+              : 0;
+  return page;
+}
+
 KVPlan plan_kv_cache(const KVModelShape& shape, const KVPlanRequest& request) {
   require_positive(request.ctx, "--ctx");
   require_positive(request.batch, "--batch");
@@ -189,15 +207,14 @@ KVPlan plan_kv_cache(const KVModelShape& shape, const KVPlanRequest& request) {
   const int64_t per_layer = shape.vectors_per_layer() * kv_vector_bytes(request.type, shape.vector_elems());
   plan.bytes_per_token = shape.n_layers * per_layer;
   plan.bytes_per_block = checked_mul(plan.bytes_per_token, request.block_size, "--block-size");
-  const int64_t layer_page = checked_mul(per_layer, request.block_size, "--block-size");
-  const int64_t pages = request.ctx / request.block_size + (request.ctx % request.block_size != 0);
-  plan.sliding_pages_per_seq =
-      sliding ? std::min(pages, sliding_blocks_per_sequence(shape.sliding_window, request.chunk, request.block_size)) : 0;
+  const KVPageLayout page = kv_page_layout(shape, request.type, request.block_size, request.ctx, request.chunk);
+  const int64_t pages = page.pages_per_sequence;
+  plan.sliding_pages_per_seq = page.sliding_pages_per_sequence;
   const int64_t sliding_positions = sliding ? std::min(request.ctx, shape.sliding_window) : 0;
   plan.allocated_tokens_per_seq = checked_mul(pages, request.block_size, "--ctx");
   plan.exact_bytes_per_seq = checked_mul(per_layer, checked_mul(n_full, request.ctx, "--ctx") + n_sliding * sliding_positions, "--ctx");
-  plan.allocated_bytes_per_seq =
-      checked_mul(layer_page, checked_mul(n_full, pages, "--ctx") + n_sliding * plan.sliding_pages_per_seq, "--ctx");
+  plan.allocated_bytes_per_seq = checked_add(checked_mul(page.full_page_bytes, pages, "--ctx"),
+                                             checked_mul(page.sliding_page_bytes, plan.sliding_pages_per_seq, "--ctx"), "--ctx");
   plan.every_position_bytes_per_seq = checked_mul(plan.bytes_per_block, pages, "--ctx");
   plan.exact_bytes = checked_mul(plan.exact_bytes_per_seq, request.batch, "--batch");
   plan.allocated_bytes = checked_mul(plan.allocated_bytes_per_seq, request.batch, "--batch");

@@ -3,15 +3,17 @@
 // given context, batch and element type, computed the way the engine
 // allocates it (whole quantization blocks per cached vector, whole pages of
 // `block_size` tokens per sequence), and how many sequences fit in a memory
-// budget. Works from a GGUF file's ModelConfig or from built-in presets of
-// well-known models. See docs/kv_planner.md for the formulas.
+// budget. Works from a model's KVShape (kv_shape_from_config in model/config.h
+// reads a GGUF file's) or from built-in presets of well-known models. The
+// page layout is the engine's own (kv_page_layout, also behind its pools:
+// kv_pool_sizing.h). See docs/kv_planner.md for the formulas.
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace kvserve {
+#include "kv/kv_shape.h"
 
-struct ModelConfig;
+namespace kvserve {
 
 // Element types a KV cache can be stored in. Block types keep one fp16 scale
 // per `block_elems` elements, exactly as the quantized weight formats do.
@@ -58,7 +60,8 @@ struct KVModelShape {
   int64_t vector_elems() const;
 };
 
-KVModelShape kv_shape_from_config(const ModelConfig& config);
+// A grouped-query model's shape (name and query heads left for the caller).
+KVModelShape kv_model_shape(const KVShape& shape);
 
 struct KVPreset {
   std::string id;  // what --preset takes
@@ -72,6 +75,24 @@ const KVPreset& find_kv_preset(const std::string& id);
 // at most: the window of the chunk's first query plus the chunk, in whole
 // blocks, plus one for a window that does not start on a block boundary.
 int64_t sliding_blocks_per_sequence(int64_t window, int64_t chunk, int64_t block_size);
+
+// One sequence's K/V as the engine pages it (whole pages of block_size tokens
+// per layer group): what `kv-size` plans with and what the engine's pools are
+// sized from (kv_pool_sizing.h).
+struct KVPageLayout {
+  int64_t sliding_layers = 0;              // layers in the sliding group (0: none)
+  int64_t full_page_bytes = 0;             // one page of the layers that keep every position
+  int64_t sliding_page_bytes = 0;          // one page of the sliding group's layers
+  int64_t pages_per_sequence = 0;          // `context` tokens in whole pages
+  int64_t sliding_pages_per_sequence = 0;  // the sliding group's: a window and a chunk, at most pages_per_sequence
+};
+
+// `shape`'s layout for sequences of `context` tokens, steps of `chunk` tokens
+// (both positive with a sliding group) and pages of block_size > 0 tokens.
+// Sliding layers get their own group when the shape has both sliding layers
+// and a window. A page size that overflows 64 bits throws kvserve::Error
+// naming --block-size.
+KVPageLayout kv_page_layout(const KVModelShape& shape, KVType type, int64_t block_size, int64_t context, int64_t chunk);
 
 struct KVPlanRequest {
   int64_t ctx = 0;         // tokens per sequence

@@ -5,6 +5,8 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kv/kv_planner.h"
+#include "kv/kv_shape.h"
 #include "model/gguf.h"
 
 namespace kvserve {
@@ -140,6 +142,17 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
     c.vocab_size = emb->ne[1];
   require_positive(path, "vocabulary size", c.vocab_size);
   return c;
+}
+
+KVShape ModelConfig::kv_shape() const {
+  return {n_layers, layer_is_sliding, n_kv_heads, head_dim, sliding_window, context_length};
+}
+
+KVModelShape kv_shape_from_config(const ModelConfig& config) {
+  KVModelShape s = kv_model_shape(config.kv_shape());
+  s.name = config.name;
+  s.n_heads = config.n_heads;
+  return s;
 }
 
 }  // namespace kvserve

@@ -9,6 +9,8 @@
 namespace kvserve {
 
 class GGUFFile;
+struct KVModelShape;
+struct KVShape;
 
 struct ModelConfig {
   std::string arch;        // "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3"
@@ -59,8 +61,14 @@ struct ModelConfig {
     return static_cast<int64_t>(2.0 * static_cast<double>(n_layers * kv_dim()) * elem_bytes);
   }
 
+  // What the K/V cache holds per layer and token (kv/kv_shape.h), for kv/ to size and store it.
+  KVShape kv_shape() const;
+
   // Throws kvserve::Error for an unsupported architecture or inconsistent values.
   static ModelConfig from_gguf(const GGUFFile& file);
 };
+
+// The model as `kvserve kv-size` plans its cache (kv/kv_planner.h), with its name and query heads.
+KVModelShape kv_shape_from_config(const ModelConfig& config);
 
 }  // namespace kvserve

@@ -3,8 +3,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "engine/batch_speculation.h"
 #include "server/api_error.h"
+#include "speculation/request_speculation.h"
 
 namespace kvserve::server {
 namespace {

@@ -1,10 +1,11 @@
-#include "engine/draft_model_batch.h"
+#include "speculation/draft_model_batch.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
 #include "engine/common_prefix.h"
+#include "speculation/draft_verification.h"
 
 namespace kvserve {
 

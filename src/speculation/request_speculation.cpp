@@ -1,4 +1,4 @@
-#include "engine/batch_speculation.h"
+#include "speculation/request_speculation.h"
 
 #include <algorithm>
 

@@ -14,7 +14,7 @@
 //
 // Auto mode: each step chooses the source (prompt lookup, or the draft model
 // when the engine has one) and k, 0 included, with the engine's step cost and
-// this request's acceptance of each source (spec_policy.h). Prompt lookup's
+// this request's acceptance of each source (speculation_policy.h). Prompt lookup's
 // acceptance is also learned while it is not used: its proposal is kept as a
 // "shadow" and compared with the tokens the step produced (free: greedy
 // accepts a token exactly when it is the one produced, and sampling accepts a
@@ -27,12 +27,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/draft_model_batch.h"
 #include "engine/engine.h"
-#include "engine/ngram_draft.h"
-#include "engine/spec_policy.h"
-#include "engine/speculative.h"
 #include "sampling/sampler.h"
+#include "speculation/draft_model_batch.h"
+#include "speculation/draft_verification.h"
+#include "speculation/ngram_drafter.h"
+#include "speculation/speculation_policy.h"
 
 namespace kvserve {
 
@@ -85,9 +85,6 @@ class RequestSpeculation {
   // accepted. Adapts k when adaptive.
   int64_t verify(std::span<const float> rows, int64_t n_draft, std::span<const int32_t> history, Sampler& sampler,
                  VerifyScratch& scratch, std::vector<int32_t>& produced);
-  // Auto mode's per-token acceptance estimates (for tests and reports).
-  double ngram_acceptance(int64_t match) const { return ngram_rate(match).rate(); }
-  double draft_model_acceptance() const { return draft_rate_.rate(); }
 
  private:
   enum class Source { kNgram, kModel };
@@ -98,7 +95,6 @@ class RequestSpeculation {
   void settle_shadow(std::span<const int32_t> history);
   // Prompt lookup's acceptance for a match of n tokens (1..3).
   AcceptanceRate& ngram_rate(int64_t match) { return ngram_rates_.at(static_cast<size_t>(match - 1)); }
-  const AcceptanceRate& ngram_rate(int64_t match) const { return ngram_rates_.at(static_cast<size_t>(match - 1)); }
 
   SpeculationSettings settings_;
   SpeculationContext context_;

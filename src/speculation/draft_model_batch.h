@@ -17,12 +17,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/speculative.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/paged_kv_storage.h"
 #include "model/model.h"
 #include "model/transformer.h"
 #include "sampling/sampler.h"
+#include "speculation/drafter.h"
 
 namespace kvserve {
 
@@ -57,6 +57,7 @@ class DraftModelBatch {
   void release(SequenceId seq);
 
   const BlockPool& pool() const { return kv_.pool(); }
+  int64_t vocab_size() const { return draft_.config().vocab_size; }
   int64_t passes() const { return passes_; }  // draft forward passes run
   // Tokens of history the last run() fed before drafting (what the draft had
   // not seen: a whole prompt on a sequence's first round, 1-2 tokens after).

@@ -1,4 +1,4 @@
-#include "engine/ngram_draft.h"
+#include "speculation/ngram_drafter.h"
 
 #include <algorithm>
 

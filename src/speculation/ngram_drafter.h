@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <span>
 
-#include "engine/speculative.h"
+#include "speculation/drafter.h"
 
 namespace kvserve {
 
