@@ -21,6 +21,7 @@
 #include "server/api_error.h"
 #include "server/constraint_param.h"
 #include "server/json_schema_check.h"
+#include "server/request_parser.h"
 #include "test_util.h"
 
 using namespace kvserve;
@@ -74,9 +75,10 @@ TEST(ConstraintParam, EveryApiSpellingBecomesOneSpec) {
 TEST(ConstraintParam, KeepsTheSchemaKeyOrderOfTheBody) {
   const std::string raw =
       R"({"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"}}}}}})";
-  auto parsed = server::parse_constraint(json::parse(raw));
+  const server::RequestBody body = server::parse_request_body(raw);
+  auto parsed = server::parse_constraint(body.tree);
   ASSERT_TRUE(parsed.has_value());
-  server::restore_key_order(*parsed, raw);
+  server::restore_key_order(*parsed, body.schemas_in_order);
   EXPECT_LT(parsed->spec.text.find("zeta"), parsed->spec.text.find("alpha"));
 }
 

@@ -1,9 +1,8 @@
 #pragma once
 // Linear scans of JSON text from outside, run before parsing it with
-// nlohmann::json, whose costly paths are quadratic: the parse callback (the
-// usual way to bound depth) rescans the enclosing object at the end of each
-// member object, and ordered_json finds each key by a linear search. A few
-// MiB of {"k0": {}, "k1": {}, ...} took minutes either way.
+// nlohmann::json, whose parse callback (the usual way to bound depth) is
+// quadratic: it rescans the enclosing object at the end of each member
+// object. A few MiB of {"k0": {}, "k1": {}, ...} took minutes.
 #include <algorithm>
 #include <cstdint>
 #include <string_view>
@@ -37,15 +36,6 @@ inline int64_t json_nesting_depth(std::string_view text) {
   size_t deepest = 0;
   scan_json_brackets(text, [&](size_t depth) { deepest = std::max(deepest, depth); }, [](bool, int64_t) {});
   return static_cast<int64_t>(deepest);
-}
-
-// The most members any one object has (0 without objects).
-inline int64_t json_widest_object(std::string_view text) {
-  int64_t widest = 0;
-  scan_json_brackets(text, [](size_t) {}, [&](bool object, int64_t members) {
-    if (object) widest = std::max(widest, members);
-  });
-  return widest;
 }
 
 }  // namespace kvserve

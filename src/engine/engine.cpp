@@ -40,6 +40,7 @@
 #include "engine/finish_reason.h"
 #include "engine/output_processor.h"
 #include "engine/request_state.h"
+#include "engine/request_validation.h"
 #include "engine/scheduler.h"
 #include "kernels/openmp_wait.h"
 #include "kv/kv_cache_manager.h"
@@ -53,8 +54,6 @@
 
 namespace kvserve {
 namespace {
-
-constexpr int32_t kMaxBranches = 128;
 
 struct Pending {
   RequestId id;
@@ -120,7 +119,7 @@ class Engine::Impl {
   }
 
   std::optional<RequestId> submit(GenerationRequest request, EventCallback on_event) {
-    validate(request);
+    validate_request(request, limits_);
     std::lock_guard lock(mutex_);
     if (stopping_ || static_cast<int64_t>(inbox_.size()) + scheduler_waiting_ >= options_.max_queue) return std::nullopt;
     const RequestId id = next_id_++;
@@ -155,36 +154,10 @@ class Engine::Impl {
   }
 
   const EngineOptions& options() const { return options_; }
+  const RequestLimits& request_limits() const { return limits_; }
   const std::vector<std::pair<int64_t, double>>& step_cost_at_start() const { return step_cost_at_start_; }
 
  private:
-  void validate(const GenerationRequest& r) const {
-    if (r.prompt.empty()) throw Error("the prompt is empty");
-    if (r.max_tokens < 0) throw Error("max_tokens must be >= 0, got " + std::to_string(r.max_tokens));
-    if (r.n < 1 || r.n > kMaxBranches)
-      throw Error("n (parallel samples) must be in [1, " + std::to_string(kMaxBranches) + "], got " + std::to_string(r.n));
-    if (static_cast<int64_t>(r.prompt.size()) >= context_limit_)
-      throw Error("the prompt has " + std::to_string(r.prompt.size()) + " tokens; the context size is " +
-                  std::to_string(context_limit_) + " tokens");
-    for (int32_t id : r.prompt)
-      if (id < 0 || id >= model_.config().vocab_size) throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary");
-    r.sampling.validate();
-    validate_speculation(r.speculation, options_.draft_model != nullptr);
-    const int32_t vocab = model_.config().vocab_size;
-    for (const auto& [token, bias] : r.logit_bias)
-      if (token < 0 || token >= vocab || !std::isfinite(bias))
-        throw Error("logit_bias needs token ids in [0, " + std::to_string(vocab) + ") and finite values");
-    for (int32_t token : r.stop_token_ids)
-      if (token < 0 || token >= vocab) throw Error("stop token id " + std::to_string(token) + " is outside the vocabulary");
-    if (r.min_tokens < 0) throw Error("min_tokens must be >= 0, got " + std::to_string(r.min_tokens));
-    if (r.stop.size() > kMaxStopStrings)
-      throw Error("at most " + std::to_string(kMaxStopStrings) + " stop strings, got " + std::to_string(r.stop.size()));
-    for (const std::string& s : r.stop)
-      if (s.size() > kMaxStopStringBytes)
-        throw Error("a stop string may be at most " + std::to_string(kMaxStopStringBytes) + " bytes, got one of " +
-                    std::to_string(s.size()));
-  }
-
   void loop() {
     if (options_.threads > 0) omp_set_num_threads(options_.threads);
     for (;;) {
@@ -598,6 +571,8 @@ class Engine::Impl {
   EngineOptions options_;
   KVPoolBlocks pools_;
   int64_t context_limit_;  // tokens with K/V per sequence at most
+  const RequestLimits limits_{static_cast<int32_t>(model_.config().vocab_size), context_limit_,
+                              options_.draft_model != nullptr};
   // Engine-thread state:
   KVCacheManager kv_;
   Scheduler scheduler_;
@@ -661,6 +636,7 @@ void Engine::cancel(RequestId id) { impl_->cancel(id); }
 EngineMetrics Engine::metrics() const { return impl_->metrics(); }
 void Engine::shutdown(bool finish_running) { impl_->shutdown(finish_running); }
 const EngineOptions& Engine::options() const { return impl_->options(); }
+const RequestLimits& Engine::request_limits() const { return impl_->request_limits(); }
 const std::vector<std::pair<int64_t, double>>& Engine::step_cost_at_start() const { return impl_->step_cost_at_start(); }
 
 }  // namespace kvserve

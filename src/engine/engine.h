@@ -26,6 +26,7 @@
 namespace kvserve {
 
 using RequestId = uint64_t;
+struct RequestLimits;  // engine/request_validation.h
 
 // Speculative decoding of one request inside the engine (docs/speculative.md):
 // each decode step verifies the pending token plus up to draft_k drafts in the
@@ -182,6 +183,8 @@ class Engine {
   // complete, otherwise they are cancelled. Returns when the engine is idle.
   void shutdown(bool finish_running);
   const EngineOptions& options() const;
+  // What submit() checks requests against (engine/request_validation.h).
+  const RequestLimits& request_limits() const;
   // Auto speculation's step cost t(n) as (tokens, seconds), when it was given
   // in the options or measured at start (EngineOptions::measure_step_cost);
   // empty otherwise.

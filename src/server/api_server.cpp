@@ -65,7 +65,8 @@ ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokeni
       options_(std::move(options)),
       api_keys_(options_.api_keys),
       context_(std::min(engine.options().max_context, model.config().context_length)),
-      parser_(tokenizer_, chat_template_, context_, options_.speculation, engine.options().draft_model != nullptr),
+      parser_(tokenizer_, chat_template_, context_, options_.speculation, engine.options().draft_model != nullptr,
+              engine.request_limits()),
       constraints_(tokenizer_, model.config().vocab_size, options_.constraints),
       http_(std::make_unique<GatedHttpServer>(options_.connections, worker_threads(engine.options()), is_quick_request)) {
   http_->set_payload_max_length(options_.connections.max_body_bytes);
@@ -127,7 +128,8 @@ void ApiServer::check_api_key(const httplib::Request& req) const {
 void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
   const Clock::time_point arrival = Clock::now();
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
-  ParsedRequest parsed = parser_.parse(endpoint, parse_body(req));
+  const RequestBody body = parse_request_body(req.body);  // the body's one parse
+  ParsedRequest parsed = parser_.parse(endpoint, body.tree);
   if (parsed.tools && parsed.constraint &&
       (parsed.tools->choice.kind == ToolChoice::kRequired || parsed.tools->choice.kind == ToolChoice::kNamed))
     throw invalid("tool_choice", "a required tool call cannot also follow " + parsed.constraint->param);
@@ -136,7 +138,7 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
     if (std::optional<ConstraintSpec> calls = tool_call_constraint(*parsed.tools, parsed.tool_format))
       parsed.constraint = ConstraintParam{std::move(*calls), "tools", {}};
   if (parsed.constraint) {  // compiled here, in the request's thread: the engine never waits for a compile
-    restore_key_order(*parsed.constraint, req.body);
+    restore_key_order(*parsed.constraint, body.schemas_in_order);
     const std::shared_ptr<const CompiledConstraint> compiled = compile_constraint(*parsed.constraint);
     for (GenerationRequest& r : parsed.requests) r.constraint = compiled;
   }

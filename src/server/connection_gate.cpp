@@ -94,12 +94,6 @@ void ConnectionGate::stop() {
   std::lock_guard lock(mutex_);
   for (const auto& admitted : admitted_) close(admitted.first);
   admitted_.clear();
-  held_count_ = 0;
-}
-
-size_t ConnectionGate::held() const {
-  std::lock_guard lock(mutex_);
-  return held_count_;
 }
 
 void ConnectionGate::run() {
@@ -120,8 +114,6 @@ void ConnectionGate::run() {
     }
     take_admitted();
     expire(Clock::now());
-    std::lock_guard lock(mutex_);
-    held_count_ = held_.size();
   }
 }
 

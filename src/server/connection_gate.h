@@ -83,8 +83,6 @@ class ConnectionGate {
   void admit(int sock, std::string received = {});
   // Closes every waiting connection and ends the thread; idempotent.
   void stop();
-  size_t held() const;
-  size_t buffered_bytes() const { return *buffered_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -117,7 +115,6 @@ class ConnectionGate {
   std::vector<std::pair<int, std::string>> admitted_;  // guarded by mutex_
   bool stopping_ = false;                              // guarded by mutex_
   std::unordered_map<int, Held> held_;                 // the gate thread's only
-  size_t held_count_ = 0;                              // guarded by mutex_ (for held())
   std::vector<char> read_buffer_;
   std::thread thread_;
 };

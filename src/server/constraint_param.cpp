@@ -1,5 +1,7 @@
 #include "server/constraint_param.h"
 
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "server/api_error.h"
@@ -16,19 +18,31 @@ std::string string_value(const json& v, const std::string& param) {
   return v.get<std::string>();
 }
 
+// Where a schema given as an object sits in a body (restore_key_order).
+const KeyPath kResponseFormatSchema = {"response_format", "json_schema", "schema"};
+const KeyPath kStructuredOutputsJson = {"structured_outputs", "json"};
+const KeyPath kGuidedJson = {"guided_json"};
+const KeyPath kJsonSchema = {"json_schema"};
+
+// A schema given as JSON text, parsed once: the tree to check, and its text in
+// the written key order where that is affordable (else the sorted keys stay).
+std::pair<json, std::string> parse_schema_text(const std::string& given, const std::string& param) {
+  try {
+    JsonKeepingOrder parsed = parse_limited_json_keeping_order(given, {KeyPath{}});
+    const auto ordered = parsed.ordered.find(KeyPath{});
+    return {std::move(parsed.tree), ordered == parsed.ordered.end() ? "" : ordered->second.dump()};
+  } catch (const JsonLimitError&) {
+  } catch (const json::exception&) {
+  }
+  throw invalid(param, param + " is not valid JSON (or nests deeper than " + std::to_string(kMaxJsonDepth) + " levels)");
+}
+
 // A schema given as an object (or, as some clients send it, as JSON text).
-ConstraintParam schema_constraint(const json& v, const std::string& param, std::vector<std::string> location) {
+ConstraintParam schema_constraint(const json& v, const std::string& param, KeyPath location) {
   json schema = v;
   std::string text;
   if (v.is_string()) {
-    const std::string& given = v.get_ref<const std::string&>();
-    const std::optional<json> parsed = parse_bounded_json<json>(given);
-    if (!parsed)
-      throw invalid(param, param + " is not valid JSON (or nests deeper than " + std::to_string(kMaxJsonDepth) + " levels)");
-    schema = *parsed;
-    // In its own key order where that is affordable; else the sorted keys stay.
-    if (json_widest_object(given) <= kMaxOrderedMembers)
-      if (const auto ordered = parse_bounded_json<nlohmann::ordered_json>(given)) text = ordered->dump();
+    std::tie(schema, text) = parse_schema_text(v.get_ref<const std::string&>(), param);
     location.clear();  // the text keeps its order
   }
   if (!schema.is_object() && !schema.is_boolean()) throw invalid(param, param + " must be a JSON schema (an object)");
@@ -64,7 +78,7 @@ std::optional<ConstraintParam> from_response_format(const json& format) {
   const json* schema = field(*spec, "schema");
   // OpenAI allows a json_schema without "schema": any JSON object then.
   if (!schema) return ConstraintParam{{ConstraintKind::kJsonObject, "", {}}, "response_format", {}};
-  return schema_constraint(*schema, "response_format.json_schema.schema", {"response_format", "json_schema", "schema"});
+  return schema_constraint(*schema, "response_format.json_schema.schema", kResponseFormatSchema);
 }
 
 std::optional<ConstraintParam> from_structured_outputs(const json& v) {
@@ -76,7 +90,7 @@ std::optional<ConstraintParam> from_structured_outputs(const json& v) {
         key == "whitespace_pattern")
       continue;  // vLLM's options; our JSON is compact and strict already
     const std::string param = "structured_outputs." + key;
-    if (key == "json") out = schema_constraint(value, param, {"structured_outputs", "json"});
+    if (key == "json") out = schema_constraint(value, param, kStructuredOutputsJson);
     else if (key == "regex") out = text_constraint(ConstraintKind::kRegex, value, param);
     else if (key == "choice") out = choice_constraint(value, param);
     else if (key == "grammar") out = text_constraint(ConstraintKind::kGrammar, value, param);
@@ -103,28 +117,26 @@ std::optional<ConstraintParam> parse_constraint(const json& body) {
   };
   if (const json* v = field(body, "response_format")) take("response_format", from_response_format(*v));
   if (const json* v = field(body, "structured_outputs")) take("structured_outputs", from_structured_outputs(*v));
-  if (const json* v = field(body, "guided_json")) take("guided_json", schema_constraint(*v, "guided_json", {"guided_json"}));
+  if (const json* v = field(body, "guided_json")) take("guided_json", schema_constraint(*v, "guided_json", kGuidedJson));
   if (const json* v = field(body, "guided_regex"))
     take("guided_regex", text_constraint(ConstraintKind::kRegex, *v, "guided_regex"));
   if (const json* v = field(body, "guided_choice")) take("guided_choice", choice_constraint(*v, "guided_choice"));
   if (const json* v = field(body, "guided_grammar"))
     take("guided_grammar", text_constraint(ConstraintKind::kGrammar, *v, "guided_grammar"));
-  if (const json* v = field(body, "json_schema")) take("json_schema", schema_constraint(*v, "json_schema", {"json_schema"}));
+  if (const json* v = field(body, "json_schema")) take("json_schema", schema_constraint(*v, "json_schema", kJsonSchema));
   if (const json* v = field(body, "grammar")) take("grammar", text_constraint(ConstraintKind::kGrammar, *v, "grammar"));
   return out;
 }
 
-void restore_key_order(ConstraintParam& constraint, const std::string& raw_body) {
-  if (constraint.location.empty() || json_widest_object(raw_body) > kMaxOrderedMembers) return;
-  // The body parsed before (as json, within the depth bound); should it not now, the sorted schema stays.
-  const std::optional<nlohmann::ordered_json> body = parse_bounded_json<nlohmann::ordered_json>(raw_body);
-  if (!body) return;
-  const nlohmann::ordered_json* at = &*body;
-  for (const std::string& key : constraint.location) {
-    if (!at->is_object() || !at->contains(key)) return;
-    at = &(*at)[key];
-  }
-  constraint.spec.text = at->dump();
+std::vector<KeyPath> schema_object_paths() {
+  return {kResponseFormatSchema, kStructuredOutputsJson, kGuidedJson, kJsonSchema};
+}
+
+void restore_key_order(ConstraintParam& constraint, const KeyOrderCapture::Copies& schemas_in_order) {
+  if (constraint.location.empty()) return;
+  // Absent when the schema was too wide to copy in order: the sorted schema stays.
+  const auto it = schemas_in_order.find(constraint.location);
+  if (it != schemas_in_order.end()) constraint.spec.text = it->second.dump();
 }
 
 }  // namespace kvserve::server

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "grammar/constraint_spec.h"
+#include "server/json_key_order.h"
 
 namespace kvserve::server {
 
@@ -21,14 +22,18 @@ struct ConstraintParam {
   ConstraintSpec spec;
   std::string param;  // the request field it came from, for errors ("response_format.json_schema.schema")
   // A schema given as an object: its keys in the body, for restore_key_order.
-  std::vector<std::string> location;
+  KeyPath location;
 };
 
 std::optional<ConstraintParam> parse_constraint(const nlohmann::json& body);
 
+// Where a body may hold a schema as an object: the paths whose objects the
+// body's one parse also copies in written order (parse_request_body).
+std::vector<KeyPath> schema_object_paths();
+
 // nlohmann::json sorts object keys, but a schema's property order is the
-// order the output is generated in (pydantic's field order): re-reads the
-// schema from the raw body in its written order.
-void restore_key_order(ConstraintParam& constraint, const std::string& raw_body);
+// order the output is generated in (pydantic's field order): the schema's
+// text becomes its copy in written order, taken while the body was parsed.
+void restore_key_order(ConstraintParam& constraint, const KeyOrderCapture::Copies& schemas_in_order);
 
 }  // namespace kvserve::server

@@ -32,8 +32,6 @@ class GatedHttpServer : public httplib::Server {
   // The socket of the connection `req` came on, while its handler runs; -1
   // when unknown.
   int socket_of(const httplib::Request& req) const;
-  size_t waiting_connections() const { return gate_.held(); }
-  size_t buffered_request_bytes() const { return gate_.buffered_bytes(); }
 
  private:
   bool process_and_close_socket(socket_t sock) override;

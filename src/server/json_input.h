@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/json_scan.h"
+#include "server/json_key_order.h"
 
 namespace kvserve::server {
 
@@ -40,11 +40,6 @@ class JsonLimitError : public Error {
   using Error::Error;
 };
 
-// JSON text is parsed as ordered_json (for a schema's key order) only when no
-// object in it has more members than this: ordered_json's key lookup is a
-// linear search (quadratic parse). Past it, keys come out sorted.
-inline constexpr int64_t kMaxOrderedMembers = 10000;
-
 // The field, or nullptr when it is absent or null (null means "default" in
 // OpenAI's API). Safe on any JSON value: a non-object has no fields.
 inline const nlohmann::json* field(const nlohmann::json& obj, const char* name) {
@@ -59,6 +54,8 @@ inline const nlohmann::json* field(const nlohmann::json& obj, const char* name) 
 // (Not Json::parse with a callback: its builder scans the parent's elements
 // after every object, quadratic in an array of objects: `[{},{},...]` of
 // 16 MiB ran for minutes.) Measured: docs/reliability.md, "Limits elsewhere".
+// With a KeyOrderCapture (nlohmann::json only), the objects at its paths are
+// also copied in written order, each node then charged twice.
 template <class Json>
 class BoundedTreeBuilder {
  public:
@@ -68,20 +65,43 @@ class BoundedTreeBuilder {
   using string_t = typename Json::string_t;
   using binary_t = typename Json::binary_t;
 
-  explicit BoundedTreeBuilder(Json& root) : tree_(root, true) {}
+  explicit BoundedTreeBuilder(Json& root, KeyOrderCapture* capture = nullptr) : tree_(root, true), capture_(capture) {}
 
-  bool null() { return add_value(0) && tree_.null(); }
-  bool boolean(bool v) { return add_value(0) && tree_.boolean(v); }
-  bool number_integer(number_integer_t v) { return add_value(0) && tree_.number_integer(v); }
-  bool number_unsigned(number_unsigned_t v) { return add_value(0) && tree_.number_unsigned(v); }
-  bool number_float(number_float_t v, const string_t& text) { return add_value(0) && tree_.number_float(v, text); }
-  bool string(string_t& v) { return add_value(kStringBytes + heap_bytes(v.size())) && tree_.string(v); }
+  bool null() { return add_value(0) && copy([](auto& t) { t.null(); }) && tree_.null(); }
+  bool boolean(bool v) { return add_value(0) && copy([&](auto& t) { t.boolean(v); }) && tree_.boolean(v); }
+  bool number_integer(number_integer_t v) {
+    return add_value(0) && copy([&](auto& t) { t.number_integer(v); }) && tree_.number_integer(v);
+  }
+  bool number_unsigned(number_unsigned_t v) {
+    return add_value(0) && copy([&](auto& t) { t.number_unsigned(v); }) && tree_.number_unsigned(v);
+  }
+  bool number_float(number_float_t v, const string_t& text) {
+    return add_value(0) && copy([&](auto& t) { t.number_float(v, text); }) && tree_.number_float(v, text);
+  }
+  bool string(string_t& v) {
+    return add_value(kStringBytes + heap_bytes(v.size())) && copy([&](auto& t) { t.string(v); }) && tree_.string(v);
+  }
   bool binary(binary_t& v) { return add_value(kStringBytes + heap_bytes(v.size())) && tree_.binary(v); }
-  bool start_object(std::size_t size) { return open(true, kObjectBytes) && tree_.start_object(size); }
-  bool start_array(std::size_t size) { return open(false, kArrayBytes) && tree_.start_array(size); }
-  bool end_object() { return close() && tree_.end_object(); }
-  bool end_array() { return close() && tree_.end_array(); }
-  bool key(string_t& k) { return add_key(k.size()) && tree_.key(k); }
+  bool start_object(std::size_t size) {
+    if (capture_) capture_->start(true);
+    return open(true, kObjectBytes) && tree_.start_object(size);
+  }
+  bool start_array(std::size_t size) {
+    if (capture_) capture_->start(false);
+    return open(false, kArrayBytes) && tree_.start_array(size);
+  }
+  bool end_object() {
+    if (capture_) capture_->end(true);
+    return close() && tree_.end_object();
+  }
+  bool end_array() {
+    if (capture_) capture_->end(false);
+    return close() && tree_.end_array();
+  }
+  bool key(string_t& k) {
+    if (capture_) capture_->key(k);
+    return add_key(k.size()) && tree_.key(k);
+  }
   template <class Exception>
   bool parse_error(std::size_t position, const std::string& token, const Exception& e) {
     return tree_.parse_error(position, token, e);  // throws e
@@ -94,6 +114,13 @@ class BoundedTreeBuilder {
   static constexpr int64_t kMemberBytes = 96;  // a map node: links, key string, value
   static constexpr int64_t kStringBytes = 48;  // the heap-allocated std::string
   static constexpr bool kOrdered = !std::is_same_v<Json, nlohmann::json>;
+
+  // Passes a scalar's event on to the capture's copy, if one is being made.
+  template <class Event>
+  bool copy(Event event) {
+    if (capture_) capture_->value(event);
+    return true;
+  }
 
   // Heap bytes of a string beyond the inline 15 (its buffer, rounded up).
   static int64_t heap_bytes(size_t size) { return size > 15 ? static_cast<int64_t>(size) + 32 : 0; }
@@ -127,7 +154,7 @@ class BoundedTreeBuilder {
     return true;
   }
   bool add_bytes(int64_t bytes) {
-    tree_bytes_ += bytes;
+    tree_bytes_ += capture_ && capture_->copying() ? 2 * bytes : bytes;
     if (tree_bytes_ > kMaxJsonTreeBytes)
       throw JsonLimitError("would take more than " + std::to_string(kMaxJsonTreeBytes >> 20) +
                            " MiB as a JSON tree (too many values for its size)");
@@ -135,6 +162,7 @@ class BoundedTreeBuilder {
   }
 
   nlohmann::detail::json_sax_dom_parser<Json> tree_;
+  KeyOrderCapture* capture_;
   int64_t values_ = 0;
   int64_t tree_bytes_ = 0;
   int64_t comparisons_ = 0;
@@ -151,6 +179,21 @@ Json parse_limited_json(std::string_view text) {
   BoundedTreeBuilder<Json> builder(value);
   Json::sax_parse(text, &builder);
   return value;
+}
+
+// parse_limited_json<nlohmann::json>, and the objects at `keep_order_at` in
+// their written order (KeyOrderCapture; within kMaxOrderedKeyComparisons).
+struct JsonKeepingOrder {
+  nlohmann::json tree;
+  KeyOrderCapture::Copies ordered;
+};
+inline JsonKeepingOrder parse_limited_json_keeping_order(std::string_view text, std::vector<KeyPath> keep_order_at) {
+  JsonKeepingOrder out;
+  KeyOrderCapture capture(std::move(keep_order_at), kMaxOrderedKeyComparisons);
+  BoundedTreeBuilder<nlohmann::json> builder(out.tree, &capture);
+  nlohmann::json::sax_parse(text, &builder);
+  out.ordered = capture.take_copies();
+  return out;
 }
 
 // `text` parsed, or nullopt when it is not JSON or is past a limit above.

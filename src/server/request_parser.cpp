@@ -4,7 +4,6 @@
 #include <random>
 
 #include "core/error.h"
-#include "engine/stop_strings.h"
 #include "server/api_error.h"
 #include "server/json_input.h"
 #include "server/constraint_param.h"
@@ -89,15 +88,12 @@ uint64_t seed_of(const json& body) {
   return v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
 }
 
-// One stop sequence: a non-empty string of at most kMaxStopStringBytes bytes.
+// One stop sequence: a non-empty string (its length and the number of them
+// are validate_stop_strings' to check).
 std::string stop_of(const json& v) {
   if (!v.is_string() || v.get_ref<const std::string&>().empty())
     throw invalid("stop", "every stop sequence must be a non-empty string");
-  const auto& s = v.get_ref<const std::string&>();
-  if (s.size() > kMaxStopStringBytes)
-    throw invalid("stop", "a stop sequence may be at most " + std::to_string(kMaxStopStringBytes) + " bytes long, got " +
-                              std::to_string(s.size()) + " bytes");
-  return s;
+  return v.get<std::string>();
 }
 
 std::vector<std::string> stops_of(const json& body) {
@@ -105,12 +101,21 @@ std::vector<std::string> stops_of(const json& body) {
   if (!v) return {};
   if (v->is_string()) return {stop_of(*v)};
   if (!v->is_array()) throw invalid("stop", "stop must be a string or a list of strings");
-  if (v->size() > kMaxStopStrings)
-    throw invalid("stop", "stop may hold at most " + std::to_string(kMaxStopStrings) + " strings, got " +
-                              std::to_string(v->size()));
   std::vector<std::string> out;
   for (const json& s : *v) out.push_back(stop_of(s));
   return out;
+}
+
+// Runs one of the engine's checks (engine/request_validation.h): its refusal
+// becomes a 400 naming the field, the prompt's as the endpoint names it.
+template <class Check>
+void engine_check(Endpoint endpoint, Check check) {
+  try {
+    check();
+  } catch (const RequestError& e) {
+    const bool prompt = e.param() == "prompt" && endpoint == Endpoint::kChat;
+    throw invalid(prompt ? "messages" : e.param(), e.what());
+  }
 }
 
 // Whether obj is an object whose `key` is the string `value` (json::value()
@@ -202,14 +207,29 @@ int64_t prompt_count(const json& prompt) {
 
 }  // namespace
 
-json parse_json_body(const std::string& body) {
+namespace {
+
+// Parses a request body within the limits of json_input.h; a 400 for text that is not JSON or is past one.
+template <class Parse>
+auto parse_body_with(Parse parse) {
   try {
-    return parse_limited_json<json>(body);
+    return parse();
   } catch (const JsonLimitError& e) {
     throw invalid("", std::string("the request body ") + e.what());
   } catch (const json::exception& e) {  // parse_error, and out_of_range for a number such as 1e400
     throw invalid("", std::string("the request body is not valid JSON: ") + e.what());
   }
+}
+
+}  // namespace
+
+json parse_json_body(const std::string& body) {
+  return parse_body_with([&] { return parse_limited_json<json>(body); });
+}
+
+RequestBody parse_request_body(const std::string& body) {
+  JsonKeepingOrder parsed = parse_body_with([&] { return parse_limited_json_keeping_order(body, schema_object_paths()); });
+  return {std::move(parsed.tree), std::move(parsed.ordered)};
 }
 
 TokenizeRequest parse_tokenize_request(const json& body) {
@@ -292,7 +312,7 @@ std::vector<int32_t> RequestParser::chat_prompt(const json& messages, std::strin
   }
   set_special_tokens(in, tokenizer_);
   const ToolRequest* offered = tools && tools->calls_allowed() ? tools : nullptr;
-  const bool knows_tools = template_knows_tools(chat_template_.source());
+  const bool knows_tools = template_capabilities_.knows_tools;
   if (knows_tools && offered) in.tools = offered->as_given;
   if (!knows_tools) in.messages = messages_for_toolless_template(std::move(in.messages), offered);
   const std::string prompt = apply_chat_template(chat_template_, in, knows_tools);
@@ -314,6 +334,7 @@ GenerationRequest RequestParser::shared_settings(Endpoint endpoint, const json& 
   s.repetition_penalty = static_cast<float>(positive_up_to(body, "repetition_penalty", 10, 1));
   s.seed = seed_of(body);
   r.stop = stops_of(body);
+  engine_check(endpoint, [&] { validate_stop_strings(r.stop); });  // before the request is copied per prompt
   r.ignore_eos = boolean(body, "ignore_eos", false);
   r.logit_bias = logit_bias_of(body, tokenizer_.vocab_size());
   if (const json* ids = field(body, "stop_token_ids")) {
@@ -368,6 +389,13 @@ void RequestParser::fit_to_context(const std::vector<int32_t>& prompt, const jso
                             std::to_string(prompt_tokens) + " and " + name + " asks for " + std::to_string(r.max_tokens));
 }
 
+// The engine's own checks, with its limits (a prompt shorter than context_ may
+// still not fit its KV pool): a request that passed here is never refused by
+// Engine::submit, and each refusal names its field.
+void RequestParser::validate_for_engine(const GenerationRequest& r, Endpoint endpoint) const {
+  engine_check(endpoint, [&] { validate_request(r, engine_limits_); });
+}
+
 ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
   if (!body.is_object()) throw invalid("", "the request body must be a JSON object");
   reject_unsupported(body);
@@ -399,11 +427,12 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
                                       std::to_string(r.max_tokens) + ")");
     r.prompt = std::move(tokens);
     r.n = static_cast<int32_t>(out.n);  // prefilled once, forked n ways; choice j samples with seed + j
+    validate_for_engine(r, endpoint);
     out.requests.push_back(std::move(r));
   }
   out.prompt_texts = std::move(prompts.texts);
   out.constraint = parse_constraint(body);
-  out.tool_format = tool_call_format_for(chat_template_.source());
+  out.tool_format = template_capabilities_.tool_format;
   out.tools = std::move(tools);
   return out;
 }

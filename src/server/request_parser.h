@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/request_validation.h"
+#include "server/chat_template_capabilities.h"
 #include "server/constraint_param.h"
 #include "server/json_input.h"
 #include "server/tool_calls.h"
@@ -23,6 +25,15 @@ enum class Endpoint { kCompletions, kChat };
 // A request body as JSON; throws ApiError 400 for text that is not JSON or
 // nests deeper than kMaxJsonDepth (server/json_input.h).
 nlohmann::json parse_json_body(const std::string& body);
+
+// A generation request's body, parsed once: its tree, and the schemas it
+// gives as objects also in their written key order (restore_key_order).
+struct RequestBody {
+  nlohmann::json tree;
+  KeyOrderCapture::Copies schemas_in_order;
+};
+// Throws as parse_json_body does.
+RequestBody parse_request_body(const std::string& body);
 
 // POST /tokenize: {"content": str, "add_special"?: bool, "with_pieces"?: bool}.
 struct TokenizeRequest {
@@ -61,14 +72,21 @@ class RequestParser {
  public:
   // context: tokens per sequence (prompt + completion) the engine allows;
   // speculation: the default of requests without a "speculative" field;
-  // has_draft_model: whether "mode": "draft" can run (the engine has a draft model).
+  // has_draft_model: whether "mode": "draft" can run (the engine has a draft model);
+  // engine_limits: what the engine checks requests against (Engine::request_limits();
+  // by default the vocabulary, context and draft model above).
   RequestParser(const Tokenizer& tokenizer, const ChatTemplate& chat_template, int64_t context,
-                SpeculationSettings speculation = {}, bool has_draft_model = false)
-      : tokenizer_(tokenizer), chat_template_(chat_template), context_(context), speculation_(speculation),
-        has_draft_model_(has_draft_model) {}
+                SpeculationSettings speculation = {}, bool has_draft_model = false,
+                std::optional<RequestLimits> engine_limits = std::nullopt)
+      : tokenizer_(tokenizer), chat_template_(chat_template),
+        template_capabilities_(ChatTemplateCapabilities::of(chat_template)), context_(context),
+        speculation_(speculation), has_draft_model_(has_draft_model),
+        engine_limits_(engine_limits.value_or(RequestLimits{tokenizer.vocab_size(), context, has_draft_model})) {}
 
   // Every count is checked before anything is tokenized: prompts x n, each
-  // prompt's bytes against what the context can hold (check_text_fits).
+  // prompt's bytes against what the context can hold (check_text_fits). Each
+  // engine request is then checked as Engine::submit checks it
+  // (validate_request), so that the engine never refuses what passed here.
   ParsedRequest parse(Endpoint endpoint, const nlohmann::json& body) const;
 
   // POST /tokenize's ids, at most `context` of them (400 past that; a text
@@ -92,12 +110,15 @@ class RequestParser {
   GenerationRequest shared_settings(Endpoint endpoint, const nlohmann::json& body, ParsedRequest& out) const;
   void fit_to_context(const std::vector<int32_t>& prompt, const nlohmann::json& body, Endpoint endpoint,
                       GenerationRequest& r) const;
+  void validate_for_engine(const GenerationRequest& r, Endpoint endpoint) const;
 
   const Tokenizer& tokenizer_;
   const ChatTemplate& chat_template_;
+  ChatTemplateCapabilities template_capabilities_;
   int64_t context_;
   SpeculationSettings speculation_;
   bool has_draft_model_;
+  RequestLimits engine_limits_;
 };
 
 }  // namespace kvserve::server

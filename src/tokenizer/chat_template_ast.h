@@ -1,6 +1,6 @@
 #pragma once
 // The parsed form of a chat template (see chat_template.h), shared by the
-// parser (chat_template_parse.cpp) and the evaluator (chat_template.cpp).
+// parser (chat_template_parse.cpp) and the renderer (chat_template.cpp).
 #include <memory>
 #include <string>
 #include <string_view>

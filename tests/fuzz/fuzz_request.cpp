@@ -15,10 +15,17 @@ using namespace kvserve::server;
 
 namespace {
 
+// As the server does: one parse, a schema's written key order copied during it.
+void parse_generation(const RequestParser& parser, Endpoint endpoint, const std::string& text) {
+  const RequestBody body = parse_request_body(text);
+  ParsedRequest parsed = parser.parse(endpoint, body.tree);
+  if (parsed.constraint) restore_key_order(*parsed.constraint, body.schemas_in_order);
+}
+
 void parse_request(const Tokenizer& tokenizer, const RequestParser& parser, uint8_t endpoint, const std::string& body) {
   switch (endpoint % 4) {
-    case 0: parser.parse(Endpoint::kCompletions, parse_json_body(body)); break;
-    case 1: parser.parse(Endpoint::kChat, parse_json_body(body)); break;
+    case 0: parse_generation(parser, Endpoint::kCompletions, body); break;
+    case 1: parse_generation(parser, Endpoint::kChat, body); break;
     case 2: tokenizer.encode(parse_tokenize_request(parse_json_body(body)).content, true); break;
     case 3: tokenizer.decode(parse_detokenize_request(parse_json_body(body), tokenizer.vocab_size())); break;
   }
