@@ -1,5 +1,5 @@
-// `kvserve bench`: flag parsing and dispatch to the bench modes (apps/bench.h).
-#include "apps/bench.h"
+// `kvserve bench`: flag parsing and dispatch to the bench modes (apps/cmd_bench.h).
+#include "apps/cmd_bench.h"
 #include "apps/activations_flag.h"
 #include "apps/commands.h"
 #include "core/error.h"

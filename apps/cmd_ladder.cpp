@@ -1,11 +1,11 @@
-// `kvserve ladder`: the naive-to-tuned ladder (src/engine/ladder.h) on one
+// `kvserve ladder`: the naive-to-tuned ladder (src/ladder/ladder.h) on one
 // model and workload: a markdown table (or JSON) and optionally a bar chart.
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "apps/commands.h"
-#include "engine/ladder.h"
+#include "ladder/ladder.h"
 
 namespace kvserve::cli {
 namespace {

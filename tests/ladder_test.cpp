@@ -6,8 +6,8 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "core/png_writer.h"
-#include "engine/ladder.h"
+#include "ladder/png_writer.h"
+#include "ladder/ladder.h"
 #include "model/synth.h"
 #include "test_util.h"
 

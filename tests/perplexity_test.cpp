@@ -20,7 +20,7 @@ std::string stories_model() {
   return std::filesystem::exists(p) ? p : "";
 }
 
-std::string text_file() { return std::string(KVSERVE_SOURCE_DIR) + "/bench/data/pride_and_prejudice_ch1-3.txt"; }
+std::string text_file() { return std::string(KVSERVE_SOURCE_DIR) + "/tests/data/pride_and_prejudice_ch1-3.txt"; }
 
 }  // namespace
 

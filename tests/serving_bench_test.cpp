@@ -12,19 +12,19 @@
 #include <map>
 #include <thread>
 
-#include "bench/engine_runner.h"
-#include "bench/http_url.h"
-#include "bench/remote_runner.h"
-#include "bench/serving_stats.h"
-#include "bench/sse_parser.h"
-#include "bench/workload.h"
+#include "loadgen/engine_load_driver.h"
+#include "loadgen/http_url.h"
+#include "loadgen/http_load_driver.h"
+#include "loadgen/serving_stats.h"
+#include "loadgen/sse_parser.h"
+#include "loadgen/workload.h"
 #include "core/error.h"
 #include "model/model.h"
 #include "server_harness.h"
 #include "test_util.h"
 
 using namespace kvserve;
-using namespace kvserve::bench;
+using namespace kvserve::loadgen;
 
 namespace {
 
@@ -53,17 +53,17 @@ class RemoteBenchTest : public ::testing::Test {
     synth_ = new test_util::SynthModel();
   }
   static void TearDownTestSuite() { delete synth_; }
-  static RemoteOptions remote(const std::string& url, int concurrency = 3) {
-    RemoteOptions o;
+  static HttpLoadOptions remote(const std::string& url, int concurrency = 3) {
+    HttpLoadOptions o;
     o.url = url;
     o.concurrency = concurrency;
     o.client.timeout_s = 20;
     return o;
   }
-  // The message run_remote throws, or "" when it succeeds.
-  static std::string remote_error(const RemoteOptions& o, const std::vector<WorkItem>& items) {
+  // The message run_http_load throws, or "" when it succeeds.
+  static std::string remote_error(const HttpLoadOptions& o, const std::vector<WorkItem>& items) {
     try {
-      run_remote(o, items);
+      run_http_load(o, items);
     } catch (const Error& e) {
       return e.what();
     }
@@ -211,7 +211,7 @@ TEST(ServingStats, PercentilesAndSummary) {
 TEST_F(RemoteBenchTest, InProcessSchedulesGenerateTheRequestedTokens) {
   const std::vector<WorkItem> items = make_workload(small_workload(6), synth_->tokenizer.get());
   for (Schedule schedule : {Schedule::kStatic, Schedule::kStaticEarlyExit, Schedule::kContinuous, Schedule::kContinuousPrefix}) {
-    const EngineRun run = run_engine(*synth_->model, *synth_->tokenizer, items, 4, schedule);
+    const EngineLoadRun run = run_engine_load(*synth_->model, *synth_->tokenizer, items, 4, schedule);
     const ServingSummary s = summarize(run.timings);
     EXPECT_EQ(s.requests, 6) << schedule_name(schedule);
     EXPECT_EQ(s.output_tokens, totals_of(items).output_tokens) << schedule_name(schedule);
@@ -238,7 +238,7 @@ TEST_F(RemoteBenchTest, InProcessSchedulesGenerateTheRequestedTokens) {
 TEST_F(RemoteBenchTest, CountsMatchTheWorkload) {
   test_util::TestServer server(*synth_->model, *synth_->tokenizer);
   const std::vector<WorkItem> items = make_workload(small_workload(6), synth_->tokenizer.get());
-  const RemoteRun run = run_remote(remote(server.url()), items);
+  const HttpLoadRun run = run_http_load(remote(server.url()), items);
   EXPECT_EQ(run.model, "tiny");  // asked of /v1/models
   const ServingSummary s = summarize(run.timings);
   EXPECT_EQ(s.requests, 6);
@@ -282,7 +282,7 @@ TEST_F(RemoteBenchTest, UnreachableServerFailsWithAClearMessage) {
 TEST_F(RemoteBenchTest, HttpErrorFailsWithTheServersMessage) {
   test_util::TestServer server(*synth_->model, *synth_->tokenizer, {}, {"sekret"});
   const std::vector<WorkItem> items = make_workload(small_workload(2), synth_->tokenizer.get());
-  RemoteOptions o = remote(server.url());
+  HttpLoadOptions o = remote(server.url());
   const std::string no_key = remote_error(o, items);
   EXPECT_NE(no_key.find("HTTP 401"), std::string::npos) << no_key;
   EXPECT_NE(no_key.find("--api-key"), std::string::npos) << no_key;
@@ -323,7 +323,7 @@ TEST_F(RemoteBenchTest, MalformedOrCutStreamsFailWithAClearMessage) {
   FakeServer plain([&](const httplib::Request&, httplib::Response& res) {
     answer_sse(res, chunk + "\n\n" + chunk + "\n\n" + R"(data: {"choices": [{"text": "", "finish_reason": "length"}]})" "\n\n");
   });
-  const RemoteRun run = run_remote(remote(plain.url(), 2), items);
+  const HttpLoadRun run = run_http_load(remote(plain.url(), 2), items);
   EXPECT_EQ(run.model, "fake");
   EXPECT_EQ(summarize(run.timings).output_tokens, 4);
   EXPECT_EQ(run.requests_with_usage, 0);
@@ -335,7 +335,7 @@ TEST_F(RemoteBenchTest, AServerThatNeverAnswersTimesOut) {
     while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     answer_sse(res, "data: [DONE]\n\n");
   });
-  RemoteOptions o = remote(silent.url(), 1);
+  HttpLoadOptions o = remote(silent.url(), 1);
   o.client.timeout_s = 0.5;
   const auto start = std::chrono::steady_clock::now();
   const std::string e = remote_error(o, make_workload(small_workload(1), nullptr));

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "engine/batch_speculation.h"
+#include "speculation/request_speculation.h"
 #include "engine/stop_strings.h"
 
 namespace kvserve {

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kv/kv_planner.h"
+#include "core/kv_type.h"
 
 namespace kvserve {
 

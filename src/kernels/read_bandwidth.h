@@ -1,7 +1,7 @@
 #pragma once
 // Memory read bandwidth: the ceiling for memory-bound decoding (tokens/s can
 // never exceed bandwidth / bytes read per token). One probe shared by
-// `kvserve bench --membw` and bench/bench_kernels.
+// `kvserve bench --membw` and microbench/kernels.
 #include <cstddef>
 #include <cstdint>
 

@@ -109,7 +109,6 @@ class KVCacheManager {
   int64_t sliding_window() const { return window_; }
   int64_t block_size() const { return pool_.block_size(); }
   bool prefix_caching() const { return prefix_caching_; }
-  int64_t n_sequences() const { return static_cast<int64_t>(tables_.size()); }
   // Every reference in each pool is held by exactly one page-table entry.
   void check_integrity() const;
 

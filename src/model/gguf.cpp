@@ -358,11 +358,11 @@ void GGUFFile::parse() {
     tensors_.push_back(std::move(t));
   }
   c.align_to(alignment_);
-  data_offset_ = c.pos();
+  const size_t data_offset = c.pos();
   for (size_t k = 0; k < tensors_.size(); ++k) {
     TensorView& t = tensors_[k];
-    const size_t begin = data_offset_ + raw[k].offset;
-    if (data_offset_ > size_ || raw[k].offset > size_ || t.nbytes > size_ || begin + t.nbytes > size_)
+    const size_t begin = data_offset + raw[k].offset;
+    if (data_offset > size_ || raw[k].offset > size_ || t.nbytes > size_ || begin + t.nbytes > size_)
       throw Error(path_ + ": tensor " + t.name + " data [" + std::to_string(begin) + ", " +
                   std::to_string(begin + t.nbytes) + ") lies past the end of the file (" + std::to_string(size_) +
                   " bytes; tensor info at offset " + std::to_string(raw[k].info_at) + ")");

@@ -85,7 +85,6 @@ class GGUFFile {
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   size_t file_size() const { return size_; }
-  size_t data_offset() const { return data_offset_; }
   uint32_t alignment() const { return alignment_; }
   // The heap bytes the parse keeps (the reader's own count; bounded above).
   size_t parsed_memory() const { return parsed_memory_; }
@@ -122,7 +121,6 @@ class GGUFFile {
   size_t size_ = 0;
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
-  size_t data_offset_ = 0;
   size_t parsed_memory_ = 0;
   std::map<std::string, GGUFValue> metadata_;
   std::vector<TensorView> tensors_;

@@ -226,12 +226,6 @@ void Model::repack_matrices(bool quantized, bool floats) {
   for (size_t i = 0; i < todo.size(); ++i) todo[i]->packed = packed_[i].data();
 }
 
-size_t Model::packed_bytes() const {
-  size_t bytes = 0;
-  for (const AlignedBuffer<uint8_t>& b : packed_) bytes += b.size();
-  return bytes;
-}
-
 size_t Model::weight_bytes_per_token() const {
   size_t bytes = (has_output_head() ? weights_.output.nbytes : 0) + (embeds_tokens() ? weights_.token_embd.row_bytes() : 0);
   for (const LayerWeights& l : weights_.layers)

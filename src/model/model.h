@@ -90,8 +90,6 @@ class Model {
   std::optional<ActivationPrecision> activations() const { return activations_; }
   // Bytes of weights read to decode one token (every matrix once).
   size_t weight_bytes_per_token() const;
-  // Bytes of repacked weights held beside the mapped file (0 when not repacked).
-  size_t packed_bytes() const;
   // The file's blocks this model runs (a pipeline stage holds a slice).
   const LayerRange& layer_range() const { return layer_range_; }
   // Whether it holds the token embedding (it is a pipeline's first stage or

@@ -252,8 +252,6 @@ bool Tokenizer::is_end_of_generation(int32_t id) const {
   return id >= 0 && id < vocab_size() && end_of_generation_[id];
 }
 
-bool Tokenizer::is_control(int32_t id) const { return token_type(id) == TokenType::kControl; }
-
 const std::string& Tokenizer::piece(int32_t id) const {
   check_id(id);
   return pieces_[id];

@@ -66,7 +66,6 @@ class Tokenizer {
   bool add_space_prefix() const { return add_space_prefix_; }
   // EOS, EOT, EOM and end-of-turn control tokens (<|im_end|>, <|eot_id|>, ...).
   bool is_end_of_generation(int32_t id) const;
-  bool is_control(int32_t id) const;
   // Whether decoding drops one leading space from the token at `position` of
   // a sequence starting with `first_id`: the SentencePiece prefix space,
   // which sits on the first token after an optional BOS.

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "bench/sse_parser.h"
+#include "loadgen/sse_parser.h"
 
-using kvserve::bench::SseParser;
+using kvserve::loadgen::SseParser;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -29,7 +29,7 @@ import llama_reference as ref  # noqa: E402
 import numpy as np  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-LONG_SOURCE = "bench/data/pride_and_prejudice_ch1-3.txt"
+LONG_SOURCE = "tests/data/pride_and_prejudice_ch1-3.txt"
 LONG_PARAGRAPHS = 24  # paragraphs ("\n\n"-separated) 1..24 -> 664 tokens with BOS
 
 

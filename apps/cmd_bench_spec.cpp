@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench.h"
+#include "apps/cmd_bench.h"
 #include "core/error.h"
 #include "engine/decoder.h"
 #include "engine/generate.h"

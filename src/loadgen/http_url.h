@@ -5,7 +5,7 @@
 // "http://127.0.0.1:8080/v1" name the same API).
 #include <string>
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 
 struct HttpUrl {
   std::string host;
@@ -19,4 +19,4 @@ struct HttpUrl {
 // Throws kvserve::Error naming what is wrong (no scheme, https, a bad port).
 HttpUrl parse_http_url(const std::string& url);
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen

@@ -2,7 +2,7 @@
 // materializing reference, for decode (1 query row after N cached tokens) and
 // chunked prefill (the last 256 rows of an N-token context, the way the
 // decoder prefills in chunks), with the K/V cache in each storage type.
-//   ./build/bench_attention [--max-n 16384] [--no-reference] [--decode-only]
+//   ./build/microbench_attention [--max-n 16384] [--no-reference] [--decode-only]
 // Shape: SmolLM2-135M's attention (9 query heads, 3 K/V heads, head size 64),
 // one layer. OMP_NUM_THREADS sets the threads. Best-of-N wall times.
 // "MB touched" counts distinct bytes: the K/V cache in its storage type, plus
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--no-reference") == 0) with_reference = false;
     else if (std::strcmp(argv[i], "--decode-only") == 0) decode_only = true;
     else {
-      std::fprintf(stderr, "usage: bench_attention [--max-n N] [--no-reference] [--decode-only]\n");
+      std::fprintf(stderr, "usage: microbench_attention [--max-n N] [--no-reference] [--decode-only]\n");
       return 2;
     }
   }

@@ -1,4 +1,4 @@
-#include "bench/remote_runner.h"
+#include "loadgen/http_load_driver.h"
 
 #include <algorithm>
 #include <atomic>
@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -51,7 +51,7 @@ class RemoteRunState {
   std::string first_error_;
 };
 
-void client_thread(const HttpUrl& url, const RemoteOptions& o, const std::string& model, Clock::time_point start,
+void client_thread(const HttpUrl& url, const HttpLoadOptions& o, const std::string& model, Clock::time_point start,
                    RemoteRunState& state) {
   try {
     OpenAiClient client(url, o.client);
@@ -70,10 +70,10 @@ void client_thread(const HttpUrl& url, const RemoteOptions& o, const std::string
 
 }  // namespace
 
-RemoteRun run_remote(const RemoteOptions& o, const std::vector<WorkItem>& items) {
+HttpLoadRun run_http_load(const HttpLoadOptions& o, const std::vector<WorkItem>& items) {
   if (o.concurrency <= 0) throw Error("--concurrency must be positive, got " + std::to_string(o.concurrency));
   const HttpUrl url = parse_http_url(o.url);
-  RemoteRun run;
+  HttpLoadRun run;
   run.model = o.model.empty() ? OpenAiClient(url, o.client).first_model_id() : o.model;
   RemoteRunState state(items);
   const auto start = Clock::now();
@@ -93,4 +93,4 @@ RemoteRun run_remote(const RemoteOptions& o, const std::vector<WorkItem>& items)
   return run;
 }
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "engine/ladder.h"
+#include "ladder/ladder.h"
 
 namespace kvserve {
 namespace {

@@ -1,10 +1,10 @@
-#include "bench/http_url.h"
+#include "loadgen/http_url.h"
 
 #include <cctype>
 
 #include "core/error.h"
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 namespace {
 
 int parse_port(const std::string& url, const std::string& text) {
@@ -39,4 +39,4 @@ HttpUrl parse_http_url(const std::string& url) {
   return out;
 }
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen

@@ -1,4 +1,4 @@
-#include "core/png_writer.h"
+#include "ladder/png_writer.h"
 
 #include <algorithm>
 #include <array>

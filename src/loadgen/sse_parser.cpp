@@ -1,6 +1,6 @@
-#include "bench/sse_parser.h"
+#include "loadgen/sse_parser.h"
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 
 void SseParser::feed(std::string_view bytes, const DataHandler& on_data) {
   for (char c : bytes) {
@@ -31,4 +31,4 @@ void SseParser::take_line(std::string_view line, const DataHandler& on_data) {
   has_data_ = true;
 }
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen

@@ -16,7 +16,7 @@
 
 #include "tokenizer/tokenizer.h"
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 
 struct WorkloadOptions {
   int requests = 32;
@@ -50,4 +50,4 @@ WorkloadTotals totals_of(const std::vector<WorkItem>& items);
 // "32 requests, rate inf/s, concurrency 8 | prompt tokens 4012 (shared prefix 0), output 1650".
 std::string describe_workload(const WorkloadOptions& options, const std::vector<WorkItem>& items, int concurrency);
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen

@@ -1,7 +1,7 @@
 // Kernel benchmark: memory read bandwidth, then matmul throughput per weight
 // type, shape, token count and kernel path, printed as markdown tables.
-//   ./build/bench_kernels [--decode-only] [--no-bandwidth] [--wide] [TYPE...]
-//   ./build/bench_kernels --tokens [TYPE...]
+//   ./build/microbench_kernels [--decode-only] [--no-bandwidth] [--wide] [TYPE...]
+//   ./build/microbench_kernels --tokens [TYPE...]
 // OMP_NUM_THREADS sets the matmul threads; TYPE (q4_1, f16, ...) limits the
 // types; --decode-only skips the 64-token runs; --wide uses 1536-column
 // shapes (Qwen2.5-1.5B's width), which K-quants always get (rows of 256).
@@ -336,7 +336,7 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const kvserve::Error& e) {
-    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    std::fprintf(stderr, "microbench_kernels: %s\n", e.what());
     return 1;
   }
 }

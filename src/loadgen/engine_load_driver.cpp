@@ -1,4 +1,4 @@
-#include "bench/engine_runner.h"
+#include "loadgen/engine_load_driver.h"
 
 #include <sys/resource.h>
 
@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -162,11 +162,11 @@ const char* schedule_name(Schedule s) {
   return "?";
 }
 
-EngineRun run_engine(const Model& model, const Tokenizer& tokenizer, const std::vector<WorkItem>& items,
-                     int concurrency, Schedule schedule, const EnginePool& pool) {
+EngineLoadRun run_engine_load(const Model& model, const Tokenizer& tokenizer, const std::vector<WorkItem>& items,
+                              int concurrency, Schedule schedule, const EnginePool& pool) {
   if (concurrency <= 0) throw Error("--concurrency must be positive, got " + std::to_string(concurrency));
   Engine engine(model, tokenizer, engine_options(items, concurrency, schedule, pool));
-  EngineRun run;
+  EngineLoadRun run;
   const double cpu0 = cpu_seconds();
   const auto batch = static_cast<size_t>(concurrency);
   run.timings = schedule == Schedule::kStatic          ? run_static(engine, items, batch, true, pool)
@@ -178,4 +178,4 @@ EngineRun run_engine(const Model& model, const Tokenizer& tokenizer, const std::
   return run;
 }
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen

@@ -2,7 +2,7 @@
 // cache) on a real model: prompt processing of one long chunk and token
 // generation of many sequences one token each per step, the two shapes a
 // continuous-batching step mixes.
-//   ./build/bench_batch [-m MODEL] [-p 256] [-b 16] [-c 64] [-n 16] [-r 3] [--kv-type f32]
+//   ./build/microbench_batch [-m MODEL] [-p 256] [-b 16] [-c 64] [-n 16] [-r 3] [--kv-type f32]
 // pp: -p tokens of one sequence in one step; tg: -b sequences with -c tokens
 // of context each, -n steps of one token per sequence. Best of -r runs.
 #include <omp.h>
@@ -44,7 +44,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "-n") o.steps = std::stoll(value);
     else if (flag == "-r") o.reps = std::stoll(value);
     else if (flag == "--kv-type") o.kv_type = parse_kv_type(value, "--kv-type");
-    else throw Error("bench_batch: unknown flag " + flag);
+    else throw Error("microbench_batch: unknown flag " + flag);
   }
   return o;
 }
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
                 static_cast<double>(o.prompt) / pp, static_cast<long long>(o.batch), static_cast<long long>(o.steps),
                 static_cast<long long>(o.context), static_cast<double>(o.batch * o.steps) / tg);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_batch: %s\n", e.what());
+    std::fprintf(stderr, "microbench_batch: %s\n", e.what());
     return 1;
   }
   return 0;

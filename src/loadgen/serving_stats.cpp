@@ -1,10 +1,10 @@
-#include "bench/serving_stats.h"
+#include "loadgen/serving_stats.h"
 
 #include <algorithm>
 
 #include "core/error.h"
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 namespace {
 
 std::string three(const Stats& s) {
@@ -79,4 +79,4 @@ void ReportTable::print_row(std::FILE* out, const std::string& name, const Servi
   std::fflush(out);
 }
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen

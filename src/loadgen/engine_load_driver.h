@@ -10,19 +10,19 @@
 #include <string>
 #include <vector>
 
-#include "bench/serving_stats.h"
-#include "bench/workload.h"
+#include "loadgen/serving_stats.h"
+#include "loadgen/workload.h"
 #include "engine/engine.h"
 #include "grammar/constraint_compiler.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 
 enum class Schedule { kStatic, kStaticEarlyExit, kContinuous, kContinuousPrefix };
 const char* schedule_name(Schedule s);
 
-struct EngineRun {
+struct EngineLoadRun {
   std::vector<RequestTiming> timings;  // one per work item, in workload order
   EngineMetrics metrics;               // the engine's counters at the end
   double cpu_s = 0;                    // CPU seconds this process used during the run (all threads)
@@ -43,10 +43,10 @@ struct EnginePool {
   PipelineOptions pipeline;
 };
 
-// The engine options run_engine uses (exposed so a front end can print the pool it gets).
+// The engine options run_engine_load uses (exposed so a front end can print the pool it gets).
 EngineOptions engine_options(const std::vector<WorkItem>& items, int concurrency, Schedule schedule, const EnginePool& pool);
 
-EngineRun run_engine(const Model& model, const Tokenizer& tokenizer, const std::vector<WorkItem>& items,
-                     int concurrency, Schedule schedule, const EnginePool& pool = {});
+EngineLoadRun run_engine_load(const Model& model, const Tokenizer& tokenizer, const std::vector<WorkItem>& items,
+                              int concurrency, Schedule schedule, const EnginePool& pool = {});
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen

@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/png_writer.h"
+#include "ladder/png_writer.h"
 
 namespace kvserve {
 

@@ -1,4 +1,4 @@
-// `kvserve bench --serving`: a synthetic serving workload (src/bench/workload.h),
+// `kvserve bench --serving`: a synthetic serving workload (src/loadgen/workload.h),
 // in the manner of vLLM's benchmark_serving, replayed either through the
 // in-process Engine under three schedules (static, continuous, continuous +
 // prefix caching) or, with --url, against a running OpenAI-compatible server.
@@ -12,9 +12,9 @@
 #include <memory>
 #include <optional>
 
-#include "apps/bench.h"
-#include "bench/engine_runner.h"
-#include "bench/remote_runner.h"
+#include "apps/cmd_bench.h"
+#include "loadgen/engine_load_driver.h"
+#include "loadgen/http_load_driver.h"
 #include "core/error.h"
 #include "grammar/constraint_compiler.h"
 #include "kv/kv_planner.h"
@@ -24,8 +24,8 @@
 namespace kvserve::cli {
 namespace {
 
-bench::WorkloadOptions workload_options(const BenchOptions& o) {
-  bench::WorkloadOptions w;
+loadgen::WorkloadOptions workload_options(const BenchOptions& o) {
+  loadgen::WorkloadOptions w;
   w.requests = o.requests;
   w.request_rate = o.request_rate;
   w.max_prompt = o.n_prompt.front();
@@ -40,13 +40,13 @@ std::string count(int64_t n) { return std::to_string(n); }
 
 // The pool the engine will allocate: bytes per token in the KV type, blocks,
 // and how many sequences of the workload's longest length fit at once.
-void print_kv_pool(const BenchOptions& o, const ModelConfig& c, const std::vector<bench::WorkItem>& items,
-                   const bench::EnginePool& pool) {
-  const EngineOptions eo = bench::engine_options(items, o.concurrency, bench::Schedule::kContinuous, pool);
+void print_kv_pool(const BenchOptions& o, const ModelConfig& c, const std::vector<loadgen::WorkItem>& items,
+                   const loadgen::EnginePool& pool) {
+  const EngineOptions eo = loadgen::engine_options(items, o.concurrency, loadgen::Schedule::kContinuous, pool);
   const int64_t per_block = PagedKVStorage::bytes_per_block(c.n_layers, eo.block_size, c.n_kv_heads, c.head_dim, eo.kv_type);
   const int64_t blocks = eo.kv_blocks > 0 ? eo.kv_blocks : eo.kv_memory_bytes / per_block;
   int64_t longest = 1;
-  for (const bench::WorkItem& w : items) longest = std::max(longest, w.prompt_tokens + w.output_tokens);
+  for (const loadgen::WorkItem& w : items) longest = std::max(longest, w.prompt_tokens + w.output_tokens);
   const int64_t blocks_per_seq = (longest + eo.block_size - 1) / eo.block_size;
   std::printf("KV %s: %lld bytes/token | pool %lld blocks x %lld tokens = %.1f MiB | fits %lld sequences of %lld tokens\n\n",
               o.kv_type.c_str(), static_cast<long long>(per_block / eo.block_size), static_cast<long long>(blocks),
@@ -71,18 +71,18 @@ std::string schema_text(const std::string& schema) {
 // request following the schema: throughput and TTFT side by side, with the
 // compile time and the cache's hit rate.
 int run_structured_bench(const BenchOptions& o, const Model& model, const Tokenizer& tokenizer,
-                         const std::vector<bench::WorkItem>& items, bench::EnginePool pool) {
+                         const std::vector<loadgen::WorkItem>& items, loadgen::EnginePool pool) {
   ConstraintCompiler compiler(tokenizer, model.config().vocab_size);
   pool.compiler = &compiler;
   const ConstraintSpec spec{ConstraintKind::kJsonSchema, schema_text(o.schema), {}};
   compiler.compile(spec);  // the first request's compile, alone (the runs below hit the cache)
-  const bench::ReportTable table({"tok/CPUs", "hit tk", "steps"});
+  const loadgen::ReportTable table({"tok/CPUs", "hit tk", "steps"});
   table.print_header(stdout);
   double free_rate = 0;
   for (bool constrained : {false, true}) {
     pool.constraint = constrained ? std::optional<ConstraintSpec>(spec) : std::nullopt;
-    const bench::EngineRun run = bench::run_engine(model, tokenizer, items, o.concurrency, bench::Schedule::kContinuousPrefix, pool);
-    const bench::ServingSummary summary = bench::summarize(run.timings);
+    const loadgen::EngineLoadRun run = loadgen::run_engine_load(model, tokenizer, items, o.concurrency, loadgen::Schedule::kContinuousPrefix, pool);
+    const loadgen::ServingSummary summary = loadgen::summarize(run.timings);
     char per_cpu[32];
     const double rate = static_cast<double>(summary.output_tokens) / run.cpu_s;
     std::snprintf(per_cpu, sizeof per_cpu, "%.1f", rate);
@@ -99,27 +99,27 @@ int run_structured_bench(const BenchOptions& o, const Model& model, const Tokeni
   return 0;
 }
 
-int run_engine_bench(const BenchOptions& o, const bench::WorkloadOptions& w, const PipelineSession& pipeline) {
+int run_engine_bench(const BenchOptions& o, const loadgen::WorkloadOptions& w, const PipelineSession& pipeline) {
   auto model = Model::load(o.models.front(), pipeline.load_options());
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
-  const std::vector<bench::WorkItem> items = bench::make_workload(w, &tokenizer);
-  bench::EnginePool pool;
+  const std::vector<loadgen::WorkItem> items = loadgen::make_workload(w, &tokenizer);
+  loadgen::EnginePool pool;
   pool.kv_type = parse_kv_type(o.kv_type, "--kv-type");
   pool.kv_memory_bytes = o.kv_mem_mib << 20;
   pool.pipeline = pipeline.engine_options();
   std::printf("model %s | %s | threads %d | activations %s\n", model->config().name.c_str(),
-              bench::describe_workload(w, items, o.concurrency).c_str(), omp_get_max_threads(),
+              loadgen::describe_workload(w, items, o.concurrency).c_str(), omp_get_max_threads(),
               activation_precision_name(activation_precision()));
   print_kv_pool(o, model->config(), items, pool);
   if (!o.schema.empty()) return run_structured_bench(o, *model, tokenizer, items, pool);
-  const bench::ReportTable table({"tok/CPUs", "hit tk", "steps", "pre"});
+  const loadgen::ReportTable table({"tok/CPUs", "hit tk", "steps", "pre"});
   table.print_header(stdout);
-  for (bench::Schedule s : {bench::Schedule::kStatic, bench::Schedule::kStaticEarlyExit, bench::Schedule::kContinuous, bench::Schedule::kContinuousPrefix}) {
-    const bench::EngineRun run = bench::run_engine(*model, tokenizer, items, o.concurrency, s, pool);
-    const bench::ServingSummary summary = bench::summarize(run.timings);
+  for (loadgen::Schedule s : {loadgen::Schedule::kStatic, loadgen::Schedule::kStaticEarlyExit, loadgen::Schedule::kContinuous, loadgen::Schedule::kContinuousPrefix}) {
+    const loadgen::EngineLoadRun run = loadgen::run_engine_load(*model, tokenizer, items, o.concurrency, s, pool);
+    const loadgen::ServingSummary summary = loadgen::summarize(run.timings);
     char per_cpu[32];
     std::snprintf(per_cpu, sizeof per_cpu, "%.1f", static_cast<double>(summary.output_tokens) / run.cpu_s);
-    table.print_row(stdout, bench::schedule_name(s), summary,
+    table.print_row(stdout, loadgen::schedule_name(s), summary,
                     {per_cpu, count(run.metrics.prefix_hit_tokens), count(run.metrics.steps), count(run.metrics.preemptions)});
   }
   pipeline.report(*model);
@@ -127,7 +127,7 @@ int run_engine_bench(const BenchOptions& o, const bench::WorkloadOptions& w, con
 }
 
 // The in-process engine, or rank 0 of a pipeline (the other ranks serve their stage meanwhile).
-int run_engine_bench(const BenchOptions& o, const bench::WorkloadOptions& w) {
+int run_engine_bench(const BenchOptions& o, const loadgen::WorkloadOptions& w) {
   if (o.threads.front() > 0) omp_set_num_threads(o.threads.front());
   PipelineSession pipeline(o.pipeline);
   int rc = 0;
@@ -138,30 +138,30 @@ int run_engine_bench(const BenchOptions& o, const bench::WorkloadOptions& w) {
   return rc;
 }
 
-int run_remote_bench(const BenchOptions& o, const bench::WorkloadOptions& w) {
+int run_remote_bench(const BenchOptions& o, const loadgen::WorkloadOptions& w) {
   // Prompt lengths: exact with the -m model's tokenizer, else one token per word.
   std::optional<Tokenizer> tokenizer;
   if (o.model_given) tokenizer.emplace(Tokenizer::from_gguf(GGUFFile(o.models.front())));
-  const std::vector<bench::WorkItem> items = bench::make_workload(w, tokenizer ? &*tokenizer : nullptr);
-  bench::RemoteOptions r;
+  const std::vector<loadgen::WorkItem> items = loadgen::make_workload(w, tokenizer ? &*tokenizer : nullptr);
+  loadgen::HttpLoadOptions r;
   r.url = o.url;
   r.model = o.model_name;
   r.concurrency = o.concurrency;
   r.client.api_key = o.api_key;
   r.client.timeout_s = o.timeout_s;
   signal(SIGPIPE, SIG_IGN);  // a server that closes the connection must fail a write, not end the process
-  const bench::RemoteRun run = bench::run_remote(r, items);
-  const bench::ServingSummary summary = bench::summarize(run.timings);
+  const loadgen::HttpLoadRun run = loadgen::run_http_load(r, items);
+  const loadgen::ServingSummary summary = loadgen::summarize(run.timings);
   std::printf("server %s, model %s | %s%s\n", o.url.c_str(), run.model.c_str(),
-              bench::describe_workload(w, items, o.concurrency).c_str(),
+              loadgen::describe_workload(w, items, o.concurrency).c_str(),
               tokenizer ? "" : " (prompt tokens approximate: one per word; pass -m MODEL.gguf to count them)");
   std::printf("server-reported prompt tokens %lld (%lld of %zu requests reported usage), output tokens received %lld\n\n",
               static_cast<long long>(run.reported_prompt_tokens), static_cast<long long>(run.requests_with_usage),
               items.size(), static_cast<long long>(summary.output_tokens));
-  const bench::ReportTable table;
+  const loadgen::ReportTable table;
   table.print_header(stdout);
   table.print_row(stdout, "server (HTTP)", summary);
-  const int64_t requested = bench::totals_of(items).output_tokens;
+  const int64_t requested = loadgen::totals_of(items).output_tokens;
   if (summary.output_tokens != requested)
     std::fprintf(stderr, "kvserve: warning: the server generated %lld output tokens where %lld were requested "
                  "(it may ignore ignore_eos / min_tokens and stop at end-of-sequence)\n",
@@ -172,7 +172,7 @@ int run_remote_bench(const BenchOptions& o, const bench::WorkloadOptions& w) {
 }  // namespace
 
 int run_serving_bench(const BenchOptions& o) {
-  const bench::WorkloadOptions w = workload_options(o);
+  const loadgen::WorkloadOptions w = workload_options(o);
   return o.url.empty() ? run_engine_bench(o, w) : run_remote_bench(o, w);
 }
 

@@ -1,6 +1,6 @@
 // The ladder's measurements: the workload, the seven rungs and the counted
 // work. Reporting (table, JSON, plot) is in ladder_report.cpp.
-#include "engine/ladder.h"
+#include "ladder/ladder.h"
 
 #include <omp.h>
 

@@ -1,14 +1,14 @@
-#include "bench/openai_client.h"
+#include "loadgen/openai_client.h"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 
-#include "bench/sse_parser.h"
+#include "loadgen/sse_parser.h"
 #include "core/error.h"
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 namespace {
 
 using json = nlohmann::json;
@@ -182,4 +182,4 @@ CompletionResult OpenAiClient::stream_completion(const std::string& model, const
   return reader.finish(parser);
 }
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen

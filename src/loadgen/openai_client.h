@@ -12,15 +12,15 @@
 #include <memory>
 #include <string>
 
-#include "bench/http_url.h"
-#include "bench/serving_stats.h"
-#include "bench/workload.h"
+#include "loadgen/http_url.h"
+#include "loadgen/serving_stats.h"
+#include "loadgen/workload.h"
 
 namespace httplib {
 class Client;
 }
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 
 struct ClientOptions {
   std::string api_key;               // sent as "Authorization: Bearer <key>" when set
@@ -57,4 +57,4 @@ class OpenAiClient {
   std::unique_ptr<httplib::Client> http_;
 };
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen

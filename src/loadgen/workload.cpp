@@ -1,4 +1,4 @@
-#include "bench/workload.h"
+#include "loadgen/workload.h"
 
 #include <algorithm>
 #include <array>
@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 namespace {
 
 // Common English words: most are one token in a byte-level BPE vocabulary of
@@ -126,4 +126,4 @@ std::string describe_workload(const WorkloadOptions& o, const std::vector<WorkIt
   return line;
 }
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen

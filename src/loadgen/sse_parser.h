@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 
 class SseParser {
  public:
@@ -26,4 +26,4 @@ class SseParser {
   bool has_data_ = false;
 };
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen

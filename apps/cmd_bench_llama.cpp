@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench.h"
+#include "apps/cmd_bench.h"
 #include "apps/membw.h"
 #include "core/error.h"
 #include "engine/decoder.h"

@@ -1,5 +1,5 @@
 // The 8-bit-activation matmul against its ceiling:
-//   ./build/bench_gemm [--peak-only] [TYPE...]
+//   ./build/microbench_gemm [--peak-only] [TYPE...]
 // 1. The int8 dot-product peak of this CPU (what a prefill GEMM could reach):
 //    independent chains of AVX2 maddubs + add (u8 x s8 -> s16, 32 multiply-adds
 //    per instruction) and, where present, AVX-512 VNNI vpdpbusd (256 and 512
@@ -270,7 +270,7 @@ int main(int argc, char** argv) {
   try {
     return kvserve::run(argc, argv);
   } catch (const kvserve::Error& e) {
-    std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+    std::fprintf(stderr, "microbench_gemm: %s\n", e.what());
     return 1;
   }
 }

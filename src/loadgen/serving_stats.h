@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 
 struct RequestTiming {
   double arrival_s = 0;              // all times in seconds since the run's start
@@ -56,4 +56,4 @@ class ReportTable {
   std::vector<std::string> extra_headers_;
 };
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen

@@ -1,8 +1,8 @@
 #pragma once
 // `kvserve bench` has several modes, each in its own file:
-//   default     prompt processing / text generation table (bench_llama.cpp)
-//   --spec      speculative decoding modes (bench_spec.cpp)
-//   --serving   serving workload, in process or against a server (bench_serving.cpp, src/bench/)
+//   default     prompt processing / text generation table (cmd_bench_llama.cpp)
+//   --spec      speculative decoding modes (cmd_bench_spec.cpp)
+//   --serving   serving workload, in process or against a server (cmd_bench_serving.cpp, src/loadgen/)
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -6,20 +6,20 @@
 #include <string>
 #include <vector>
 
-#include "bench/openai_client.h"
-#include "bench/serving_stats.h"
-#include "bench/workload.h"
+#include "loadgen/openai_client.h"
+#include "loadgen/serving_stats.h"
+#include "loadgen/workload.h"
 
-namespace kvserve::bench {
+namespace kvserve::loadgen {
 
-struct RemoteOptions {
+struct HttpLoadOptions {
   std::string url;                   // http://host:port[/prefix]
   std::string model;                 // "" : the first model GET /v1/models lists
   int concurrency = 16;              // requests in flight at most
   ClientOptions client;
 };
 
-struct RemoteRun {
+struct HttpLoadRun {
   std::string model;                       // the model name sent
   std::vector<RequestTiming> timings;      // one per work item, in workload order
   int64_t reported_prompt_tokens = 0;      // the sum of usage.prompt_tokens over the requests that reported it
@@ -28,6 +28,6 @@ struct RemoteRun {
 
 // Throws kvserve::Error with the first failure (server unreachable, an HTTP
 // error, a malformed stream, a timeout); the requests in flight are abandoned.
-RemoteRun run_remote(const RemoteOptions& options, const std::vector<WorkItem>& items);
+HttpLoadRun run_http_load(const HttpLoadOptions& options, const std::vector<WorkItem>& items);
 
-}  // namespace kvserve::bench
+}  // namespace kvserve::loadgen
