@@ -36,7 +36,6 @@
 #include <thread>
 
 #include "core/error.h"
-#include "engine/engine_counters.h"
 #include "engine/finish_reason.h"
 #include "engine/output_processor.h"
 #include "engine/request_state.h"
@@ -533,7 +532,7 @@ class Engine::Impl {
 
   // Planning a step is when the most blocks are held: freeing waits for its end.
   void note_peak_blocks() {
-    EngineCounters& m = counters_;
+    EngineMetrics& m = counters_;
     m.kv_blocks_used_peak = std::max(m.kv_blocks_used_peak, kv_.pool().used());
     if (kv_.has_sliding_group())
       m.kv_sliding_blocks_used_peak = std::max(m.kv_sliding_blocks_used_peak, kv_.sliding_pool().used());
@@ -544,7 +543,7 @@ class Engine::Impl {
   void publish_metrics() {
     const BlockPool& pool = kv_.pool();
     std::lock_guard lock(mutex_);
-    counters_.copy_to(metrics_);
+    metrics_ = counters_;  // the counts; the gauges below are read now
     metrics_.generated_tokens_total = output_.tokens_taken();
     metrics_.running = scheduler_.n_running();
     scheduler_waiting_ = scheduler_.n_waiting();
@@ -588,7 +587,7 @@ class Engine::Impl {
   VerifyScratch verify_scratch_;       // speculative verification's [vocab] rows
   std::vector<int32_t> produced_;      // a verified round's tokens
   OutputProcessor output_{tokenizer_};  // logprobs, text, stop conditions of each generated token
-  EngineCounters counters_;            // published into metrics_ by publish_metrics()
+  EngineMetrics counters_;  // counted on the engine thread without a lock; publish_metrics() copies it
   // Auto speculation's step cost and draft-model statistics.
   SpeculationPolicy policy_ = initial_policy(options_);
   DraftStage draft_stage_{draft_batch_.get(), policy_};
