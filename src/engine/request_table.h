@@ -10,6 +10,7 @@
 //
 // Not thread-safe: owned by the engine thread.
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <string>
