@@ -1,5 +1,5 @@
 // The engine step's draft stage without an engine (speculation/draft_stage.h):
-// prompt lookup's drafts stay within the tokens a branch may still generate
+// prompt lookup's drafts stay within the tokens a sequence may still generate
 // and its sequence's K/V slots, and a constraint cuts a deterministic
 // proposal at the first draft it rejects, its own state rolled back.
 #include <gtest/gtest.h>
@@ -48,26 +48,26 @@ struct Fixture {
     seq.tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3};  // "1 2 3" again: lookup proposes 4 5 6 7 8 9 1 2
     seq.max_kv_tokens = 100;
   }
-  DraftingBranch branch(int64_t remaining, TokenMatcher* matcher = nullptr) {
+  DraftingSequence drafting(int64_t remaining, TokenMatcher* matcher = nullptr) {
     return {&spec, &sampler, matcher, remaining};
   }
 };
 
 TEST(DraftStage, ProposalsStayWithinTheTokensLeftAndTheKVSlots) {
   Fixture f;
-  EXPECT_EQ(to_vector(f.stage.propose(f.seq, f.branch(100), 8, 1)),
+  EXPECT_EQ(to_vector(f.stage.propose(f.seq, f.drafting(100), 8, 1)),
             (std::vector<int32_t>{4, 5, 6, 7, 8, 9, 1, 2}));
-  EXPECT_EQ(f.stage.propose(f.seq, f.branch(100), 5, 1).size(), 5u);  // the scheduler's max_drafts
-  EXPECT_EQ(f.stage.propose(f.seq, f.branch(4), 8, 1).size(), 3u);    // a round yields drafts + 1 tokens
-  EXPECT_TRUE(f.stage.propose(f.seq, f.branch(1), 8, 1).empty());
+  EXPECT_EQ(f.stage.propose(f.seq, f.drafting(100), 5, 1).size(), 5u);  // the scheduler's max_drafts
+  EXPECT_EQ(f.stage.propose(f.seq, f.drafting(4), 8, 1).size(), 3u);    // a round yields drafts + 1 tokens
+  EXPECT_TRUE(f.stage.propose(f.seq, f.drafting(1), 8, 1).empty());
   f.seq.max_kv_tokens = f.seq.num_tokens() + 2;
-  EXPECT_EQ(f.stage.propose(f.seq, f.branch(100), 8, 1).size(), 2u);
+  EXPECT_EQ(f.stage.propose(f.seq, f.drafting(100), 8, 1).size(), 2u);
 }
 
 TEST(DraftStage, AConstraintCutsADeterministicProposalAtItsFirstRejection) {
   Fixture f;
   BelowMatcher below_seven(7);
-  const auto drafts = f.stage.propose(f.seq, f.branch(100, &below_seven), 8, 1);
+  const auto drafts = f.stage.propose(f.seq, f.drafting(100, &below_seven), 8, 1);
   EXPECT_EQ(to_vector(drafts), (std::vector<int32_t>{4, 5, 6}));
   EXPECT_EQ(below_seven.accepted, 0);  // the matcher is where it was: verification accepts for real
 }

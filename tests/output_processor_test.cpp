@@ -1,5 +1,5 @@
-// The OutputProcessor (engine/output_processor.h) without an engine: a
-// branch of a tiny tokenizer's vocabulary, random rows of an awkward size.
+// The OutputProcessor (engine/output_processor.h) without an engine: one
+// sequence's state over a tiny tokenizer's vocabulary, random rows of an awkward size.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,15 +26,15 @@ std::vector<float> random_row(size_t n, uint32_t seed) {
   return row;
 }
 
-struct BranchFixture {
-  explicit BranchFixture(GenerationRequest request)
+struct SequenceFixture {
+  explicit SequenceFixture(GenerationRequest request)
       : tokenizer(test_util::tiny_bpe_tokenizer(kVocab)), r(std::move(request)),
-        branch(r, 0, tokenizer, SpeculationContext{}, std::make_shared<const StopStrings>(r.stop), {}) {
+        state(r, 0, tokenizer, SpeculationContext{}, std::make_shared<const StopStrings>(r.stop), {}) {
     seq.max_kv_tokens = 1000;
   }
   Tokenizer tokenizer;
   GenerationRequest r;
-  Branch branch;
+  SequenceState state;
   Sequence seq;
 };
 
@@ -43,7 +43,7 @@ struct BranchFixture {
 TEST(OutputProcessor, LogprobsAreTheRowsLogSoftmaxWithTheTopKMostLikelyFirst) {
   GenerationRequest r;
   r.top_logprobs = 7;
-  BranchFixture f(r);
+  SequenceFixture f(r);
   OutputProcessor out(f.tokenizer);
   const std::vector<float> row = random_row(kVocab, 11);
   std::vector<float> want;
@@ -54,7 +54,7 @@ TEST(OutputProcessor, LogprobsAreTheRowsLogSoftmaxWithTheTopKMostLikelyFirst) {
   for (int round = 0; round < 2; ++round) {  // the buffers are reused
     GenerationEvent ev;
     const auto log_probs = out.log_probs(row);
-    EXPECT_EQ(out.take_token(f.seq, f.r, f.branch, 42, 1, log_probs, ev), FinishReason::kNone);
+    EXPECT_EQ(out.take_token(f.seq, f.r, f.state, 42, 1, log_probs, ev), FinishReason::kNone);
     ASSERT_EQ(ev.logprobs.size(), 1u);
     EXPECT_EQ(ev.logprobs[0].id, 42);
     EXPECT_FLOAT_EQ(ev.logprobs[0].logprob, want[42]);
@@ -70,12 +70,12 @@ TEST(OutputProcessor, LogprobsAreTheRowsLogSoftmaxWithTheTopKMostLikelyFirst) {
 TEST(OutputProcessor, TopLogprobsBeyondTheVocabularyListEveryToken) {
   GenerationRequest r;
   r.top_logprobs = kVocab + 5;
-  BranchFixture f(r);
+  SequenceFixture f(r);
   OutputProcessor out(f.tokenizer);
   std::vector<float> row = random_row(kVocab, 12);
   row[3] = -std::numeric_limits<float>::infinity();
   GenerationEvent ev;
-  out.take_token(f.seq, f.r, f.branch, 5, 1, out.log_probs(row), ev);
+  out.take_token(f.seq, f.r, f.state, 5, 1, out.log_probs(row), ev);
   ASSERT_EQ(ev.logprobs[0].top.size(), static_cast<size_t>(kVocab));
   EXPECT_EQ(ev.logprobs[0].top.back().first, 3);  // the masked token last
 }
@@ -84,18 +84,18 @@ TEST(OutputProcessor, FinishReasons) {
   GenerationRequest r;
   r.max_tokens = 3;
   r.stop_token_ids = {9};
-  BranchFixture f(r);
+  SequenceFixture f(r);
   OutputProcessor out(f.tokenizer);
   GenerationEvent ev;
-  EXPECT_EQ(out.take_token(f.seq, f.r, f.branch, 70, 1, {}, ev), FinishReason::kNone);
+  EXPECT_EQ(out.take_token(f.seq, f.r, f.state, 70, 1, {}, ev), FinishReason::kNone);
   EXPECT_TRUE(ev.logprobs.empty());  // none asked for
-  EXPECT_EQ(out.take_token(f.seq, f.r, f.branch, 9, 2, {}, ev), FinishReason::kStop);
-  BranchFixture g(r);
-  for (int i = 0; i < 2; ++i) EXPECT_EQ(out.take_token(g.seq, g.r, g.branch, 70, 1, {}, ev), FinishReason::kNone);
-  EXPECT_EQ(out.take_token(g.seq, g.r, g.branch, 70, 1, {}, ev), FinishReason::kLength);
-  BranchFixture h(GenerationRequest{});
+  EXPECT_EQ(out.take_token(f.seq, f.r, f.state, 9, 2, {}, ev), FinishReason::kStop);
+  SequenceFixture g(r);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(out.take_token(g.seq, g.r, g.state, 70, 1, {}, ev), FinishReason::kNone);
+  EXPECT_EQ(out.take_token(g.seq, g.r, g.state, 70, 1, {}, ev), FinishReason::kLength);
+  SequenceFixture h(GenerationRequest{});
   h.seq.max_kv_tokens = 4;
-  EXPECT_EQ(out.take_token(h.seq, h.r, h.branch, 70, 5, {}, ev), FinishReason::kLength);  // past the context
+  EXPECT_EQ(out.take_token(h.seq, h.r, h.state, 70, 5, {}, ev), FinishReason::kLength);  // past the context
   EXPECT_STREQ(to_string(FinishReason::kLength), "length");
   EXPECT_STREQ(to_string(FinishReason::kCancelled), "cancelled");
 }

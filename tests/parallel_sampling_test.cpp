@@ -1,7 +1,7 @@
 // Parallel sampling (GenerationRequest::n > 1): the prompt is prefilled
-// once and forked; greedy branches equal n = 1, sampled branch i equals a
+// once and forked; greedy sequences equal n = 1, sampled sequence i equals a
 // lone request with seed + i and is reproducible, the prompt's blocks are
-// shared rather than copied n times, cancel ends every branch.
+// shared rather than copied n times, cancel ends every sequence.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,15 +22,15 @@ using kvserve::test_util::wait_idle;
 
 namespace {
 
-struct Branches {
-  std::vector<std::vector<int32_t>> tokens;  // [n] per branch
+struct SequenceOutputs {
+  std::vector<std::vector<int32_t>> tokens;  // [n] per sequence
   std::vector<std::string> finish_reasons;   // [n]
   int64_t peak_blocks_used = 0;
 };
 
-// Submits one request and collects every branch until all have finished.
-Branches run(Engine& engine, const GenerationRequest& r, int cancel_after_events = -1) {
-  Branches out;
+// Submits one request and collects every sequence until all have finished.
+SequenceOutputs run(Engine& engine, const GenerationRequest& r, int cancel_after_events = -1) {
+  SequenceOutputs out;
   out.tokens.resize(static_cast<size_t>(r.n));
   out.finish_reasons.resize(static_cast<size_t>(r.n));
   std::promise<void> done;
@@ -47,7 +47,7 @@ Branches run(Engine& engine, const GenerationRequest& r, int cancel_after_events
       engine.cancel(*id);
     }
     if (!ev.finished) return;
-    EXPECT_TRUE(out.finish_reasons[static_cast<size_t>(ev.index)].empty()) << "one final event per branch";
+    EXPECT_TRUE(out.finish_reasons[static_cast<size_t>(ev.index)].empty()) << "one final event per sequence";
     out.finish_reasons[static_cast<size_t>(ev.index)] = ev.finish_reason;
     if (++finals == r.n) done.set_value();
   });
@@ -83,11 +83,11 @@ class ParallelSamplingTest : public engine_run::TinyModelTest {
 }  // namespace
 
 TEST_F(ParallelSamplingTest, GreedyBranchesAreIdenticalToNOne) {
-  const Branches one = run(*engine_, request(1, 0, 12));
-  const Branches four = run(*engine_, request(4, 0, 12));
+  const SequenceOutputs one = run(*engine_, request(1, 0, 12));
+  const SequenceOutputs four = run(*engine_, request(4, 0, 12));
   ASSERT_EQ(one.tokens[0].size(), 12u);
   for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(four.tokens[static_cast<size_t>(i)], one.tokens[0]) << "branch " << i;
+    EXPECT_EQ(four.tokens[static_cast<size_t>(i)], one.tokens[0]) << "sequence " << i;
     EXPECT_EQ(four.finish_reasons[static_cast<size_t>(i)], "length");
   }
   wait_idle(*engine_);
@@ -95,22 +95,22 @@ TEST_F(ParallelSamplingTest, GreedyBranchesAreIdenticalToNOne) {
 }
 
 TEST_F(ParallelSamplingTest, SampledBranchesAreReproducibleAndEqualLoneRequestsWithSeedPlusIndex) {
-  const Branches a = run(*engine_, request(4, 0.9f, 10));
-  const Branches b = run(*engine_, request(4, 0.9f, 10));
+  const SequenceOutputs a = run(*engine_, request(4, 0.9f, 10));
+  const SequenceOutputs b = run(*engine_, request(4, 0.9f, 10));
   EXPECT_EQ(a.tokens, b.tokens);
   for (int i = 0; i < 4; ++i) {
     GenerationRequest lone = request(1, 0.9f, 10);
     lone.sampling.seed += static_cast<uint64_t>(i);
-    EXPECT_EQ(run(*engine_, lone).tokens[0], a.tokens[static_cast<size_t>(i)]) << "branch " << i;
+    EXPECT_EQ(run(*engine_, lone).tokens[0], a.tokens[static_cast<size_t>(i)]) << "sequence " << i;
   }
   EXPECT_NE(a.tokens[0], a.tokens[1]);  // independent streams
 }
 
 TEST_F(ParallelSamplingTest, PromptBlocksAreSharedAndThePoolReturnsToIdle) {
   // 22 prompt tokens = 5 full blocks of 4 + a partial one; 10 generated
-  // tokens take each branch to 31 K/V rows = 8 blocks. Shared: 5 + 4 x 3 = 17
+  // tokens take each sequence to 31 K/V rows = 8 blocks. Shared: 5 + 4 x 3 = 17
   // blocks at most; unshared it would be 4 x 8 = 32.
-  const Branches r = run(*engine_, request(4, 0.9f, 10));
+  const SequenceOutputs r = run(*engine_, request(4, 0.9f, 10));
   EXPECT_GT(r.peak_blocks_used, 8);
   EXPECT_LE(r.peak_blocks_used, 17);
   wait_idle(*engine_);
@@ -122,14 +122,14 @@ TEST_F(ParallelSamplingTest, PromptBlocksAreSharedAndThePoolReturnsToIdle) {
 }
 
 TEST_F(ParallelSamplingTest, CancelEndsEveryBranch) {
-  const Branches r = run(*engine_, request(3, 0.9f, 200), 7);
+  const SequenceOutputs r = run(*engine_, request(3, 0.9f, 200), 7);
   for (const std::string& reason : r.finish_reasons) EXPECT_EQ(reason, "cancelled");
   wait_idle(*engine_);
   EXPECT_EQ(engine_->metrics().kv_blocks_used, 0);
 }
 
 TEST_F(ParallelSamplingTest, ZeroMaxTokensAndBadNAreHandled) {
-  const Branches r = run(*engine_, request(3, 0, 0));
+  const SequenceOutputs r = run(*engine_, request(3, 0, 0));
   for (const std::string& reason : r.finish_reasons) EXPECT_EQ(reason, "length");
   EXPECT_THROW(engine_->submit(request(0, 0, 4), [](const GenerationEvent&) {}), Error);
   EXPECT_THROW(engine_->submit(request(129, 0, 4), [](const GenerationEvent&) {}), Error);

@@ -51,8 +51,8 @@ std::vector<GenerationRequest> workload(int64_t vocab) {
   return rs;
 }
 
-// Every request at once; one Output per branch (a request with n = 3 gives 3, in branch order).
-std::vector<Output> run_branches(Engine& engine, const std::vector<GenerationRequest>& requests) {
+// Every request at once; one Output per sequence (a request with n = 3 gives 3, in sequence order).
+std::vector<Output> run_sequences(Engine& engine, const std::vector<GenerationRequest>& requests) {
   std::vector<std::vector<Output>> outs(requests.size());
   std::vector<int32_t> unfinished(requests.size());
   std::vector<std::promise<void>> done(requests.size());
@@ -79,7 +79,7 @@ std::vector<Output> run_branches(Engine& engine, const std::vector<GenerationReq
   }
   for (auto& d : done) d.get_future().wait();
   std::vector<Output> flat;
-  for (const auto& branches : outs) flat.insert(flat.end(), branches.begin(), branches.end());
+  for (const auto& sequences : outs) flat.insert(flat.end(), sequences.begin(), sequences.end());
   return flat;
 }
 
@@ -100,7 +100,7 @@ class PipelineTest : public TinyModelTest {
  protected:
   std::vector<Output> one_process(const std::vector<GenerationRequest>& rs, EngineOptions o = small_pool()) {
     Engine engine(*model_, *tokenizer_, o);
-    return run_branches(engine, rs);
+    return run_sequences(engine, rs);
   }
 };
 
@@ -135,9 +135,9 @@ TEST_F(PipelineTest, TwoRanksGiveTheTokensAndLogprobsOfOneProcess) {
   LoopbackPipeline pipeline(file_.path(), 2);
   {
     Engine engine(pipeline.first_stage(), *tokenizer_, pipeline.engine_options(small_pool()));
-    expect_same_outputs(run_branches(engine, rs), want);
+    expect_same_outputs(run_sequences(engine, rs), want);
     // Again: now the prompts' full blocks come from the prefix cache, K/V computed on both ranks earlier.
-    expect_same_outputs(run_branches(engine, rs), want);
+    expect_same_outputs(run_sequences(engine, rs), want);
     EXPECT_GT(engine.metrics().prefix_hit_tokens, 0);
   }
   pipeline.finish();
@@ -151,11 +151,11 @@ TEST_F(PipelineTest, ThreeRanksOnSlidingWindowLayersGiveTheOutputsOfOneProcess) 
   const Tokenizer tok = Tokenizer::from_gguf(whole->file());
   const std::vector<GenerationRequest> rs = workload(whole->config().vocab_size);
   Engine reference(*whole, tok, small_pool());
-  const std::vector<Output> want = run_branches(reference, rs);
+  const std::vector<Output> want = run_sequences(reference, rs);
   LoopbackPipeline pipeline(gemma.path(), 3);
   {
     Engine engine(pipeline.first_stage(), tok, pipeline.engine_options(small_pool()));
-    expect_same_outputs(run_branches(engine, rs), want);
+    expect_same_outputs(run_sequences(engine, rs), want);
   }
   pipeline.finish();
 }
@@ -173,7 +173,7 @@ TEST_F(PipelineTest, DraftAndAutoSpeculationOnRankZeroGiveTheOutputsOfOneProcess
   LoopbackPipeline pipeline(file_.path(), 2);
   {
     Engine engine(pipeline.first_stage(), *tokenizer_, pipeline.engine_options(o));
-    expect_same_outputs(run_branches(engine, rs), want);
+    expect_same_outputs(run_sequences(engine, rs), want);
     EXPECT_GT(engine.metrics().spec_rounds, 0);
   }
   for (GenerationRequest& r : rs) r.speculation = {SpeculativeMode::kAuto, 3, false};
@@ -181,7 +181,7 @@ TEST_F(PipelineTest, DraftAndAutoSpeculationOnRankZeroGiveTheOutputsOfOneProcess
   {
     Engine engine(pipeline.first_stage(), *tokenizer_, pipeline.engine_options(o));
     EXPECT_FALSE(engine.step_cost_at_start().empty());
-    expect_same_outputs(run_branches(engine, rs), want);
+    expect_same_outputs(run_sequences(engine, rs), want);
   }
   pipeline.finish();
   EXPECT_EQ(pipeline.error(1), "");
@@ -318,13 +318,13 @@ TEST(PipelineRealModel, SmolLM2TwoRanksGiveTheOutputsOfOneProcess) {
   EngineOptions o;
   o.threads = 2;
   Engine reference(*whole, tok, o);
-  const std::vector<Output> want = run_branches(reference, rs);
+  const std::vector<Output> want = run_sequences(reference, rs);
   LoopbackPipeline pipeline(path, 2);
   EXPECT_LT(pipeline.stage(0).resident_weight_bytes(), whole->resident_weight_bytes() * 6 / 10);
   EXPECT_LT(pipeline.stage(1).resident_weight_bytes(), whole->resident_weight_bytes() * 6 / 10);
   {
     Engine engine(pipeline.first_stage(), tok, pipeline.engine_options(o));
-    expect_same_outputs(run_branches(engine, rs), want);
+    expect_same_outputs(run_sequences(engine, rs), want);
   }
   pipeline.finish();
 }

@@ -63,12 +63,12 @@ class FaultyConstraint final : public CompiledConstraint {
 };
 
 struct Result {
-  std::vector<std::vector<int32_t>> tokens;  // per branch
-  std::vector<std::string> finish_reasons;   // per branch
-  std::vector<std::string> errors;           // per branch
+  std::vector<std::vector<int32_t>> tokens;  // per sequence
+  std::vector<std::string> finish_reasons;   // per sequence
+  std::vector<std::string> errors;           // per sequence
 };
 
-// Submits every request at once and waits for every branch's final event.
+// Submits every request at once and waits for every sequence's final event.
 // throw_on_event: a request index whose callback throws on its first event.
 std::vector<Result> run_all(Engine& engine, const std::vector<GenerationRequest>& requests, int throw_on_event = -1) {
   std::vector<Result> out(requests.size());
@@ -134,9 +134,9 @@ class RequestIsolation : public TinyModelTest {
     for (size_t i = 0; i < got.size(); ++i) {
       if (i == 1) {
         for (size_t b = 0; b < got[i].tokens.size(); ++b) {
-          EXPECT_EQ(got[i].finish_reasons[b], "error") << "branch " << b;
+          EXPECT_EQ(got[i].finish_reasons[b], "error") << "sequence " << b;
           EXPECT_NE(got[i].errors[b].find(cause), std::string::npos) << got[i].errors[b];
-          const auto& quiet_tokens = want[i].tokens[0];  // greedy: every branch draws them
+          const auto& quiet_tokens = want[i].tokens[0];  // greedy: every sequence draws them
           ASSERT_LE(got[i].tokens[b].size(), quiet_tokens.size());
           EXPECT_TRUE(std::equal(got[i].tokens[b].begin(), got[i].tokens[b].end(), quiet_tokens.begin()));
         }
@@ -155,7 +155,7 @@ class RequestIsolation : public TinyModelTest {
 struct Fault {
   const char* name;
   FaultAt at;
-  int32_t n;  // the faulty request's branches
+  int32_t n;  // the faulty request's sequences
   SpeculativeMode speculation;
   const char* cause;
 };

@@ -48,7 +48,7 @@ TEST(RequestValidation, EachRefusalNamesItsField) {
   EXPECT_EQ(with([](GenerationRequest& r) { r.prompt[1] = 100; }),
             Refusal("prompt", "prompt token id 100 is outside the vocabulary"));
   EXPECT_EQ(with([](GenerationRequest& r) { r.max_tokens = -1; }), Refusal("max_tokens", "max_tokens must be >= 0, got -1"));
-  EXPECT_EQ(with([](GenerationRequest& r) { r.n = kMaxBranches + 1; }),
+  EXPECT_EQ(with([](GenerationRequest& r) { r.n = kMaxSequences + 1; }),
             Refusal("n", "n (parallel samples) must be in [1, 128], got 129"));
   EXPECT_EQ(with([](GenerationRequest& r) { r.sampling.top_p = 0; }).first, "top_p");
   EXPECT_EQ(with([](GenerationRequest& r) { r.sampling.temperature = -1; }).first, "temperature");

@@ -251,7 +251,7 @@ TEST_F(ServerTest, ChatShapeNChoicesAndLogprobs) {
   EXPECT_EQ(lp["text_offset"][0], 0);
 }
 
-// "n": 3 runs as one engine request with three branches (one prefill);
+// "n": 3 runs as one engine request with three sequences (one prefill);
 // choice j is what n = 1 with seed + j gives, streamed or not.
 TEST_F(ServerTest, NChoicesStreamingAndNonStreaming) {
   for (const bool is_chat : {false, true}) {

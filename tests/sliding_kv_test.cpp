@@ -138,7 +138,7 @@ TEST(SlidingKV, ForkCopiesTheSharedLastBlockInBothGroups) {
   kv.fork(1, 2);
   ASSERT_TRUE(kv.allocate(1, 30, 31, copies));
   ASSERT_TRUE(kv.allocate(2, 30, 31, copies));
-  ASSERT_EQ(copies.size(), 2u);  // the first branch to write copies the shared last block, in each group
+  ASSERT_EQ(copies.size(), 2u);  // the first sequence to write copies the shared last block, in each group
   EXPECT_EQ(copies[0].group, KVGroup::kFull);
   EXPECT_EQ(copies[1].group, KVGroup::kSliding);
   EXPECT_NE(kv.sliding_blocks(1)[7], kv.sliding_blocks(2)[7]);

@@ -3,7 +3,7 @@
 // K/V in their own pool that frees blocks behind the window
 // (EngineOptions::sliding_window_kv) gives the same greedy tokens and the same
 // logprobs, bit for bit, as keeping every position: under continuous batching
-// with chunked prefill, prefix-cache hits, n > 1 branches, preemption in a
+// with chunked prefill, prefix-cache hits, n > 1 sequences, preemption in a
 // small pool and speculative rollback; and the sliding pool holds a window per
 // sequence, not the whole context. Also Gemma 3 270M on its 664-token
 // reference prompt (skipped without the file).
@@ -133,8 +133,8 @@ TEST_F(SlidingWindowEngine, ParallelBranchesGiveTheSameSamples) {
     r.sampling.temperature = 0.9f;
     r.sampling.seed = 11;
   }
-  // Branches arrive as separate outputs only through events: collect per (request, branch).
-  const auto branches = [&](const EngineOptions& o) {
+  // Sequences arrive as separate outputs only through events: collect per (request, sequence).
+  const auto sequences = [&](const EngineOptions& o) {
     Engine engine(*model_, *tokenizer_, o);
     std::vector<std::vector<int32_t>> out(6);
     std::vector<std::promise<void>> done(6);
@@ -147,10 +147,10 @@ TEST_F(SlidingWindowEngine, ParallelBranchesGiveTheSameSamples) {
     for (auto& d : done) d.get_future().wait();
     return out;
   };
-  const auto want = branches(options(false));
-  const auto got = branches(options(true));
+  const auto want = sequences(options(false));
+  const auto got = sequences(options(true));
   EXPECT_EQ(got, want);
-  EXPECT_NE(want[0], want[1]);  // the branches did sample apart
+  EXPECT_NE(want[0], want[1]);  // the sequences did sample apart
 }
 
 TEST_F(SlidingWindowEngine, PreemptionInASmallPoolGivesTheSameTokens) {

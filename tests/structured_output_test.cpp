@@ -171,7 +171,7 @@ TEST_F(StructuredOutputEngine, RegexHoldsForEverySamplingModeAndBranch) {
   rs.back().sampling.repetition_penalty = 1.3f;
   rs.back().sampling.presence_penalty = 0.5f;
   rs.push_back(request(c, 1.0f, 4));
-  rs.back().n = 3;  // forked branches each get their own matcher
+  rs.back().n = 3;  // forked sequences each get their own matcher
   rs.push_back(request(c, 1.0f, 5));
   rs.back().top_logprobs = 3;
   EngineOptions o;

@@ -53,15 +53,15 @@ struct GenerationRequest {
   std::vector<std::string> stop;   // stop strings; matched on the decoded text, not included in it
   bool ignore_eos = false;
   int32_t top_logprobs = -1;       // -1: no logprobs; 0: the chosen token's only; k: plus the k most likely
-  int32_t n = 1;                   // parallel samples (branches): the prompt is prefilled once and forked
-                                   // n ways; branch i samples with sampling.seed + i
+  int32_t n = 1;                   // parallel samples (sequences): the prompt is prefilled once and forked
+                                   // n ways; sequence i samples with sampling.seed + i
   SpeculationSettings speculation;
   // What the output must follow (JSON schema, regex, grammar; null: free):
-  // every branch masks its logits with its own matcher, and ends with "stop"
+  // every sequence masks its logits with its own matcher, and ends with "stop"
   // when the constraint is complete. Logprobs report the masked distribution.
   std::shared_ptr<const CompiledConstraint> constraint;
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit) before sampling (OpenAI's logit_bias)
-  std::vector<int32_t> stop_token_ids;  // generating one ends the branch ("stop"); its text is kept
+  std::vector<int32_t> stop_token_ids;  // generating one ends the sequence ("stop"); its text is kept
   int64_t min_tokens = 0;               // end-of-generation and stop_token_ids are masked until this many
 };
 
@@ -73,15 +73,15 @@ struct TokenLogprob {
 
 struct GenerationEvent {
   RequestId id = 0;
-  int32_t index = 0;                  // the branch (choice) in [0, n) the event belongs to
+  int32_t index = 0;                  // the sequence in [0, n) of the request the event belongs to
   std::vector<int32_t> tokens;        // generated since the previous event
   std::string text;                   // text completed since the previous event (whole UTF-8 characters)
   std::vector<TokenLogprob> logprobs; // one per token, when requested
-  bool finished = false;              // the branch's last event; a request ends after n of them
+  bool finished = false;              // the sequence's last event; a request ends after n of them
   std::string finish_reason;          // when finished: "stop", "length", "cancelled" or "error"
   // The message when finish_reason is "error": what threw in this request's
   // own processing (its constraint's matcher, sampling, text, stop strings,
-  // logprobs, its callback), which ends it alone (every unfinished branch)
+  // logprobs, its callback), which ends it alone (every unfinished sequence)
   // while the other requests go on, or a failed forward pass, which ends all.
   std::string error;
   int64_t prompt_tokens = 0;
@@ -175,8 +175,8 @@ class Engine {
   // [1, 128], draft-model speculation without a draft model, draft_k out of range); returns
   // nullopt when the waiting queue is full or the engine is shutting down.
   std::optional<RequestId> submit(GenerationRequest request, EventCallback on_event);
-  // Stops a request (every branch) at once and frees its KV memory; each
-  // unfinished branch's final event has finish_reason "cancelled". Unknown or finished ids are ignored.
+  // Stops a request (every sequence) at once and frees its KV memory; each
+  // unfinished sequence's final event has finish_reason "cancelled". Unknown or finished ids are ignored.
   void cancel(RequestId id);
   EngineMetrics metrics() const;
   // Refuses new requests; finish_running lets the running and waiting ones

@@ -1,5 +1,5 @@
 #pragma once
-// Why a branch ended, inside the engine; GenerationEvent::finish_reason
+// Why a sequence ended, inside the engine; GenerationEvent::finish_reason
 // carries it as the API's string.
 namespace kvserve {
 

@@ -37,29 +37,30 @@ TokenLogprob OutputProcessor::logprob_of(std::span<const float> log_probs, int32
   return lp;
 }
 
-FinishReason OutputProcessor::take_token(const Sequence& seq, const GenerationRequest& r, Branch& b, int32_t token,
-                                         int64_t length, std::span<const float> log_probs, GenerationEvent& ev) {
-  b.completion_tokens++;
-  ev.completion_tokens = b.completion_tokens;
+FinishReason OutputProcessor::take_token(const Sequence& seq, const GenerationRequest& r, SequenceState& state,
+                                         int32_t token, int64_t length, std::span<const float> log_probs,
+                                         GenerationEvent& ev) {
+  state.completion_tokens++;
+  ev.completion_tokens = state.completion_tokens;
   ev.tokens.push_back(token);
   if (r.top_logprobs >= 0) ev.logprobs.push_back(logprob_of(log_probs, token, r.top_logprobs));
-  if (b.matcher && !b.matcher->accept(token)) {  // the mask allowed it: only a bug gets here
+  if (state.matcher && !state.matcher->accept(token)) {  // the mask allowed it: only a bug gets here
     ev.error = "the output constraint rejected token " + std::to_string(token);
     return FinishReason::kError;
   }
   const bool eog = !r.ignore_eos && tokenizer_.is_end_of_generation(token);
-  ev.text += eog ? b.stops.flush() : b.stops.push(b.stream.push(token));
+  ev.text += eog ? state.stops.flush() : state.stops.push(state.stream.push(token));
   tokens_taken_++;
-  if (eog || b.stops.stopped()) return FinishReason::kStop;
+  if (eog || state.stops.stopped()) return FinishReason::kStop;
   // A stop token (its text kept), or a complete constraint (only an end-of-generation token could follow).
   const bool stop_token = std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) != r.stop_token_ids.end();
-  if (stop_token || (b.matcher && b.matcher->finished())) {
-    ev.text += b.stops.push(b.stream.flush()) + b.stops.flush();
+  if (stop_token || (state.matcher && state.matcher->finished())) {
+    ev.text += state.stops.push(state.stream.flush()) + state.stops.flush();
     return FinishReason::kStop;
   }
   // The last sampled token needs no K/V slot: a sequence may hold context + 1 tokens.
-  if (b.completion_tokens >= r.max_tokens || length > seq.max_kv_tokens) {
-    ev.text += b.stops.push(b.stream.flush()) + b.stops.flush();
+  if (state.completion_tokens >= r.max_tokens || length > seq.max_kv_tokens) {
+    ev.text += state.stops.push(state.stream.flush()) + state.stops.flush();
     return FinishReason::kLength;
   }
   return FinishReason::kNone;

@@ -1,6 +1,6 @@
 #pragma once
-// What a generated token adds to a branch's event, and whether it ends the
-// branch: its logprobs (of the distribution it was sampled from, after the
+// What a generated token adds to a sequence's event, and whether it ends the
+// sequence: its logprobs (of the distribution it was sampled from, after the
 // logits processors), the constraint's matcher stepping past it, its text
 // (detokenized, stop strings held back and cut), and the finish reason it
 // causes (end of generation, a stop string or stop token, a complete
@@ -29,9 +29,9 @@ class OutputProcessor {
 
   // Adds `token` to the event (the sequence now holds `length` tokens);
   // `log_probs` is log_probs() of its row when the request asks for logprobs.
-  // Returns the finish reason it causes, kNone if the branch goes on.
-  FinishReason take_token(const Sequence& seq, const GenerationRequest& r, Branch& b, int32_t token, int64_t length,
-                          std::span<const float> log_probs, GenerationEvent& ev);
+  // Returns the finish reason it causes, kNone if the sequence goes on.
+  FinishReason take_token(const Sequence& seq, const GenerationRequest& r, SequenceState& state, int32_t token,
+                          int64_t length, std::span<const float> log_probs, GenerationEvent& ev);
 
   // Generated tokens taken so far (those a constraint rejected excluded).
   int64_t tokens_taken() const { return tokens_taken_; }

@@ -1,10 +1,10 @@
 #pragma once
-// A running request's per-branch sampling and text state, as the engine
-// thread keeps it (the scheduler holds the tokens). A request with n > 1
-// has n branches: the prompt is prefilled once by branch 0's sequence, which
-// is then forked (shared blocks, copy-on-write) into branches 1..n-1; branch
+// A running request's per-sequence sampling and text state, as the engine
+// thread keeps it (the scheduler's Sequence holds the tokens). A request with
+// n > 1 has n sequences: the prompt is prefilled once by sequence 0, which is
+// then forked (shared blocks, copy-on-write) into sequences 1..n-1; sequence
 // i samples with seed + i, the stream a lone request with that seed would
-// draw, so branch i's tokens equal such a request's.
+// draw, so sequence i's tokens equal such a request's.
 //
 // Not thread-safe: owned by the engine thread.
 #include <cstdint>
@@ -22,11 +22,13 @@
 
 namespace kvserve {
 
-constexpr SequenceId kNoSequence = 0;  // a branch not forked yet
+constexpr SequenceId kNoSequence = 0;  // a sequence not forked yet
 
-struct Branch {
-  Branch(const GenerationRequest& r, int32_t index, const Tokenizer& tokenizer, const SpeculationContext& speculation,
-         std::shared_ptr<const StopStrings> stop_strings, std::span<const int32_t> end_of_generation_ids)
+// Sequence `index` of a request: how it samples, and the text and constraint state of its output.
+struct SequenceState {
+  SequenceState(const GenerationRequest& r, int32_t index, const Tokenizer& tokenizer,
+                const SpeculationContext& speculation, std::shared_ptr<const StopStrings> stop_strings,
+                std::span<const int32_t> end_of_generation_ids)
       : index(index), sampler(seeded(r.sampling, index)), stream(tokenizer), stops(std::move(stop_strings)),
         spec(r.speculation, speculation),
         matcher(r.constraint ? r.constraint->new_matcher() : nullptr) {
@@ -36,7 +38,7 @@ struct Branch {
     p.seed += static_cast<uint64_t>(index);
     return p;
   }
-  // logit_bias, then min_tokens' mask of the ids that would end the branch, then the constraint's mask.
+  // logit_bias, then min_tokens' mask of the ids that would end the sequence, then the constraint's mask.
   void build_logits_processors(const GenerationRequest& r, std::span<const int32_t> end_of_generation_ids) {
     if (!r.logit_bias.empty()) logits.add(std::make_unique<LogitBias>(r.logit_bias));
     if (r.min_tokens > 0) {
@@ -47,13 +49,13 @@ struct Branch {
     if (matcher) logits.add_constraint(*matcher);
   }
   int32_t index;
-  SequenceId seq = kNoSequence;
+  SequenceId seq_id = kNoSequence;  // the scheduler's Sequence
   Sampler sampler;
   TokenTextStream stream;
   StopStringMatcher stops;
-  RequestSpeculation spec;  // this branch's drafter (its own draft KV cache in draft-model mode) and adaptive k
-  std::unique_ptr<TokenMatcher> matcher;  // the request's constraint over this branch's output; null: free
-  LogitsProcessorChain logits;  // what adjusts this branch's logits before sampling (none: sampled as they are)
+  RequestSpeculation spec;  // this sequence's drafter (its own draft KV cache in draft-model mode) and adaptive k
+  std::unique_ptr<TokenMatcher> matcher;  // the request's constraint over this sequence's output; null: free
+  LogitsProcessorChain logits;  // what adjusts this sequence's logits before sampling (none: sampled as they are)
   int64_t completion_tokens = 0;
   bool finished = false;
 };
@@ -62,15 +64,16 @@ struct RequestState {
   RequestState(GenerationRequest r, EventCallback callback, const Tokenizer& tokenizer,
                const SpeculationContext& speculation, std::span<const int32_t> end_of_generation_ids)
       : request(std::move(r)), on_event(std::move(callback)), unfinished(request.n) {
-    const auto stops = std::make_shared<const StopStrings>(request.stop);  // compiled once for every branch
+    const auto stops = std::make_shared<const StopStrings>(request.stop);  // compiled once for every sequence
     for (int32_t i = 0; i < request.n; ++i)
-      branches.push_back(std::make_unique<Branch>(request, i, tokenizer, speculation, stops, end_of_generation_ids));
+      sequences.push_back(
+          std::make_unique<SequenceState>(request, i, tokenizer, speculation, stops, end_of_generation_ids));
   }
   GenerationRequest request;
   EventCallback on_event;
-  std::vector<std::unique_ptr<Branch>> branches;  // [n]
+  std::vector<std::unique_ptr<SequenceState>> sequences;  // [n], sequence i at i
   int32_t unfinished;
-  bool forked = false;  // branches 1..n-1 have their sequences
+  bool forked = false;  // sequences 1..n-1 are forked from sequence 0
   int64_t cached_tokens = 0;  // prompt tokens found in the prefix cache
 };
 

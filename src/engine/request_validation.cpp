@@ -52,8 +52,8 @@ void check_sampling(const GenerationRequest& r, const RequestLimits& limits) {
 void validate_request(const GenerationRequest& r, const RequestLimits& limits) {
   if (r.prompt.empty()) throw RequestError("prompt", "the prompt is empty");
   if (r.max_tokens < 0) throw RequestError("max_tokens", "max_tokens must be >= 0, got " + std::to_string(r.max_tokens));
-  if (r.n < 1 || r.n > kMaxBranches)
-    throw RequestError("n", "n (parallel samples) must be in [1, " + std::to_string(kMaxBranches) + "], got " +
+  if (r.n < 1 || r.n > kMaxSequences)
+    throw RequestError("n", "n (parallel samples) must be in [1, " + std::to_string(kMaxSequences) + "], got " +
                                 std::to_string(r.n));
   check_prompt_tokens(r, limits);
   check_sampling(r, limits);

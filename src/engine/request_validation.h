@@ -13,8 +13,8 @@
 
 namespace kvserve {
 
-// Parallel samples (branches) of one request at most.
-inline constexpr int32_t kMaxBranches = 128;
+// Parallel samples (sequences) of one request at most.
+inline constexpr int32_t kMaxSequences = 128;
 
 // What a request is checked against; besides these, the stop strings' caps
 // kMaxStopStrings and kMaxStopStringBytes (engine/stop_strings.h).
@@ -37,7 +37,7 @@ class RequestError : public Error {
 
 // Throws RequestError for a request that can never run: an empty or too long
 // prompt, a token id outside the vocabulary, bad sampling parameters,
-// max_tokens or min_tokens < 0, n outside [1, kMaxBranches], speculation the
+// max_tokens or min_tokens < 0, n outside [1, kMaxSequences], speculation the
 // engine cannot run, stop strings past their caps.
 void validate_request(const GenerationRequest& request, const RequestLimits& limits);
 // Its check of the stop strings alone (the server makes it before copying a

@@ -20,12 +20,12 @@ namespace kvserve {
 // Caps on a request's stop strings (checked by Engine::submit and the server's
 // request parser). OpenAI allows 4 strings; 16 leaves room for a template's
 // several end markers plus the client's own. 256 bytes is far past any real
-// delimiter ("<|im_end|>" is 10) and bounds a branch's held-back text.
+// delimiter ("<|im_end|>" is 10) and bounds a sequence's held-back text.
 constexpr size_t kMaxStopStrings = 16;
 constexpr size_t kMaxStopStringBytes = 256;
 
 // A request's stop strings compiled for matching; immutable, shared by the
-// request's branches.
+// request's sequences.
 class StopStrings {
  public:
   explicit StopStrings(std::vector<std::string> stops);  // empty strings are dropped

@@ -34,7 +34,7 @@ void LogitsProcessorChain::process_rows(std::span<float> rows, size_t vocab, std
     process(rows.subspan(i * vocab, vocab), generated + static_cast<int64_t>(i));
     if (i == drafts.size() || (matcher_ && !matcher_->accept(drafts[i]))) break;
     accepted++;
-    // A draft that completes the output ends the branch if it is accepted, so no row after it is used; a
+    // A draft that completes the output ends the sequence if it is accepted, so no row after it is used; a
     // matcher past its end-of-generation token must not be asked for a mask (xgrammar throws).
     if (matcher_ && matcher_->finished()) break;
   }

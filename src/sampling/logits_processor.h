@@ -1,7 +1,7 @@
 #pragma once
-// The logits processors of one branch: what changes a row of next-token
+// The logits processors of one sequence: what changes a row of next-token
 // logits before the sampler sees it (OpenAI's logit_bias, min_tokens, an
-// output constraint). A chain is built per branch when its request is
+// output constraint). A chain is built per sequence when its request is
 // admitted and applied in place, to the row the sampler then draws from, so
 // the sampled token and the reported logprobs see the same adjusted
 // distribution.
@@ -9,7 +9,7 @@
 // sampling/ knows the constraint only through grammar/token_constraint.h's
 // TokenMatcher interface.
 //
-// Not thread-safe: one chain per branch, used by the engine thread.
+// Not thread-safe: one chain per sequence, used by the engine thread.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,7 +43,7 @@ class LogitBias : public LogitsProcessor {
 };
 
 // Masks `ending` (end-of-generation ids and stop token ids) while fewer than
-// min_tokens tokens are generated: the branch cannot end before.
+// min_tokens tokens are generated: the sequence cannot end before.
 class MinTokensMask : public LogitsProcessor {
  public:
   MinTokensMask(int64_t min_tokens, std::vector<int32_t> ending) : min_tokens_(min_tokens), ending_(std::move(ending)) {}

@@ -70,7 +70,8 @@ GenerationJob::GenerationJob(Engine& engine, ServerMetrics& metrics, JobRegistry
 }
 
 void GenerationJob::submit_all(std::vector<GenerationRequest> requests) {
-  size_t first_choice = 0;  // request k's branch j is choice first_choice + j
+  // OpenAI's choices[i] is a sequence: request k's sequence j (GenerationEvent::index) is choice first_choice + j.
+  size_t first_choice = 0;
   for (GenerationRequest& request : requests) {
     const auto n = static_cast<size_t>(request.n);
     auto on_event = [shared = shared_, first_choice](const GenerationEvent& ev) {

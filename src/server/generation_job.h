@@ -1,5 +1,5 @@
 #pragma once
-// One HTTP request's engine requests (one per prompt, each with n branches:
+// One HTTP request's engine requests (one per prompt, each with n sequences:
 // the choices) and the events they send back. Engine callbacks only queue events; the HTTP thread takes them
 // with next(), so a slow client never holds up the engine thread.
 #include <chrono>

@@ -426,7 +426,7 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
       throw invalid("min_tokens", "min_tokens (" + std::to_string(r.min_tokens) + ") is more than max_tokens (" +
                                       std::to_string(r.max_tokens) + ")");
     r.prompt = std::move(tokens);
-    r.n = static_cast<int32_t>(out.n);  // prefilled once, forked n ways; choice j samples with seed + j
+    r.n = static_cast<int32_t>(out.n);  // prefilled once, forked n ways; sequence j samples with seed + j
     validate_for_engine(r, endpoint);
     out.requests.push_back(std::move(r));
   }

@@ -48,8 +48,8 @@ std::vector<int32_t> parse_detokenize_request(const nlohmann::json& body, int32_
 
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::kCompletions;
-  // One engine request per prompt, each with n branches: prompt i's choice j
-  // (branch j of requests[i]) is choice i * n + j of the response.
+  // One engine request per prompt, each with n sequences: prompt i's choice j
+  // (sequence j of requests[i]) is choice i * n + j of the response.
   std::vector<GenerationRequest> requests;
   std::vector<std::string> prompt_texts;  // per prompt, for echo
   int64_t n = 1;

@@ -7,18 +7,19 @@ namespace kvserve {
 
 DraftStage::DraftStage(DraftModelBatch* draft, SpeculationPolicy& policy) : draft_(draft), policy_(policy) {}
 
-std::span<const int32_t> DraftStage::propose(const Sequence& seq, const DraftingBranch& branch, int64_t max_drafts,
+std::span<const int32_t> DraftStage::propose(const Sequence& seq, const DraftingSequence& drafting, int64_t max_drafts,
                                              int64_t batch_tokens) {
-  RequestSpeculation& spec = *branch.spec;
+  RequestSpeculation& spec = *drafting.spec;
   // A round yields up to drafts + 1 tokens: stay within max_tokens and the sequence's K/V slots.
-  const int64_t remaining = branch.remaining_tokens;
+  const int64_t remaining = drafting.remaining_tokens;
   const int64_t limit = std::min({max_drafts, remaining - 1, seq.max_kv_tokens - seq.num_tokens()});
-  const std::span<const int32_t> drafts = spec.propose(seq.id, seq.tokens, limit, batch_tokens, remaining, *branch.sampler);
-  TokenMatcher* matcher = branch.matcher;
+  const std::span<const int32_t> drafts =
+      spec.propose(seq.id, seq.tokens, limit, batch_tokens, remaining, *drafting.sampler);
+  TokenMatcher* matcher = drafting.matcher;
   if (matcher == nullptr || drafts.empty() || !spec.proposal_deterministic()) return drafts;
   // Cut a deterministic proposal at the first draft the grammar rejects:
   // it would be rejected anyway (probability 0), so the cut only saves work.
-  // Drafts after one that completes the output are never used either (that token ends the branch).
+  // Drafts after one that completes the output are never used either (that token ends the sequence).
   int32_t valid = 0;
   while (valid < static_cast<int32_t>(drafts.size()) && matcher->accept(drafts[static_cast<size_t>(valid)])) {
     valid++;
@@ -29,11 +30,11 @@ std::span<const int32_t> DraftStage::propose(const Sequence& seq, const Drafting
   return drafts.first(static_cast<size_t>(valid));
 }
 
-void DraftStage::add(Sequence& seq, int64_t n_draft, const DraftingBranch& branch) {
-  RequestSpeculation& spec = *branch.spec;
+void DraftStage::add(Sequence& seq, int64_t n_draft, const DraftingSequence& drafting) {
+  RequestSpeculation& spec = *drafting.spec;
   if (!spec.drafts_pending()) return;
   const auto history = std::span<const int32_t>(seq.tokens).first(static_cast<size_t>(seq.num_tokens() - n_draft));
-  requests_.push_back({seq.id, history, n_draft, branch.sampler, &spec.pending_proposal()});
+  requests_.push_back({seq.id, history, n_draft, drafting.sampler, &spec.pending_proposal()});
   drafting_.emplace_back(&seq, &spec);
 }
 

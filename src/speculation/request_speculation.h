@@ -4,7 +4,7 @@
 // with the exact rule shared with SpeculativeSession (verify_draft), adaptive
 // k, and the settings' validation. The scheduler places the drafts in the
 // batch (Scheduler::schedule with a DraftSource) and rolls rejected ones back
-// (Scheduler::resolve_drafts); engine.cpp joins the two.
+// (Scheduler::resolve_drafts); the engine's step joins the two (engine/sampling_stage.cpp verifies).
 //
 // Draft-model mode: a proposal is made in two phases (draft_model_batch.h):
 // propose() reserves the sequence's draft K/V and returns k placeholders that
