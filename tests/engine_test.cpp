@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 #include "engine/engine.h"
 #include "engine/stop_strings.h"
 #include "model/synth.h"
