@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "engine/stop_strings.h"
 #include "model/synth.h"
+#include "tokenizer/tokenizer.h"
 #include "test_util.h"
 
 using namespace kvserve;

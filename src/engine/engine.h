@@ -15,19 +15,20 @@
 #include <utility>
 #include <vector>
 
-#include "grammar/token_constraint.h"
-#include "kv/kv_planner.h"
-#include "model/model.h"
-#include "parallel/pipeline_head.h"
+#include "core/kv_type.h"
+#include "parallel/pipeline_options.h"
 #include "sampling/sampler.h"
-#include "speculation/speculation_policy.h"
 #include "speculation/speculation_settings.h"
-#include "tokenizer/tokenizer.h"
 
 namespace kvserve {
 
+// Used here only by pointer or reference: their users include them.
+class CompiledConstraint;  // grammar/token_constraint.h
+class Model;               // model/model.h
+class Tokenizer;           // tokenizer/tokenizer.h
+struct RequestLimits;      // engine/request_validation.h
+
 using RequestId = uint64_t;
-struct RequestLimits;  // engine/request_validation.h
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;     // token ids, chat template already applied
