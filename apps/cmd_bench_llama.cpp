@@ -16,7 +16,7 @@
 #include "apps/cmd_bench.h"
 #include "apps/membw.h"
 #include "core/error.h"
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 #include "model/model.h"
 
 namespace kvserve::cli {

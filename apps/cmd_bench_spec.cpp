@@ -15,8 +15,8 @@
 
 #include "apps/cmd_bench.h"
 #include "core/error.h"
-#include "engine/decoder.h"
-#include "engine/generate.h"
+#include "decode/decoder.h"
+#include "decode/generate.h"
 #include "model/model.h"
 #include "speculation/model_drafter.h"
 #include "speculation/ngram_drafter.h"

@@ -19,7 +19,7 @@
 #include "apps/activations_flag.h"
 #include "apps/commands.h"
 #include "core/error.h"
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 #include "kernels/kv_quant.h"
 #include "kv/kv_planner.h"
 #include "model/model.h"

@@ -13,6 +13,7 @@
 #include "kv/kv_cache_manager.h"
 #include "model/synth.h"
 #include "model/transformer.h"
+#include "tokenizer/tokenizer.h"
 #include "engine_run_util.h"
 #include "test_util.h"
 

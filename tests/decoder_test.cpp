@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 #include "model/synth.h"
 #include "sampling/sampler.h"
 #include "test_util.h"

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/sequence.h"
+#include "decode/sequence.h"
 #include "grammar/token_constraint.h"
 #include "sampling/sampler.h"
 #include "speculation/draft_stage.h"

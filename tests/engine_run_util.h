@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "test_util.h"
 
 namespace kvserve::engine_run {

@@ -7,10 +7,11 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 #include "engine/engine.h"
 #include "engine/stop_strings.h"
 #include "model/synth.h"
+#include "tokenizer/tokenizer.h"
 #include "test_util.h"
 
 using namespace kvserve;

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 #include "kernels/dispatch.h"
 #include "model/model.h"
 #include "sampling/sampler.h"

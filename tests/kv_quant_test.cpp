@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 #include "kernels/attention.h"
 #include "kernels/dispatch.h"
 #include "kernels/flash_attention.h"

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "test_util.h"

@@ -16,7 +16,9 @@
 #include "kernels/paged_attention.h"
 #include "kv/contiguous_kv_cache.h"
 #include "kv/paged_kv_storage.h"
+#include "model/model.h"
 #include "model/synth.h"
+#include "tokenizer/tokenizer.h"
 #include "test_util.h"
 
 using namespace kvserve;

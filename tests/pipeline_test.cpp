@@ -15,7 +15,9 @@
 #include "engine/engine.h"
 #include "engine_run_util.h"
 #include "kv/kv_cache_manager.h"
+#include "parallel/pipeline_head.h"
 #include "parallel/pipeline_messages.h"
+#include "tokenizer/tokenizer.h"
 #include "pipeline_util.h"
 #include "test_util.h"
 

@@ -9,7 +9,7 @@
 #include <span>
 
 #include "core/error.h"
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 #include "kernels/quantize.h"
 #include "model/llama2c.h"
 #include "model/quantize_model.h"

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 #include "kernels/dispatch.h"
 #include "model/llama2c.h"
 #include "sampling/sampler.h"

@@ -7,6 +7,8 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "engine_run_util.h"
 #include "test_util.h"
 

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
+#include "tokenizer/tokenizer.h"
 #include "engine_run_util.h"
 #include "spec_stats.h"
 #include "test_util.h"

@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "kv/kv_planner.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "engine_run_util.h"
 #include "test_util.h"
 

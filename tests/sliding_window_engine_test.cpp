@@ -16,6 +16,8 @@
 #include "engine/engine.h"
 #include "engine_run_util.h"
 #include "kv/kv_planner.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "test_util.h"
 
 using namespace kvserve;

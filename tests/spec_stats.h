@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 

@@ -13,8 +13,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "engine/decoder.h"
-#include "engine/generate.h"
+#include "decode/decoder.h"
+#include "decode/generate.h"
 #include "kernels/dispatch.h"
 #include "model/synth.h"
 #include "spec_stats.h"

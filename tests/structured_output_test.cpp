@@ -18,6 +18,7 @@
 #include "engine_run_util.h"
 #include "grammar/constraint_compiler.h"
 #include "grammar/xgrammar_backend.h"
+#include "model/model.h"
 #include "server/api_error.h"
 #include "server/constraint_param.h"
 #include "server/json_schema_check.h"

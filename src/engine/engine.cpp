@@ -42,11 +42,15 @@
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_pool_sizing.h"
 #include "kv/paged_kv_storage.h"
+#include "model/model.h"
 #include "model/transformer.h"
+#include "parallel/model_runner.h"
+#include "parallel/pipeline_head.h"
 #include "speculation/draft_stage.h"
 #include "speculation/model_drafter.h"
 #include "speculation/request_speculation.h"
 #include "speculation/speculation_cost_probe.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvserve {
 namespace {

@@ -15,36 +15,20 @@
 #include <utility>
 #include <vector>
 
-#include "grammar/token_constraint.h"
-#include "kv/kv_planner.h"
-#include "model/model.h"
-#include "parallel/pipeline_head.h"
+#include "core/kv_type.h"
+#include "parallel/pipeline_options.h"
 #include "sampling/sampler.h"
-#include "speculation/speculation_policy.h"
-#include "tokenizer/tokenizer.h"
+#include "speculation/speculation_settings.h"
 
 namespace kvserve {
 
+// Used here only by pointer or reference: their users include them.
+class CompiledConstraint;  // grammar/token_constraint.h
+class Model;               // model/model.h
+class Tokenizer;           // tokenizer/tokenizer.h
+struct RequestLimits;      // engine/request_validation.h
+
 using RequestId = uint64_t;
-struct RequestLimits;  // engine/request_validation.h
-
-// Speculative decoding of one request inside the engine (docs/speculative.md):
-// each decode step verifies the pending token plus up to draft_k drafts in the
-// batched pass. Greedy output is the same token for token; sampled output has
-// the same distribution (but other samples than without it for a seed).
-enum class SpeculativeMode {
-  kNone,
-  kNgram,       // prompt lookup: the continuation of the latest earlier n-gram of prompt + output
-  kDraftModel,  // a draft model (EngineOptions::draft_model) proposes; refused when the engine has none
-  kAuto,        // each step: prompt lookup, the draft model (if the engine has one) or no draft, and k up to
-                // draft_k, whichever is expected to give the most tokens per second (speculation_policy.h)
-};
-
-struct SpeculationSettings {
-  SpeculativeMode mode = SpeculativeMode::kNone;
-  int64_t draft_k = 4;      // drafts per verification pass at most, in [1, 32]
-  bool adaptive_k = false;  // one fewer draft after a poorly accepted round, one more after a full one
-};
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;     // token ids, chat template already applied

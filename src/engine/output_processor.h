@@ -11,10 +11,10 @@
 #include <span>
 #include <vector>
 
+#include "decode/sequence.h"
 #include "engine/engine.h"
 #include "engine/finish_reason.h"
 #include "engine/request_state.h"
-#include "engine/sequence.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvserve {

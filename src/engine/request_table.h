@@ -17,11 +17,11 @@
 #include <utility>
 #include <vector>
 
+#include "decode/sequence.h"
 #include "engine/engine.h"
 #include "engine/finish_reason.h"
 #include "engine/request_state.h"
 #include "engine/scheduler.h"
-#include "engine/sequence.h"
 #include "speculation/draft_model_batch.h"
 #include "speculation/request_speculation.h"
 #include "tokenizer/tokenizer.h"

@@ -19,7 +19,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/sequence.h"
+#include "decode/sequence.h"
 #include "kv/kv_cache_manager.h"
 
 namespace kvserve {

@@ -18,9 +18,9 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "engine/decoder.h"
+#include "decode/decoder.h"
+#include "decode/generate.h"
 #include "engine/engine.h"
-#include "engine/generate.h"
 #include "kernels/dispatch.h"
 #include "kv/paged_kv_storage.h"
 #include "model/model.h"

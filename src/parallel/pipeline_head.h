@@ -4,24 +4,13 @@
 // holds only the first stage's layers; each step it runs them, sends the
 // step's plan and activations to rank 1, and waits for the logits that the
 // last rank sends back. The other ranks run run_pipeline_stage().
-#include <chrono>
-#include <functional>
-#include <string>
+#include <memory>
 
 #include "parallel/communicator.h"
 #include "parallel/model_runner.h"
+#include "parallel/pipeline_options.h"
 
 namespace kvserve {
-
-struct PipelineOptions {
-  Communicator* comm = nullptr;  // null: no pipeline; else rank 0 of the ranks running the other stages
-  // Every send and reply must complete within this: a rank that is down,
-  // stopped or unreachable fails the step with an error naming it.
-  std::chrono::milliseconds timeout{60000};
-  // Called once, on the engine thread, when a rank is lost (timeout or
-  // transport error): the pipeline refuses every later step.
-  std::function<void(const std::string& error)> on_failure;
-};
 
 // The first stage as the engine's ModelRunner. The constructor sends the
 // setup and waits for every rank to answer; throws kvserve::Error when one

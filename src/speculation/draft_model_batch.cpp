@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/common_prefix.h"
 #include "core/error.h"
-#include "engine/common_prefix.h"
 #include "speculation/draft_verification.h"
 
 namespace kvserve {

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/sequence.h"
+#include "decode/sequence.h"
 #include "grammar/token_constraint.h"
 #include "sampling/sampler.h"
 #include "speculation/draft_model_batch.h"

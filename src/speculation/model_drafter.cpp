@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "core/common_prefix.h"
 #include "core/error.h"
-#include "engine/common_prefix.h"
 #include "speculation/draft_verification.h"
 
 namespace kvserve {

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 #include "model/model.h"
 #include "speculation/drafter.h"
 

@@ -27,12 +27,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.h"
 #include "sampling/sampler.h"
 #include "speculation/draft_model_batch.h"
 #include "speculation/draft_verification.h"
 #include "speculation/ngram_drafter.h"
 #include "speculation/speculation_policy.h"
+#include "speculation/speculation_settings.h"
 
 namespace kvserve {
 

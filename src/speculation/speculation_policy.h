@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "speculation/speculation_settings.h"  // kMinDraftGain
 #include "speculation/step_cost.h"
 
 namespace kvserve {
@@ -51,12 +52,6 @@ struct DraftChoice {
   int64_t k = 0;       // drafts to propose (0: decode one token as usual)
   double gain = 1.0;   // useful tokens per second with k drafts over that with none
 };
-
-// Drafting must promise at least this gain: the acceptance and t(n) are
-// estimates, and drafts expected to gain a few percent lost as often as they
-// won (Zen 4, Qwen2.5-Coder-0.5B, code at 4 sequences: 0.84x no speculation
-// with 37% of the drafts accepted).
-constexpr double kMinDraftGain = 1.05;
 
 // The k in [0, max_k] maximizing (B - 1 + E(k)) / (t(B + k) + k * draft_seconds + fixed),
 // B = batch_tokens >= 1, or 0 when the best k's gain is under min_gain.

@@ -20,8 +20,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/decoder.h"
-#include "engine/generate.h"
+#include "decode/decoder.h"
+#include "decode/generate.h"
 #include "sampling/sampler.h"
 #include "speculation/draft_verification.h"
 #include "speculation/drafter.h"

@@ -17,8 +17,10 @@
 #include "kv/kv_cache_manager.h"
 #include "parallel/model_runner.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/pipeline_head.h"
 #include "parallel/pipeline_messages.h"
 #include "parallel/pipeline_stage.h"
+#include "tokenizer/tokenizer.h"
 #include "test_util.h"
 
 using namespace kvserve;

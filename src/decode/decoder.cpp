@@ -1,4 +1,4 @@
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 
 #include <algorithm>
 

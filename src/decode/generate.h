@@ -6,7 +6,7 @@
 #include <span>
 #include <string>
 
-#include "engine/decoder.h"
+#include "decode/decoder.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
