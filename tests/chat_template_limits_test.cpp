@@ -163,6 +163,14 @@ TEST(ChatTemplateLimits, StringOperationsChargeTheWorkBudget) {
                      kBudget)
                 .find(kOverBudget),
             std::string::npos);
+  // Found by fuzzing: a long string's tojson was charged one step, so 1000 dumps of 16 MiB ran for minutes.
+  EXPECT_NE(error_of("{% set s = 'a ' * 8000000 %}{% for i in range(1000) %}{% set t = s|tojson %}{% endfor %}", kBudget)
+                .find(kOverBudget),
+            std::string::npos);
+  EXPECT_NE(error_of("{% set d = {('k' * 8000000): 1} %}{% for i in range(1000) %}{% set t = d|tojson %}{% endfor %}",
+                     kBudget)
+                .find(kOverBudget),
+            std::string::npos);
   // Cheap steps count too: a loop body of many nodes cannot run 2^20 times.
   EXPECT_NE(error_of("{% for i in range(1000000) %}" + repeated("{% if i %}{% endif %}", 50) + "{% endfor %}", kBudget)
                 .find(kOverBudget),

@@ -144,6 +144,7 @@ json parse_int(const std::string& text) {
 // appends, slower than its bytes.
 void python_json(const json& v, int indent, int level, std::string& out, WorkBudget& work) {
   if ((!v.is_array() && !v.is_object()) || v.empty()) {
+    if (v.is_string()) work.charge(v.get_ref<const std::string&>().size());  // a 16 MiB string dumped 1000 times
     out += dump(v);
     return;
   }
@@ -152,7 +153,10 @@ void python_json(const json& v, int indent, int level, std::string& out, WorkBud
   for (auto it = v.begin(); it != v.end(); ++it) {
     if (it != v.begin()) out += indent < 0 ? ", " : ",";
     out += line_start;
-    if (v.is_object()) out += dump(it.key()) + ": ";
+    if (v.is_object()) {
+      work.charge(it.key().size());
+      out += dump(it.key()) + ": ";
+    }
     work.charge(kStepCost);
     python_json(*it, indent, level + 1, out, work);
     check_text_size(out.size(), "tojson");
