@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "decode/decoder.h"
 #include "engine/engine.h"
+#include "engine/request_validation.h"
 #include "engine/stop_strings.h"
 #include "model/synth.h"
 #include "tokenizer/tokenizer.h"
@@ -164,6 +165,27 @@ TEST_F(EngineTest, RejectsBadRequests) {
   GenerationRequest bad_token = greedy(4);
   bad_token.prompt[0] = -3;
   EXPECT_THROW(engine.submit(bad_token, [](const GenerationEvent&) {}), Error);
+}
+
+// A request validated against the engine's own limits is taken as it is; one
+// validated against other (wider) limits is checked again with the engine's.
+TEST_F(EngineTest, SubmitValidatedChecksAgainOnlyUnderOtherLimits) {
+  EngineOptions o;
+  o.max_context = 32;
+  Engine engine(*model_, *tokenizer_, o);
+  GenerationRequest too_long = greedy(4);
+  too_long.prompt.assign(40, 5);
+  RequestLimits wider = engine.request_limits();
+  wider.context = 1000;
+  EXPECT_THROW(engine.submit_validated(ValidatedRequest(too_long, wider), [](const GenerationEvent&) {}), RequestError);
+  EXPECT_THROW(ValidatedRequest(too_long, engine.request_limits()), RequestError);
+  auto done = std::make_shared<std::promise<GenerationEvent>>();
+  const auto id = engine.submit_validated(ValidatedRequest(greedy(3), engine.request_limits()),
+                                          [done](const GenerationEvent& ev) {
+                                            if (ev.finished) done->set_value(ev);
+                                          });
+  ASSERT_TRUE(id.has_value());
+  EXPECT_EQ(done->get_future().get().finish_reason, "length");
 }
 
 TEST_F(EngineTest, QueueLimitRefusesAndShutdownFinishes) {

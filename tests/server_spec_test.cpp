@@ -62,7 +62,7 @@ class ServerSpeculation : public ::testing::Test {
                             bool has_draft_model = false) const {
     server::RequestParser parser(*tokenizer_, chat_template_, 256, server_default, has_draft_model);
     json body = {{"prompt", "hi"}, {"speculative", speculative}};
-    return parser.parse(server::Endpoint::kCompletions, body).requests.at(0).speculation;
+    return parser.parse(server::Endpoint::kCompletions, body).requests.at(0).request().speculation;
   }
 
   test_util::TempFile file_{".gguf"};
@@ -102,7 +102,7 @@ TEST_F(ServerSpeculation, DefaultAutoSkipsSeededSampledRequests) {
   server::RequestParser parser(*tokenizer_, chat_template_, 256, server_default, false);
   const auto mode = [&](json body) {
     body["prompt"] = "hi";
-    return parser.parse(server::Endpoint::kCompletions, body).requests.at(0).speculation.mode;
+    return parser.parse(server::Endpoint::kCompletions, body).requests.at(0).request().speculation.mode;
   };
   EXPECT_EQ(mode({{"temperature", 0.8}, {"seed", 7}}), SpeculativeMode::kNone);
   EXPECT_EQ(mode({{"temperature", 0.8}}), SpeculativeMode::kAuto);                 // no seed: nothing to repeat

@@ -246,7 +246,9 @@ namespace {
 struct ToolFormatter {
   explicit ToolFormatter(ToolCallFormat format, const std::string& tool_choice = "auto", int64_t n = 1) {
     request.endpoint = Endpoint::kChat;
-    request.requests.resize(1);
+    GenerationRequest one;
+    one.prompt = {1};
+    request.requests.emplace_back(std::move(one), RequestLimits{tokenizer.vocab_size(), 64, false});
     request.prompt_texts = {""};
     request.n = n;
     request.tools = parse_tool_request({{"tools", {weather_tool()}}, {"tool_choice", tool_choice}});

@@ -111,8 +111,9 @@ class Engine::Impl {
     thread_.join();
   }
 
-  std::optional<RequestId> submit(GenerationRequest request, EventCallback on_event) {
-    validate_request(request, limits_);
+  std::optional<RequestId> submit(ValidatedRequest validated, EventCallback on_event) {
+    if (!(validated.limits() == limits_)) validate_request(validated.request(), limits_);
+    GenerationRequest request = std::move(validated).take();
     std::lock_guard lock(mutex_);
     if (stopping_ || static_cast<int64_t>(inbox_.size()) + scheduler_waiting_ >= options_.max_queue) return std::nullopt;
     const RequestId id = next_id_++;
@@ -396,6 +397,10 @@ Engine::Engine(const Model& model, const Tokenizer& tokenizer, const EngineOptio
 }
 Engine::~Engine() = default;
 std::optional<RequestId> Engine::submit(GenerationRequest request, EventCallback on_event) {
+  return impl_->submit(ValidatedRequest(std::move(request), impl_->request_limits()), std::move(on_event));
+}
+
+std::optional<RequestId> Engine::submit_validated(ValidatedRequest request, EventCallback on_event) {
   return impl_->submit(std::move(request), std::move(on_event));
 }
 void Engine::cancel(RequestId id) { impl_->cancel(id); }

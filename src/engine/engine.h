@@ -27,6 +27,7 @@ class CompiledConstraint;  // grammar/token_constraint.h
 class Model;               // model/model.h
 class Tokenizer;           // tokenizer/tokenizer.h
 struct RequestLimits;      // engine/request_validation.h
+class ValidatedRequest;    // engine/request_validation.h
 
 using RequestId = uint64_t;
 
@@ -159,6 +160,9 @@ class Engine {
   // [1, 128], draft-model speculation without a draft model, draft_k out of range); returns
   // nullopt when the waiting queue is full or the engine is shutting down.
   std::optional<RequestId> submit(GenerationRequest request, EventCallback on_event);
+  // The same, for a request validated already (against request_limits(): a
+  // request checked against other limits is checked again here).
+  std::optional<RequestId> submit_validated(ValidatedRequest request, EventCallback on_event);
   // Stops a request (every sequence) at once and frees its KV memory; each
   // unfinished sequence's final event has finish_reason "cancelled". Unknown or finished ids are ignored.
   void cancel(RequestId id);

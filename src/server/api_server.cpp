@@ -140,7 +140,7 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
   if (parsed.constraint) {  // compiled here, in the request's thread: the engine never waits for a compile
     restore_key_order(*parsed.constraint, body.schemas_in_order);
     const std::shared_ptr<const CompiledConstraint> compiled = compile_constraint(*parsed.constraint);
-    for (GenerationRequest& r : parsed.requests) r.constraint = compiled;
+    for (ValidatedRequest& r : parsed.requests) r.set_constraint(compiled);
   }
   ResponseFormatter formatter(tokenizer_, parsed, options_.model_id);
   auto job = std::make_shared<GenerationJob>(engine_, metrics_, jobs_, std::move(parsed.requests), arrival);

@@ -54,11 +54,11 @@ bool JobRegistry::wait_until_empty(std::chrono::milliseconds timeout) {
 }
 
 GenerationJob::GenerationJob(Engine& engine, ServerMetrics& metrics, JobRegistry& registry,
-                             std::vector<GenerationRequest> requests, Clock::time_point arrival)
+                             std::vector<ValidatedRequest> requests, Clock::time_point arrival)
     : engine_(engine), registry_(registry), shared_(std::make_shared<Shared>()) {
   shared_->metrics = &metrics;
   shared_->arrival = arrival;
-  for (const GenerationRequest& r : requests) n_choices_ += static_cast<size_t>(r.n);
+  for (const ValidatedRequest& r : requests) n_choices_ += static_cast<size_t>(r.request().n);
   shared_->last_token.resize(n_choices_);
   try {
     submit_all(std::move(requests));
@@ -69,16 +69,16 @@ GenerationJob::GenerationJob(Engine& engine, ServerMetrics& metrics, JobRegistry
   registry_.add(this);
 }
 
-void GenerationJob::submit_all(std::vector<GenerationRequest> requests) {
+void GenerationJob::submit_all(std::vector<ValidatedRequest> requests) {
   // OpenAI's choices[i] is a sequence: request k's sequence j (GenerationEvent::index) is choice first_choice + j.
   size_t first_choice = 0;
-  for (GenerationRequest& request : requests) {
-    const auto n = static_cast<size_t>(request.n);
+  for (ValidatedRequest& request : requests) {
+    const auto n = static_cast<size_t>(request.request().n);
     auto on_event = [shared = shared_, first_choice](const GenerationEvent& ev) {
       shared->on_event(first_choice + static_cast<size_t>(ev.index), ev);
     };
     first_choice += n;
-    const std::optional<RequestId> id = engine_.submit(std::move(request), std::move(on_event));
+    const std::optional<RequestId> id = engine_.submit_validated(std::move(request), std::move(on_event));
     if (!id) {
       shared_->metrics->requests_rejected++;
       throw ApiError(429, "the server is at capacity (request queue full); retry shortly", {}, "rate_limit_error");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/request_validation.h"
 #include "server/server_metrics.h"
 
 namespace kvserve::server {
@@ -45,7 +46,7 @@ class GenerationJob {
  public:
   // Submits every request. Throws ApiError 429 when the engine's queue is
   // full (the requests already submitted are cancelled first).
-  GenerationJob(Engine& engine, ServerMetrics& metrics, JobRegistry& registry, std::vector<GenerationRequest> requests,
+  GenerationJob(Engine& engine, ServerMetrics& metrics, JobRegistry& registry, std::vector<ValidatedRequest> requests,
                 Clock::time_point arrival);
   ~GenerationJob();  // cancels whatever has not finished, freeing its KV blocks
   GenerationJob(const GenerationJob&) = delete;
@@ -60,7 +61,7 @@ class GenerationJob {
 
  private:
   struct Shared;
-  void submit_all(std::vector<GenerationRequest> requests);
+  void submit_all(std::vector<ValidatedRequest> requests);
 
   Engine& engine_;
   JobRegistry& registry_;

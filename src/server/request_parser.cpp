@@ -392,8 +392,10 @@ void RequestParser::fit_to_context(const std::vector<int32_t>& prompt, const jso
 // The engine's own checks, with its limits (a prompt shorter than context_ may
 // still not fit its KV pool): a request that passed here is never refused by
 // Engine::submit, and each refusal names its field.
-void RequestParser::validate_for_engine(const GenerationRequest& r, Endpoint endpoint) const {
-  engine_check(endpoint, [&] { validate_request(r, engine_limits_); });
+ValidatedRequest RequestParser::validate_for_engine(GenerationRequest r, Endpoint endpoint) const {
+  std::optional<ValidatedRequest> validated;
+  engine_check(endpoint, [&] { validated.emplace(std::move(r), engine_limits_); });
+  return std::move(*validated);
 }
 
 ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
@@ -427,8 +429,7 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
                                       std::to_string(r.max_tokens) + ")");
     r.prompt = std::move(tokens);
     r.n = static_cast<int32_t>(out.n);  // prefilled once, forked n ways; sequence j samples with seed + j
-    validate_for_engine(r, endpoint);
-    out.requests.push_back(std::move(r));
+    out.requests.push_back(validate_for_engine(std::move(r), endpoint));
   }
   out.prompt_texts = std::move(prompts.texts);
   out.constraint = parse_constraint(body);

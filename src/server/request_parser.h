@@ -50,7 +50,7 @@ struct ParsedRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   // One engine request per prompt, each with n sequences: prompt i's choice j
   // (sequence j of requests[i]) is choice i * n + j of the response.
-  std::vector<GenerationRequest> requests;
+  std::vector<ValidatedRequest> requests;  // checked against the engine's limits while parsing
   std::vector<std::string> prompt_texts;  // per prompt, for echo
   int64_t n = 1;
   bool stream = false;
@@ -85,8 +85,8 @@ class RequestParser {
 
   // Every count is checked before anything is tokenized: prompts x n, each
   // prompt's bytes against what the context can hold (check_text_fits). Each
-  // engine request is then checked as Engine::submit checks it
-  // (validate_request), so that the engine never refuses what passed here.
+  // engine request is then validated with the engine's limits (a
+  // ValidatedRequest, which Engine::submit_validated does not check again).
   ParsedRequest parse(Endpoint endpoint, const nlohmann::json& body) const;
 
   // POST /tokenize's ids, at most `context` of them (400 past that; a text
@@ -110,7 +110,7 @@ class RequestParser {
   GenerationRequest shared_settings(Endpoint endpoint, const nlohmann::json& body, ParsedRequest& out) const;
   void fit_to_context(const std::vector<int32_t>& prompt, const nlohmann::json& body, Endpoint endpoint,
                       GenerationRequest& r) const;
-  void validate_for_engine(const GenerationRequest& r, Endpoint endpoint) const;
+  ValidatedRequest validate_for_engine(GenerationRequest r, Endpoint endpoint) const;
 
   const Tokenizer& tokenizer_;
   const ChatTemplate& chat_template_;
