@@ -45,11 +45,8 @@ rm -f "$sanitizer_log"
 # The real-model tests are slow without optimization, and the client and cluster tests drive the same
 # server code through processes; they ran above. This build has no MPI (KVSERVE_MPI is off): the mpirun
 # tests (pipeline_mpi, pipeline_failure) ran above, the in-process pipeline tests run here.
-# One OpenMP thread per test process: two processes at a time fill the two cores, and a test's two
-# threads would otherwise wait at every barrier for a core the other process holds (the tests that
-# compare thread counts set theirs explicitly).
 echo "== fast tests under ASan + UBSan (clang), ${SECONDS} s after the start ==" >&2
-OMP_NUM_THREADS=1 KVSERVE_SKIP_SLOW=1 ctest --test-dir build-sanitize --output-on-failure -j2 \
+KVSERVE_SKIP_SLOW=1 ctest --test-dir build-sanitize --output-on-failure -j2 \
   -E 'RealModel|openai_client|structured_output_client|tool_calls_qwen|^cluster$'
 
 echo "== fuzzing under ASan + UBSan, ${KVSERVE_FUZZ_SECONDS:-20} s per target, ${SECONDS} s after the start ==" >&2
