@@ -26,7 +26,7 @@ void write_text(const TempFile& file, const std::string& text) { std::ofstream(f
 
 // The message of the kvserve::Error f throws ("" for none).
 template <typename F>
-std::string error_of(F f) {
+std::string key_error_of(F f) {
   try {
     f();
   } catch (const Error& e) {
@@ -72,19 +72,19 @@ TEST(ApiKeys, CollectsFlagsFilesAndTheEnvironment) {
 }
 
 TEST(ApiKeys, RefusesUnusableKeySourcesNamingThemNotTheKey) {
-  EXPECT_NE(error_of([] { collect_api_keys({}, {"/nonexistent/keys"}, nullptr); }).find("/nonexistent/keys: cannot open"),
+  EXPECT_NE(key_error_of([] { collect_api_keys({}, {"/nonexistent/keys"}, nullptr); }).find("/nonexistent/keys: cannot open"),
             std::string::npos);
   TempFile empty(".keys");
   write_text(empty, "# nothing yet\n\n");
-  EXPECT_NE(error_of([&] { collect_api_keys({}, {empty.path()}, nullptr); }).find("holds no key"), std::string::npos);
-  EXPECT_NE(error_of([] { collect_api_keys({}, {}, " , "); }).find("KVSERVE_API_KEY is set but holds no key"),
+  EXPECT_NE(key_error_of([&] { collect_api_keys({}, {empty.path()}, nullptr); }).find("holds no key"), std::string::npos);
+  EXPECT_NE(key_error_of([] { collect_api_keys({}, {}, " , "); }).find("KVSERVE_API_KEY is set but holds no key"),
             std::string::npos);
   TempFile spaced(".keys");
   write_text(spaced, "good\nsecret with space\n");
-  const std::string spaced_error = error_of([&] { collect_api_keys({}, {spaced.path()}, nullptr); });
+  const std::string spaced_error = key_error_of([&] { collect_api_keys({}, {spaced.path()}, nullptr); });
   EXPECT_NE(spaced_error.find("line 2"), std::string::npos) << spaced_error;
   EXPECT_EQ(spaced_error.find("secret"), std::string::npos) << spaced_error;
-  EXPECT_NE(error_of([] { collect_api_keys({std::string(300, 'k')}, {}, nullptr); }).find("1 to 256"), std::string::npos);
+  EXPECT_NE(key_error_of([] { collect_api_keys({std::string(300, 'k')}, {}, nullptr); }).find("1 to 256"), std::string::npos);
 }
 
 class ApiKeysServer : public ::testing::Test {

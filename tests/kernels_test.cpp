@@ -37,14 +37,14 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, floa
 }
 
 // A weight matrix quantized row by row, plus its exact dequantized values.
-struct TestMatrix {
+struct QuantizedMatrix {
   std::vector<uint8_t> bytes;
   std::vector<float> dequantized;
   TensorView view;
 };
 
-TestMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
-  TestMatrix m;
+QuantizedMatrix make_quantized_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  QuantizedMatrix m;
   const std::vector<float> values = random_floats(static_cast<size_t>(rows * cols), seed);
   const size_t row_bytes = dtype_row_bytes(type, cols);
   m.bytes.resize(row_bytes * static_cast<size_t>(rows));
@@ -143,7 +143,7 @@ TEST_P(KernelMatmul, EveryPathMatchesReferenceOnAwkwardShapes) {
   for (const ActivationPrecision precision : {ActivationPrecision::kF32, ActivationPrecision::kQ8})
   for (const Shape& s : awkward_shapes()) {
     set_activation_precision(precision);
-    const TestMatrix m = make_matrix(type, s.rows, s.cols, seed++);
+    const QuantizedMatrix m = make_quantized_matrix(type, s.rows, s.cols, seed++);
     const std::vector<float> x = random_floats(static_cast<size_t>(s.n_tokens * s.cols), seed++);
     std::vector<float> expected(static_cast<size_t>(s.n_tokens * s.rows));
     matmul_reference(m.view, x.data(), s.n_tokens, expected.data());
@@ -176,7 +176,7 @@ TEST_P(KernelMatmul, SimdPathsAgreeWithScalarPathClosely) {
   for (const ActivationPrecision precision : {ActivationPrecision::kF32, ActivationPrecision::kQ8})
   for (const Shape& s : awkward_shapes()) {
     set_activation_precision(precision);
-    const TestMatrix m = make_matrix(type, s.rows, s.cols, seed++);
+    const QuantizedMatrix m = make_quantized_matrix(type, s.rows, s.cols, seed++);
     const std::vector<float> x = random_floats(static_cast<size_t>(s.n_tokens * s.cols), seed++);
     std::vector<float> scalar(static_cast<size_t>(s.n_tokens * s.rows));
     set_kernel_isa(Isa::Scalar);
@@ -199,11 +199,11 @@ TEST(KernelMatmulShared, EqualsSeparateMatmulsForMixedTypes) {
   IsaGuard guard;
   PrecisionGuard precision_guard;
   const int64_t cols = 96;
-  const TestMatrix a = make_matrix(DType::Q4_1, 33, cols, 71), b = make_matrix(DType::Q8_0, 7, cols, 72),
-                   c = make_matrix(DType::F32, 100, cols, 73), d = make_matrix(DType::Q4_0, 1, cols, 74),
-                   e = make_matrix(DType::Q8_0, 5, cols, 76);
+  const QuantizedMatrix a = make_quantized_matrix(DType::Q4_1, 33, cols, 71), b = make_quantized_matrix(DType::Q8_0, 7, cols, 72),
+                   c = make_quantized_matrix(DType::F32, 100, cols, 73), d = make_quantized_matrix(DType::Q4_0, 1, cols, 74),
+                   e = make_quantized_matrix(DType::Q8_0, 5, cols, 76);
   // d and e read the activations a and b prepared (same order, same sums).
-  const TestMatrix* matrices[] = {&a, &b, &c, &d, &e};
+  const QuantizedMatrix* matrices[] = {&a, &b, &c, &d, &e};
   constexpr size_t kProducts = std::size(matrices);
   for (const ActivationPrecision precision : {ActivationPrecision::kF32, ActivationPrecision::kQ8})
   for (Isa isa : available_isas())

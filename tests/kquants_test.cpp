@@ -343,18 +343,18 @@ TEST(KQuantBlocks, QuantizeRoundTripsWithinOneStep) {
 // ---- Matmul paths on random blocks --------------------------------------------
 
 
-struct Shape {
+struct KQuantShape {
   int64_t rows, cols, n_tokens;
 };
 
 // Rows not a multiple of the 4-row decode pass, several super-blocks, every
 // small-batch token count (1..9: one or two token groups per call), 13 and 16
 // (the largest small batches), 17 (the prefill tiles).
-std::vector<Shape> shapes_for(DType type) {
+std::vector<KQuantShape> shapes_for(DType type) {
   const bool small_blocks = dtype_info(type).block_size == 32;
   const std::vector<int64_t> cols = small_blocks ? std::vector<int64_t>{32, 96, 288, 2080}
                                                  : std::vector<int64_t>{256, 768, 1280};
-  std::vector<Shape> shapes;
+  std::vector<KQuantShape> shapes;
   for (int64_t rows : {1, 7, 33})
     for (int64_t c : cols)
       for (int64_t n_tokens : test_util::skip_slow() ? std::vector<int64_t>{1, 2, 3, 4, 5, 8, 17}  // as kernels_test
@@ -363,7 +363,7 @@ std::vector<Shape> shapes_for(DType type) {
   return shapes;
 }
 
-std::string describe(DType type, Isa isa, ActivationPrecision p, const Shape& s) {
+std::string describe(DType type, Isa isa, ActivationPrecision p, const KQuantShape& s) {
   return std::string(dtype_name(type)) + " on " + isa_name(isa) + " (" + activation_precision_name(p) +
          " activations), rows " + std::to_string(s.rows) + ", cols " + std::to_string(s.cols) + ", tokens " +
          std::to_string(s.n_tokens);
@@ -378,7 +378,7 @@ TEST_P(KQuantMatmul, EveryPathMatchesReference) {
   Guards guards;
   uint32_t seed = 1;
   for (const ActivationPrecision precision : {ActivationPrecision::kF32, ActivationPrecision::kQ8})
-    for (const Shape& s : shapes_for(type)) {
+    for (const KQuantShape& s : shapes_for(type)) {
       set_activation_precision(precision);
       const TestMatrix m = make_matrix(type, s.rows, s.cols, seed++);
       std::mt19937 rng(seed++);
@@ -411,7 +411,7 @@ TEST_P(KQuantMatmul, SimdPathsAgreeWithScalarPath) {
   Guards guards;
   uint32_t seed = 500;
   for (const ActivationPrecision precision : {ActivationPrecision::kF32, ActivationPrecision::kQ8})
-    for (const Shape& s : shapes_for(type)) {
+    for (const KQuantShape& s : shapes_for(type)) {
       set_activation_precision(precision);
       const TestMatrix m = make_matrix(type, s.rows, s.cols, seed++);
       std::mt19937 rng(seed++);

@@ -16,9 +16,9 @@ using namespace kvserve;
 
 namespace {
 
-constexpr int kVocab = 397;  // prime
+constexpr int kProcessorVocab = 397;  // prime
 
-std::vector<float> random_row(size_t n, uint32_t seed) {
+std::vector<float> random_logits(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal(0.0f, 3.0f);
   std::vector<float> row(n);
@@ -28,7 +28,7 @@ std::vector<float> random_row(size_t n, uint32_t seed) {
 
 struct SequenceFixture {
   explicit SequenceFixture(GenerationRequest request)
-      : tokenizer(test_util::tiny_bpe_tokenizer(kVocab)), r(std::move(request)),
+      : tokenizer(test_util::tiny_bpe_tokenizer(kProcessorVocab)), r(std::move(request)),
         state(r, 0, tokenizer, SpeculationContext{}, std::make_shared<const StopStrings>(r.stop), {}) {
     seq.max_kv_tokens = 1000;
   }
@@ -45,10 +45,10 @@ TEST(OutputProcessor, LogprobsAreTheRowsLogSoftmaxWithTheTopKMostLikelyFirst) {
   r.top_logprobs = 7;
   SequenceFixture f(r);
   OutputProcessor out(f.tokenizer);
-  const std::vector<float> row = random_row(kVocab, 11);
+  const std::vector<float> row = random_logits(kProcessorVocab, 11);
   std::vector<float> want;
   Sampler::log_softmax(row, want);
-  std::vector<int32_t> order(kVocab);
+  std::vector<int32_t> order(kProcessorVocab);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return want[static_cast<size_t>(a)] > want[static_cast<size_t>(b)]; });
   for (int round = 0; round < 2; ++round) {  // the buffers are reused
@@ -69,14 +69,14 @@ TEST(OutputProcessor, LogprobsAreTheRowsLogSoftmaxWithTheTopKMostLikelyFirst) {
 
 TEST(OutputProcessor, TopLogprobsBeyondTheVocabularyListEveryToken) {
   GenerationRequest r;
-  r.top_logprobs = kVocab + 5;
+  r.top_logprobs = kProcessorVocab + 5;
   SequenceFixture f(r);
   OutputProcessor out(f.tokenizer);
-  std::vector<float> row = random_row(kVocab, 12);
+  std::vector<float> row = random_logits(kProcessorVocab, 12);
   row[3] = -std::numeric_limits<float>::infinity();
   GenerationEvent ev;
   out.take_token(f.seq, f.r, f.state, 5, 1, out.log_probs(row), ev);
-  ASSERT_EQ(ev.logprobs[0].top.size(), static_cast<size_t>(kVocab));
+  ASSERT_EQ(ev.logprobs[0].top.size(), static_cast<size_t>(kProcessorVocab));
   EXPECT_EQ(ev.logprobs[0].top.back().first, 3);  // the masked token last
 }
 

@@ -25,7 +25,7 @@ using namespace kvserve::engine_run;
 
 namespace {
 
-constexpr int64_t kWindow = 48;  // tiny-gemma3's
+constexpr int64_t kGemmaWindow = 48;  // tiny-gemma3's
 
 class SlidingWindowEngine : public ::testing::Test {
  protected:
@@ -33,7 +33,7 @@ class SlidingWindowEngine : public ::testing::Test {
     test_util::write_synth_model(file_.path(), "tiny-gemma3", DType::F32, 7);
     model_ = Model::load(file_.path());
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
-    ASSERT_EQ(model_->config().sliding_window, kWindow);
+    ASSERT_EQ(model_->config().sliding_window, kGemmaWindow);
   }
   int32_t vocab() const { return model_->config().vocab_size; }
 
@@ -98,7 +98,7 @@ TEST_F(SlidingWindowEngine, ContinuousBatchingGivesTheSameTokensAndLogprobs) {
   EXPECT_EQ(kept.kv_sliding_blocks_total, 0);
   EXPECT_GT(freed.kv_sliding_blocks_total, 0);
   // 4 running sequences, each a window plus a 40-token chunk at most.
-  EXPECT_LE(freed.kv_sliding_blocks_used_peak, 4 * sliding_blocks_per_sequence(kWindow, 40, 8));
+  EXPECT_LE(freed.kv_sliding_blocks_used_peak, 4 * sliding_blocks_per_sequence(kGemmaWindow, 40, 8));
   EXPECT_LT(freed.kv_bytes_used_peak, kept.kv_bytes_used_peak);
   EXPECT_EQ(freed.kv_sliding_blocks_used, 0);
 }
@@ -112,7 +112,7 @@ TEST_F(SlidingWindowEngine, OneLongSequenceHoldsAWindowOfSlidingBlocks) {
   const int64_t positions = static_cast<int64_t>(request.prompt.size()) + 39;  // the last token needs no slot
   EXPECT_EQ(freed.kv_blocks_used_peak, (positions + 7) / 8);  // the global layer keeps every block
   EXPECT_EQ(kept.kv_blocks_used_peak, (positions + 7) / 8);
-  EXPECT_LE(freed.kv_sliding_blocks_used_peak, sliding_blocks_per_sequence(kWindow, 40, 8));
+  EXPECT_LE(freed.kv_sliding_blocks_used_peak, sliding_blocks_per_sequence(kGemmaWindow, 40, 8));
 }
 
 TEST_F(SlidingWindowEngine, PrefixHitsGiveTheSameTokensAndLogprobs) {

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "kernels/quantize.h"
 #include "model/gguf_writer.h"
+#include "model/gguf_token_type.h"
 
 namespace kvserve {
 namespace {
@@ -324,15 +325,11 @@ std::string restore_space_marks(const std::string& piece) {
   return out;
 }
 
-constexpr int32_t kTokenNormal = 1;
-constexpr int32_t kTokenUnknown = 2;
-constexpr int32_t kTokenControl = 3;
-constexpr int32_t kTokenByte = 6;
 
 void add_special_tokens(Llama2cVocab& v) {
   v.tokens = {"<unk>", "<s>", "</s>"};
   v.scores = {0.0f, 0.0f, 0.0f};
-  v.token_types = {kTokenUnknown, kTokenControl, kTokenControl};
+  v.token_types = {gguf_token_type::kUnknown, gguf_token_type::kControl, gguf_token_type::kControl};
 }
 
 }  // namespace
@@ -364,7 +361,7 @@ Llama2cVocab read_llama2c_tokenizer(const std::string& path, int32_t vocab_size)
     const bool byte = is_byte_piece(piece);
     v.tokens.push_back(byte ? piece : restore_space_marks(piece));
     v.scores.push_back(score);
-    v.token_types.push_back(byte ? kTokenByte : kTokenNormal);
+    v.token_types.push_back(byte ? gguf_token_type::kByte : gguf_token_type::kNormal);
   }
   v.tokens.resize(static_cast<size_t>(vocab_size));  // vocab_size < 3 only
   v.scores.resize(v.tokens.size());
@@ -380,12 +377,12 @@ Llama2cVocab make_placeholder_vocab(int32_t vocab_size) {
     std::snprintf(piece, sizeof(piece), "<0x%02X>", b);
     v.tokens.push_back(piece);
     v.scores.push_back(0.0f);
-    v.token_types.push_back(kTokenByte);
+    v.token_types.push_back(gguf_token_type::kByte);
   }
   for (int32_t id = static_cast<int32_t>(v.tokens.size()); id < vocab_size; ++id) {
     v.tokens.push_back("<unused_" + std::to_string(id) + ">");
     v.scores.push_back(0.0f);
-    v.token_types.push_back(kTokenNormal);
+    v.token_types.push_back(gguf_token_type::kNormal);
   }
   // A vocabulary smaller than the byte set keeps its first vocab_size entries.
   v.tokens.resize(static_cast<size_t>(vocab_size));

@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "kernels/quantize.h"
 #include "model/gguf_writer.h"
+#include "model/gguf_token_type.h"
 
 namespace kvserve {
 namespace {
@@ -70,8 +71,6 @@ constexpr const char* kCorpusPunctuation[] = {",", ".", "'s", "!", "?", ":", ";"
 constexpr const char* kSpecialTokens[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 // llama.cpp looks these up by name in any model whose general.name says phi3.
 constexpr const char* kPhi3SpecialTokens[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>", "<s>", "</s>", "<|end|>"};
-constexpr int32_t kTokenNormal = 1;
-constexpr int32_t kTokenControl = 3;
 
 struct CorpusWord {
   std::vector<int32_t> symbols;
@@ -427,11 +426,11 @@ ByteBpeVocab build_synth_vocab(int vocab_size, bool phi3_specials) {
   ByteBpeVocab vocab;
   vocab.tokens = std::move(builder.tokens());
   vocab.merges = std::move(builder.merges());
-  vocab.token_types.assign(vocab.tokens.size(), kTokenNormal);
+  vocab.token_types.assign(vocab.tokens.size(), gguf_token_type::kNormal);
   vocab.eos_id = static_cast<uint32_t>(vocab.tokens.size());
   for (const char* special : specials) {
     vocab.tokens.push_back(special);
-    vocab.token_types.push_back(kTokenControl);
+    vocab.token_types.push_back(gguf_token_type::kControl);
   }
   return vocab;
 }

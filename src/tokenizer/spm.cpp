@@ -16,18 +16,18 @@ namespace kvserve {
 namespace {
 
 // A stretch of the text: one character at first, longer once merged.
-struct Segment {
+struct PieceSpan {
   uint32_t offset;
   uint32_t length;
 };
 
 // Merges adjacent segments of `text`, best score first (leftmost on ties),
 // while their concatenation has a score; returns the final segments in order.
-std::vector<Segment> merge_by_score(std::string_view text, const std::vector<Utf8Char>& chars,
+std::vector<PieceSpan> merge_by_score(std::string_view text, const std::vector<Utf8Char>& chars,
                                     const std::function<std::optional<float>(std::string_view)>& score_of) {
   // A doubly linked list; a merged-away symbol has length 0.
   struct Symbol {
-    Segment segment;
+    PieceSpan segment;
     int32_t prev;
     int32_t next;
   };
@@ -47,8 +47,8 @@ std::vector<Segment> merge_by_score(std::string_view text, const std::vector<Utf
   std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> queue(later);
   const auto consider = [&](int32_t left) {
     if (left < 0 || symbols[left].next < 0) return;
-    const Segment& l = symbols[left].segment;
-    const Segment& r = symbols[symbols[left].next].segment;
+    const PieceSpan& l = symbols[left].segment;
+    const PieceSpan& r = symbols[symbols[left].next].segment;
     if (const auto score = score_of(text.substr(l.offset, l.length + r.length))) {
       queue.push({*score, left, l.length, r.length});
     }
@@ -72,7 +72,7 @@ std::vector<Segment> merge_by_score(std::string_view text, const std::vector<Utf
     consider(left.prev);
     consider(c.left);
   }
-  std::vector<Segment> segments;
+  std::vector<PieceSpan> segments;
   for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = symbols[i].next) segments.push_back(symbols[i].segment);
   return segments;
 }
@@ -85,7 +85,7 @@ void Tokenizer::encode_spm(std::string_view raw_text, bool add_prefix, std::vect
     const int32_t id = find_piece(piece);
     return id >= 0 ? std::optional<float>(scores_[id]) : std::nullopt;
   };
-  for (const Segment& segment : merge_by_score(text, decode_utf8(text), score_of)) {
+  for (const PieceSpan& segment : merge_by_score(text, decode_utf8(text), score_of)) {
     const std::string_view piece = std::string_view(text).substr(segment.offset, segment.length);
     if (const int32_t id = find_piece(piece); id >= 0) {
       out.push_back(id);
