@@ -21,7 +21,9 @@ struct Output {
   std::vector<int32_t> tokens;
   std::string text;
   std::vector<TokenLogprob> logprobs;
+  std::vector<TokenLogprob> prompt_logprobs;  // GenerationRequest::prompt_logprobs
   std::string finish_reason;
+  int64_t cached_tokens = 0;
 };
 
 // Submits every request at once and waits for all final events.
@@ -33,7 +35,9 @@ inline std::vector<Output> run_together(Engine& engine, const std::vector<Genera
       outs[i].tokens.insert(outs[i].tokens.end(), ev.tokens.begin(), ev.tokens.end());
       outs[i].text += ev.text;
       outs[i].logprobs.insert(outs[i].logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+      if (!ev.prompt_logprobs.empty()) outs[i].prompt_logprobs = ev.prompt_logprobs;
       if (ev.finished) {
+        outs[i].cached_tokens = ev.cached_tokens;
         outs[i].finish_reason = ev.finish_reason;
         done[i].set_value();
       }

@@ -61,6 +61,14 @@ def check_chat(client, model):
 def check_completions_and_errors(client, model):
     c = client.completions.create(model=model, prompt="Once upon a time", max_tokens=8, temperature=0, logprobs=2)
     assert c.choices[0].text and len(c.choices[0].logprobs.tokens) == 8
+    # Prompt scoring as lm-eval's loglikelihood asks for it: echo, logprobs, no new token.
+    scored = client.completions.create(model=model, prompt="Once upon a time", max_tokens=0, temperature=0,
+                                       echo=True, logprobs=1)
+    lp = scored.choices[0].logprobs
+    assert scored.choices[0].text.startswith("Once upon a time"), scored.choices[0].text
+    assert len(lp.tokens) >= 4 and lp.token_logprobs[0] is None, lp
+    assert all(v is not None and v <= 0 for v in lp.token_logprobs[1:]), lp.token_logprobs
+    assert "".join(lp.tokens).endswith("Once upon a time"), lp.tokens
     try:
         client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4, temperature=7)
         raise AssertionError("temperature 7 was accepted")

@@ -226,6 +226,47 @@ TEST_F(ServerTest, CompletionShapeAndUsage) {
   EXPECT_EQ(post_ok("/v1/completions", echo)["choices"][0]["text"], "the cat sat on the mat" + r["choices"][0]["text"].get<std::string>());
 }
 
+// echo + logprobs (OpenAI's prompt scoring, what lm-eval's loglikelihood
+// asks with max_tokens 0) and vLLM's prompt_logprobs: the prompt's tokens,
+// null for the first, then the completion's.
+TEST_F(ServerTest, EchoWithLogprobsScoresThePrompt) {
+  const auto prompt_ids = tokenizer_->encode("the cat sat on the mat", tokenizer_->add_bos());
+  const size_t n_prompt = prompt_ids.size();
+  for (int max_tokens : {0, 3}) {
+    SCOPED_TRACE("max_tokens " + std::to_string(max_tokens));
+    json body = greedy_completion(max_tokens);
+    body["echo"] = true;
+    body["logprobs"] = 2;
+    const json r = post_ok("/v1/completions", body);
+    const json& lp = r["choices"][0]["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), n_prompt + static_cast<size_t>(max_tokens));
+    EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+    EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+    for (size_t i = 1; i < lp["tokens"].size(); ++i) {
+      EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+      EXPECT_EQ(lp["top_logprobs"][i].size(), 2u);
+      EXPECT_GE(lp["text_offset"][i].get<int64_t>(), lp["text_offset"][i - 1].get<int64_t>());
+    }
+    for (size_t i = 0; i < n_prompt; ++i) EXPECT_EQ(lp["tokens"][i], tokenizer_->token_bytes(prompt_ids[i]));
+    EXPECT_EQ(r["usage"]["completion_tokens"], max_tokens);
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(r["choices"][0]["text"].get<std::string>().rfind("the cat sat on the mat", 0), 0u);
+  }
+  json vllm = greedy_completion(1);
+  vllm["prompt_logprobs"] = 1;
+  const json v = post_ok("/v1/completions", vllm)["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(v.size(), n_prompt);
+  EXPECT_TRUE(v[0].is_null());
+  for (size_t i = 1; i < n_prompt; ++i) {
+    const json& own = v[i][std::to_string(prompt_ids[i])];
+    EXPECT_GE(own["rank"].get<int64_t>(), 1);
+    EXPECT_EQ(own["decoded_token"], tokenizer_->token_bytes(prompt_ids[i]));
+    EXPECT_LE(v[i].size(), 2u);  // its own and the most likely (the same when it is the most likely)
+  }
+  vllm["prompt_logprobs"] = 21;
+  EXPECT_EQ(client().Post("/v1/completions", vllm.dump(), "application/json")->status, 400);
+}
+
 TEST_F(ServerTest, ChatShapeNChoicesAndLogprobs) {
   json body = chat(5);
   body["n"] = 2;

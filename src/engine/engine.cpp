@@ -215,7 +215,7 @@ class Engine::Impl {
     run_draft_model(out);
     const auto start = std::chrono::steady_clock::now();
     forward(out);
-    sampling_.run(out, logits_);
+    sampling_.run(out, logits_, first_row_);
     // The pass with its sampling and verification: what a step of n tokens costs.
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     policy_.step_cost.observe(out.num_tokens(), took.count());
@@ -255,17 +255,20 @@ class Engine::Impl {
     return drafts;
   }
 
-  // One batched forward pass over the step's chunks: logits_ gets a row per
-  // sampling chunk, plus one per draft.
+  // One batched forward pass over the step's chunks: logits_ gets each
+  // chunk's logit_rows() (a row per sampling chunk, plus one per draft, or
+  // every row of a prompt being scored), chunk i's from row first_row_[i].
   void forward(const SchedulerOutput& out) {
     std::vector<SequenceChunk> chunks;
-    int64_t n_rows = 0;
+    first_row_.assign(1, 0);
     for (const ScheduledChunk& c : out.chunks) {
       const auto tokens = std::span<const int32_t>(c.seq->tokens).subspan(static_cast<size_t>(c.start), static_cast<size_t>(c.n));
-      chunks.push_back({tokens, c.start, kv_.blocks(c.seq->id), c.samples, c.n_draft + 1, kv_.sliding_blocks(c.seq->id)});
-      n_rows += c.samples ? c.n_draft + 1 : 0;
+      const int64_t rows = c.logit_rows();
+      chunks.push_back({tokens, c.start, kv_.blocks(c.seq->id), rows > 0, std::max<int64_t>(rows, 1),
+                        kv_.sliding_blocks(c.seq->id)});
+      first_row_.push_back(first_row_.back() + rows);
     }
-    logits_.resize(static_cast<size_t>(n_rows) * static_cast<size_t>(model_.config().vocab_size));
+    logits_.resize(static_cast<size_t>(first_row_.back()) * static_cast<size_t>(model_.config().vocab_size));
     runner_->forward_batch(chunks, logits_.data());
     scheduler_.finish_step(out);
     count_step(out);
@@ -355,6 +358,7 @@ class Engine::Impl {
   RequestTable requests_{tokenizer_, model_.config().vocab_size, scheduler_, draft_batch_.get(),
                          {[this] { count_finished_request(); }, [this](RequestId id) { forget(id); }}};
   std::vector<float> logits_;  // [rows][vocab] of the current step: one per sampling chunk + one per draft
+  std::vector<int64_t> first_row_;  // chunk i's rows of logits_ start at first_row_[i]; the last entry is the count
   SamplingStage sampling_{requests_, scheduler_, tokenizer_, model_.config().vocab_size, counters_};
   // Auto speculation's step cost and draft-model statistics.
   SpeculationPolicy policy_ = initial_policy(options_);

@@ -38,6 +38,11 @@ struct GenerationRequest {
   std::vector<std::string> stop;   // stop strings; matched on the decoded text, not included in it
   bool ignore_eos = false;
   int32_t top_logprobs = -1;       // -1: no logprobs; 0: the chosen token's only; k: plus the k most likely
+  // The prompt's own logprobs (OpenAI's echo + logprobs, vLLM's prompt_logprobs): each prompt token after
+  // the first, from the logits of the tokens before it. -1: none; 0: the token's; k: plus the k most likely.
+  // Every prompt position is computed (a prefix-cache hit never covers one not scored yet), and with
+  // max_tokens 0 the prompt is still prefilled, then the request ends with "length".
+  int32_t prompt_logprobs = -1;
   int32_t n = 1;                   // parallel samples (sequences): the prompt is prefilled once and forked
                                    // n ways; sequence i samples with sampling.seed + i
   SpeculationSettings speculation;
@@ -54,6 +59,7 @@ struct TokenLogprob {
   int32_t id = 0;
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;  // the top_logprobs most likely (id, logprob)
+  int64_t rank = 0;  // prompt logprobs: 1 + the ids more likely than this one (vLLM's rank); 0 elsewhere
 };
 
 struct GenerationEvent {
@@ -62,6 +68,9 @@ struct GenerationEvent {
   std::vector<int32_t> tokens;        // generated since the previous event
   std::string text;                   // text completed since the previous event (whole UTF-8 characters)
   std::vector<TokenLogprob> logprobs; // one per token, when requested
+  // GenerationRequest::prompt_logprobs: in each sequence's first event, one per
+  // prompt token after the first (prompt position 1 on).
+  std::vector<TokenLogprob> prompt_logprobs;
   bool finished = false;              // the sequence's last event; a request ends after n of them
   std::string finish_reason;          // when finished: "stop", "length", "cancelled" or "error"
   // The message when finish_reason is "error": what threw in this request's

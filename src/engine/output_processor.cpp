@@ -37,6 +37,12 @@ TokenLogprob OutputProcessor::logprob_of(std::span<const float> log_probs, int32
   return lp;
 }
 
+TokenLogprob OutputProcessor::scored_token(std::span<const float> log_probs, int32_t id, int32_t top) {
+  TokenLogprob lp = logprob_of(log_probs, id, top);
+  lp.rank = 1 + std::count_if(log_probs.begin(), log_probs.end(), [&](float v) { return v > lp.logprob; });
+  return lp;
+}
+
 FinishReason OutputProcessor::take_token(const Sequence& seq, const GenerationRequest& r, SequenceState& state,
                                          int32_t token, int64_t length, std::span<const float> log_probs,
                                          GenerationEvent& ev) {

@@ -33,6 +33,9 @@ class OutputProcessor {
   FinishReason take_token(const Sequence& seq, const GenerationRequest& r, SequenceState& state, int32_t token,
                           int64_t length, std::span<const float> log_probs, GenerationEvent& ev);
 
+  // A prompt token's entry: logprob_of() and its rank (1 + the ids more likely).
+  TokenLogprob scored_token(std::span<const float> log_probs, int32_t id, int32_t top);
+
   // Generated tokens taken so far (those a constraint rejected excluded).
   int64_t tokens_taken() const { return tokens_taken_; }
 

@@ -75,6 +75,7 @@ struct RequestState {
   int32_t unfinished;
   bool forked = false;  // sequences 1..n-1 are forked from sequence 0
   int64_t cached_tokens = 0;  // prompt tokens found in the prefix cache
+  std::vector<TokenLogprob> prompt_logprobs;  // request.prompt_logprobs: prompt positions 1.. scored so far
 };
 
 }  // namespace kvserve

@@ -32,12 +32,14 @@ void RequestTable::start(RequestId id, GenerationRequest request, EventCallback 
     check(inserted, "request ids are unique");
     RequestState& rs = it->second;
     rs.on_event = std::move(on_event);
-    if (rs.request.max_tokens == 0) return finish_all(id, FinishReason::kLength);
+    // max_tokens 0 ends a request at once, unless it asks for its prompt's logprobs.
+    if (rs.request.max_tokens == 0 && rs.request.prompt_logprobs < 0) return finish_all(id, FinishReason::kLength);
     auto seq = std::make_unique<Sequence>();
     seq->id = new_sequence(id, *rs.sequences[0]);
     seq->tokens = rs.request.prompt;
     seq->prompt_len = static_cast<int64_t>(rs.request.prompt.size());
     seq->max_kv_tokens = max_kv_tokens;
+    seq->scores_prompt = rs.request.prompt_logprobs >= 0;
     scheduler_.add(std::move(seq));
   } catch (const std::exception& e) {
     if (requests_.count(id) > 0) return finish_all(id, FinishReason::kError, e.what());

@@ -58,6 +58,9 @@ void validate_request(const GenerationRequest& r, const RequestLimits& limits) {
   check_prompt_tokens(r, limits);
   check_sampling(r, limits);
   if (r.min_tokens < 0) throw RequestError("min_tokens", "min_tokens must be >= 0, got " + std::to_string(r.min_tokens));
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > kMaxPromptLogprobs)
+    throw RequestError("prompt_logprobs", "prompt_logprobs must be in [0, " + std::to_string(kMaxPromptLogprobs) +
+                                              "], got " + std::to_string(r.prompt_logprobs));
   validate_stop_strings(r.stop);
 }
 

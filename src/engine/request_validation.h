@@ -14,6 +14,9 @@
 
 namespace kvserve {
 
+// The most likely alternatives a prompt token's logprob may come with (vLLM's max_logprobs).
+constexpr int32_t kMaxPromptLogprobs = 20;
+
 // Parallel samples (sequences) of one request at most.
 inline constexpr int32_t kMaxSequences = 128;
 

@@ -1,5 +1,7 @@
 #include "engine/sampling_stage.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace kvserve {
@@ -9,19 +11,34 @@ SamplingStage::SamplingStage(RequestTable& requests, Scheduler& scheduler, const
     : requests_(requests), scheduler_(scheduler), vocab_(static_cast<size_t>(vocab_size)), counters_(counters),
       output_(tokenizer) {}
 
-void SamplingStage::run(const SchedulerOutput& out, std::span<float> logits) {
-  size_t row = 0;
-  for (const ScheduledChunk& c : out.chunks) {
-    if (!c.samples) continue;
-    const auto rows = static_cast<size_t>(c.n_draft + 1);
-    const auto span = logits.subspan(row * vocab_, rows * vocab_);
-    row += rows;
+void SamplingStage::run(const SchedulerOutput& out, std::span<float> logits, std::span<const int64_t> first_row) {
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    const ScheduledChunk& c = out.chunks[i];
+    const auto first = static_cast<size_t>(first_row[i]), end = static_cast<size_t>(first_row[i + 1]);
+    if (first == end) continue;
     const RequestId id = requests_.owner(*c.seq).id;
     if (requests_.failed(id)) continue;  // another sequence of it failed: it ends after the step
     requests_.for_request(id, [&] {
+      if (c.seq->scores_rows(c.start, c.n)) score_prompt(*c.seq, c.start, logits.subspan(first * vocab_, (end - first) * vocab_));
+      if (!c.samples) return;
+      const auto rows = static_cast<size_t>(c.n_draft + 1);  // the chunk's last rows
+      const auto span = logits.subspan((end - rows) * vocab_, rows * vocab_);
       if (c.n_draft > 0) on_draft_logits(*c.seq, c.n_draft, span);
       else on_logits(*c.seq, span);
     });
+  }
+}
+
+// Row r of `rows` is the logits after prompt token start + r: the logprob of
+// token start + r + 1 (and the most likely ones), taken once per position.
+void SamplingStage::score_prompt(Sequence& seq, int64_t start, std::span<const float> rows) {
+  RequestState& rs = requests_.owner(seq).request;
+  const int64_t n_rows = static_cast<int64_t>(rows.size() / vocab_);
+  for (int64_t p = std::max(start, seq.prompt_rows_scored); p < start + n_rows && p < seq.prompt_len - 1; ++p) {
+    const auto row = rows.subspan(static_cast<size_t>(p - start) * vocab_, vocab_);
+    const int32_t token = seq.tokens[static_cast<size_t>(p + 1)];
+    rs.prompt_logprobs.push_back(output_.scored_token(output_.log_probs(row), token, rs.request.prompt_logprobs));
+    seq.prompt_rows_scored = p + 1;
   }
 }
 
@@ -46,6 +63,11 @@ void SamplingStage::on_logits(Sequence& seq, std::span<float> row) {
 void SamplingStage::sample(RequestId id, RequestState& rs, SequenceState& state, Sequence& seq,
                            std::span<float> row) {
   if (state.completion_tokens == 0) rs.cached_tokens = seq.prefix_hit_tokens;
+  if (rs.request.max_tokens == 0) {  // only the prompt's logprobs were asked for: its prefill was the work
+    GenerationEvent ev = requests_.event(id, state);
+    ev.prompt_logprobs = rs.prompt_logprobs;
+    return requests_.finish(id, state, ev, FinishReason::kLength);
+  }
   if (state.logits.changes(state.completion_tokens)) state.logits.process(row, state.completion_tokens);
   std::span<const float> log_probs;
   int32_t token = 0;
@@ -57,6 +79,7 @@ void SamplingStage::sample(RequestId id, RequestState& rs, SequenceState& state,
   }
   seq.tokens.push_back(token);
   GenerationEvent ev = requests_.event(id, state);
+  if (state.completion_tokens == 0) ev.prompt_logprobs = rs.prompt_logprobs;  // each sequence's first event
   const FinishReason reason = output_.take_token(seq, rs.request, state, token, seq.num_tokens(), log_probs, ev);
   if (reason != FinishReason::kNone) return requests_.finish(id, state, ev, reason);
   rs.on_event(ev);

@@ -1,6 +1,7 @@
 #pragma once
 // The engine step's last stage: after the forward pass, each sampling
-// chunk's rows of logits (the stage's to change) become tokens and events.
+// chunk's rows of logits (the stage's to change) become tokens and events,
+// and a prompt's rows its prompt logprobs when the request asks for them.
 // A row is processed in place by its sequence's logits processors
 // (sampling/logits_processor.h) and sampled, or a speculative chunk's drafts
 // are verified against its rows and the rejected ones rolled back; each
@@ -28,13 +29,15 @@ class SamplingStage {
   SamplingStage(RequestTable& requests, Scheduler& scheduler, const Tokenizer& tokenizer, int64_t vocab_size,
                 EngineMetrics& counters);
 
-  // `logits`: [rows][vocab], one row per sampling chunk of `out` plus one per draft, in chunk order.
-  void run(const SchedulerOutput& out, std::span<float> logits);
+  // `logits`: [rows][vocab], chunk i of `out` owning rows [first_row[i], first_row[i + 1])
+  // (ScheduledChunk::logit_rows(): the sampling row and one per draft last).
+  void run(const SchedulerOutput& out, std::span<float> logits, std::span<const int64_t> first_row);
 
   // Generated tokens taken so far (those a constraint rejected excluded).
   int64_t tokens_taken() const { return output_.tokens_taken(); }
 
  private:
+  void score_prompt(Sequence& seq, int64_t start, std::span<const float> rows);
   void on_logits(Sequence& seq, std::span<float> row);
   void sample(RequestId id, RequestState& rs, SequenceState& state, Sequence& seq, std::span<float> row);
   void on_draft_logits(Sequence& seq, int64_t n_draft, std::span<float> rows);

@@ -75,7 +75,8 @@ bool Scheduler::waits_for_shared_prefix(const Sequence& seq, int64_t hit, const 
   for (const ScheduledChunk& c : out.chunks) {
     if (c.seq->num_generated() > 0) continue;
     // A prompt prefilled this step: its full blocks up to the chunk's end are in the cache next step.
-    const int64_t shared = std::min(static_cast<int64_t>(common_prefix(seq.tokens, c.seq->tokens)), c.start + c.n);
+    const int64_t shared = std::min({static_cast<int64_t>(common_prefix(seq.tokens, c.seq->tokens)), c.start + c.n,
+                                     seq.reusable_prefix()});
     if (shared / kv_.block_size() > hit / kv_.block_size()) return true;
   }
   return false;
@@ -84,7 +85,9 @@ bool Scheduler::waits_for_shared_prefix(const Sequence& seq, int64_t hit, const 
 void Scheduler::admit_waiting(int64_t& budget, SchedulerOutput& out) {
   while (!waiting_.empty() && n_running() < config_.max_running && budget > 0) {
     Sequence* seq = waiting_.front().get();
-    const int64_t hit = kv_.match_prefix(seq->id, seq->tokens);
+    const auto reusable = std::span<const int32_t>(seq->tokens).first(
+        static_cast<size_t>(std::min(seq->num_tokens(), seq->reusable_prefix() + 1)));  // a hit leaves the last one
+    const int64_t hit = kv_.match_prefix(seq->id, reusable);
     // Requests that arrive together with a shared prefix (a system prompt):
     // the later ones wait a step and take it from the cache instead of
     // computing it again side by side (SGLang defers them the same way).

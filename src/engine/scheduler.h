@@ -36,6 +36,14 @@ struct ScheduledChunk {
   int64_t n = 0;
   bool samples = false;  // the chunk reaches the last known token: its logits give the next token
   int64_t n_draft = 0;   // of the n, trailing speculative drafts (logits wanted for the last n_draft + 1)
+
+  // Rows of logits the forward pass returns for the chunk: all n while it has
+  // prompt rows to score (the last is also the sampling row), else the last
+  // n_draft + 1 when it samples, else none.
+  int64_t logit_rows() const {
+    if (seq->scores_rows(start, n)) return n;
+    return samples ? n_draft + 1 : 0;
+  }
 };
 
 // Speculative drafts for a running sequence whose only uncomputed token is its

@@ -1,5 +1,6 @@
 #include "server/request_parser.h"
 
+#include <algorithm>
 #include <limits>
 #include <random>
 
@@ -366,7 +367,12 @@ GenerationRequest RequestParser::shared_settings(Endpoint endpoint, const json& 
     r.top_logprobs = static_cast<int32_t>(integer_in(body, "logprobs", 0, kMaxCompletionLogprobs, -1));
     out.logprobs = r.top_logprobs >= 0;
     out.echo = boolean(body, "echo", false);
-    if (out.echo && out.logprobs) throw invalid("echo", "echo together with logprobs is not supported (no prompt logprobs)");
+    if (out.echo && out.logprobs) r.prompt_logprobs = r.top_logprobs;  // the echoed prompt's tokens come with theirs
+  }
+  // vLLM's prompt_logprobs: each prompt token's logprob and rank, with this many most likely alternatives.
+  if (field(body, "prompt_logprobs") && !field(body, "prompt_logprobs")->is_null()) {
+    out.prompt_logprobs = static_cast<int32_t>(integer_in(body, "prompt_logprobs", 0, kMaxPromptLogprobs, 0));
+    r.prompt_logprobs = std::max(r.prompt_logprobs, out.prompt_logprobs);
   }
   if (const json* model = field(body, "model"); model && !model->is_string())
     throw invalid("model", "model must be a string");

@@ -57,6 +57,7 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions: the prompt text precedes the completion
   bool logprobs = false;
+  int32_t prompt_logprobs = -1;  // vLLM's prompt_logprobs (-1: not asked): choices[i].prompt_logprobs
   // What the output must follow (response_format, structured_outputs, ...);
   // compiled by the server outside the engine thread.
   std::optional<ConstraintParam> constraint;

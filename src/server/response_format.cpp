@@ -43,6 +43,7 @@ std::optional<ToolRequest> callable_tools(const ParsedRequest& request) {
 void ChoiceResult::add(const GenerationEvent& event) {
   text += event.text;
   logprobs.insert(logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+  if (!event.prompt_logprobs.empty()) prompt_logprobs = event.prompt_logprobs;
   prompt_tokens = event.prompt_tokens;
   cached_tokens = event.cached_tokens;
   completion_tokens = event.completion_tokens;
@@ -57,6 +58,7 @@ ResponseFormatter::ResponseFormatter(const Tokenizer& tokenizer, const ParsedReq
       model_(std::move(model_id)),
       echo_(request.echo),
       logprobs_(request.logprobs),
+      prompt_logprobs_(request.prompt_logprobs),
       n_(request.n),
       prompt_texts_(request.prompt_texts),
       started_(request.choices(), false),
@@ -67,6 +69,7 @@ ResponseFormatter::ResponseFormatter(const Tokenizer& tokenizer, const ParsedReq
       tools_(callable_tools(request)),
       tool_format_(request.tool_format) {
   if (tools_) tool_streams_.assign(request.choices(), ToolCallStream(tool_format_, *tools_));
+  for (const ValidatedRequest& r : request.requests) first_prompt_tokens_.push_back(r.request().prompt.at(0));
 }
 
 json ResponseFormatter::envelope(bool streaming) const {
@@ -105,6 +108,35 @@ json ResponseFormatter::completion_logprobs(const std::vector<TokenLogprob>& log
   return out;
 }
 
+json ResponseFormatter::echoed_logprobs(const std::vector<TokenLogprob>& prompt_logprobs,
+                                        const std::vector<TokenLogprob>& logprobs, size_t choice) {
+  const std::string first = tokenizer_.token_bytes(first_prompt_tokens_[choice / static_cast<size_t>(n_)]);
+  json out = {{"tokens", {first}}, {"token_logprobs", {nullptr}}, {"top_logprobs", {nullptr}},
+              {"text_offset", {text_offsets_[choice]}}};
+  text_offsets_[choice] += first.size();
+  const json prompt_part = completion_logprobs(prompt_logprobs, choice);  // in text order: offsets advance
+  const json completion_part = completion_logprobs(logprobs, choice);
+  for (const json* part : {&prompt_part, &completion_part})
+    for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+      for (const json& v : (*part)[key]) out[key].push_back(v);
+  return out;
+}
+
+json ResponseFormatter::vllm_prompt_logprobs(const std::vector<TokenLogprob>& prompt_logprobs) const {
+  json out = json::array({nullptr});
+  for (const TokenLogprob& lp : prompt_logprobs) {
+    json position = json::object();
+    for (size_t k = 0; k < lp.top.size(); ++k) {
+      const auto [id, value] = lp.top[k];
+      position[std::to_string(id)] = {{"logprob", value}, {"rank", k + 1}, {"decoded_token", tokenizer_.token_bytes(id)}};
+    }
+    position[std::to_string(lp.id)] = {{"logprob", lp.logprob}, {"rank", lp.rank},
+                                       {"decoded_token", tokenizer_.token_bytes(lp.id)}};
+    out.push_back(std::move(position));
+  }
+  return out;
+}
+
 json ResponseFormatter::chat_logprobs(const std::vector<TokenLogprob>& logprobs) const {
   json content = json::array();
   for (const TokenLogprob& lp : logprobs) {
@@ -125,10 +157,15 @@ json ResponseFormatter::logprobs_json(const std::vector<TokenLogprob>& logprobs,
 }
 
 json ResponseFormatter::choice_json(size_t index, const std::string& text, const std::vector<TokenLogprob>& logprobs,
-                                    const std::string& finish_reason, bool streaming) {
+                                    const std::vector<TokenLogprob>& prompt_logprobs, const std::string& finish_reason,
+                                    bool streaming) {
   const bool first = !started_[index];
   started_[index] = true;
-  json choice = {{"index", index}, {"logprobs", logprobs_json(logprobs, index)}};
+  const bool echo_logprobs = endpoint_ == Endpoint::kCompletions && echo_ && logprobs_ && first;
+  json choice = {{"index", index},
+                 {"logprobs", echo_logprobs ? echoed_logprobs(prompt_logprobs, logprobs, index)
+                                            : logprobs_json(logprobs, index)}};
+  if (prompt_logprobs_ >= 0 && first) choice["prompt_logprobs"] = vllm_prompt_logprobs(prompt_logprobs);
   std::string reason = finish_reason;
   if (endpoint_ == Endpoint::kChat) {
     json message = tools_ ? tool_message(index, text, reason, streaming) : json{{"content", text}};
@@ -177,7 +214,8 @@ json ResponseFormatter::response(const std::vector<ChoiceResult>& choices) const
   out["choices"] = json::array();
   std::vector<int64_t> prompt(choices.size()), completion(choices.size()), cached(choices.size());
   for (size_t i = 0; i < choices.size(); ++i) {
-    out["choices"].push_back(copy.choice_json(i, choices[i].text, choices[i].logprobs, choices[i].finish_reason, false));
+    out["choices"].push_back(copy.choice_json(i, choices[i].text, choices[i].logprobs, choices[i].prompt_logprobs,
+                                              choices[i].finish_reason, false));
     prompt[i] = choices[i].prompt_tokens;
     completion[i] = choices[i].completion_tokens;
     cached[i] = choices[i].cached_tokens;
@@ -197,7 +235,8 @@ json ResponseFormatter::chunk(const ChoiceEvent& ev) {
                        {"type", "server_error"}, {"param", nullptr}, {"code", cancelled ? 503 : 500}}}};
   }
   json out = envelope(true);
-  out["choices"] = json::array({choice_json(ev.choice, e.text, e.logprobs, e.finished ? e.finish_reason : "", true)});
+  out["choices"] = json::array(
+      {choice_json(ev.choice, e.text, e.logprobs, e.prompt_logprobs, e.finished ? e.finish_reason : "", true)});
   return out;
 }
 

@@ -19,6 +19,7 @@ namespace kvserve::server {
 struct ChoiceResult {
   std::string text;
   std::vector<TokenLogprob> logprobs;
+  std::vector<TokenLogprob> prompt_logprobs;  // prompt positions 1.. (GenerationRequest::prompt_logprobs)
   std::string finish_reason;  // empty until the final event
   std::string error;
   int64_t prompt_tokens = 0;
@@ -43,10 +44,16 @@ class ResponseFormatter {
  private:
   nlohmann::json envelope(bool streaming) const;
   nlohmann::json choice_json(size_t index, const std::string& text, const std::vector<TokenLogprob>& logprobs,
-                             const std::string& finish_reason, bool streaming);
+                             const std::vector<TokenLogprob>& prompt_logprobs, const std::string& finish_reason,
+                             bool streaming);
   nlohmann::json tool_message(size_t index, const std::string& text, std::string& finish_reason, bool streaming);
   nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs, size_t choice);
   nlohmann::json completion_logprobs(const std::vector<TokenLogprob>& logprobs, size_t choice);
+  // echo with logprobs: the prompt's tokens first (the first with null logprobs), then the completion's.
+  nlohmann::json echoed_logprobs(const std::vector<TokenLogprob>& prompt_logprobs,
+                                 const std::vector<TokenLogprob>& logprobs, size_t choice);
+  // vLLM's prompt_logprobs: [null, {"id": {"logprob", "rank", "decoded_token"}}, ...] over the prompt.
+  nlohmann::json vllm_prompt_logprobs(const std::vector<TokenLogprob>& prompt_logprobs) const;
   nlohmann::json chat_logprobs(const std::vector<TokenLogprob>& logprobs) const;
   // usage, with prompt_tokens_details.cached_tokens (the prefix cache's hits).
   nlohmann::json usage(const std::vector<int64_t>& prompt_tokens, const std::vector<int64_t>& completion_tokens,
@@ -59,6 +66,8 @@ class ResponseFormatter {
   std::string model_;
   bool echo_;
   bool logprobs_;
+  int32_t prompt_logprobs_;               // vLLM's field: -1 when not asked
+  std::vector<int32_t> first_prompt_tokens_;  // per prompt: its first token (no logprob of its own)
   int64_t n_;
   std::vector<std::string> prompt_texts_;
   std::vector<bool> started_;            // per choice: its first chunk has gone out
