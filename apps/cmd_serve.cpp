@@ -39,6 +39,7 @@ struct ServeOptions {
   int port = 8080;
   std::vector<std::string> api_keys;       // --api-key, repeatable
   std::vector<std::string> api_key_files;  // --api-key-file, repeatable
+  std::vector<std::string> cors_origins;   // --cors-origins
   std::string alias;
   int64_t max_queue = 64;
   int64_t max_running = 16;
@@ -133,6 +134,7 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
   server_options.host = opt.host;
   server_options.port = opt.port;
   server_options.api_keys = std::move(api_keys);
+  server_options.cors_origins = opt.cors_origins;
   server_options.model_id = opt.alias.empty() ? std::filesystem::path(opt.model).stem().string() : opt.alias;
   server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
   server_options.speculation = spec_default;
@@ -192,6 +194,12 @@ void register_serve(CLI::App& app) {
                   "Accept each key in this file (one per line; blank lines and # comments skipped); repeatable. "
                   "KVSERVE_API_KEY (keys separated by commas) adds more; every key given is accepted")
       ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--cors-origins", opt->cors_origins,
+                  "Let browser pages of these origins call the API (scheme://host[:port], comma-separated or "
+                  "repeated; * for any): their answers carry Access-Control-Allow-Origin and preflight OPTIONS "
+                  "requests are answered. Default: none")
+      ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--alias", opt->alias, "Model id reported by the API (default: the file name)");
   cmd->add_option("--max-queue", opt->max_queue, "Waiting requests before 429")->check(CLI::Range(1, 4096))

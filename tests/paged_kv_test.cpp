@@ -27,7 +27,7 @@ using kvserve::test_util::relative_error;
 
 namespace {
 
-constexpr KVType kAllTypes[] = {KVType::F32, KVType::F16, KVType::BF16, KVType::Q8_0, KVType::FP8, KVType::Q4_0};
+constexpr KVType kPagedKvTypes[] = {KVType::F32, KVType::F16, KVType::BF16, KVType::Q8_0, KVType::FP8, KVType::Q4_0};
 
 // One sequence's K/V in a contiguous cache and, with the same quantized
 // rows, in a paged storage whose blocks are handed out in scrambled order.
@@ -94,7 +94,7 @@ void check_paged_equals_contiguous(KVType type, const AttentionShape& s, int64_t
 }  // namespace
 
 TEST(PagedKV, AttentionEqualsContiguousForEveryKVType) {
-  for (KVType type : kAllTypes) {
+  for (KVType type : kPagedKvTypes) {
     check_paged_equals_contiguous(type, {6, 2, 32}, 5);   // GQA 3, blocks of 5 tokens
     check_paged_equals_contiguous(type, {8, 1, 64}, 16);  // GQA 8 (MQA)
     check_paged_equals_contiguous(type, {4, 4, 32}, 3);   // MHA
@@ -158,7 +158,7 @@ TEST(PagedKV, PoolSizeFollowsTheTypesBytesPerToken) {
   auto model = Model::load(file.path());
   const Tokenizer tok = Tokenizer::from_gguf(model->file());
   const ModelConfig& c = model->config();
-  for (KVType type : kAllTypes) {
+  for (KVType type : kPagedKvTypes) {
     EngineOptions o;
     o.kv_type = type;
     o.kv_memory_bytes = 1 << 20;

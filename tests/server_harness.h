@@ -39,12 +39,14 @@ class TestServer {
  public:
   // The model and tokenizer must outlive the server.
   TestServer(const Model& model, const Tokenizer& tokenizer, const EngineOptions& engine_options = {},
-             std::vector<std::string> api_keys = {}, const server::ConnectionGateLimits& connections = {}) {
+             std::vector<std::string> api_keys = {}, const server::ConnectionGateLimits& connections = {},
+             std::vector<std::string> cors_origins = {}) {
     engine_ = std::make_unique<Engine>(model, tokenizer, engine_options);
     server::ServerOptions o;
     o.port = 0;
     o.connections = connections;
     o.api_keys = std::move(api_keys);
+    o.cors_origins = std::move(cors_origins);
     o.model_id = "tiny";
     server_ = std::make_unique<server::ApiServer>(*engine_, model, tokenizer, ChatTemplate::chatml(), o);
     port_ = server_->bind();

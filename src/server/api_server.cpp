@@ -64,6 +64,7 @@ ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokeni
       chat_template_(std::move(chat_template)),
       options_(std::move(options)),
       api_keys_(options_.api_keys),
+      cors_(options_.cors_origins),
       context_(std::min(engine.options().max_context, model.config().context_length)),
       parser_(tokenizer_, chat_template_, context_, options_.speculation, engine.options().draft_model != nullptr,
               engine.request_limits()),
@@ -93,7 +94,10 @@ void ApiServer::install_routes() {
     write_error(res, ApiError(res.status, what));
     return httplib::Server::HandlerResponse::Handled;
   }));
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response&) {
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    cors_.add_headers(req, res);  // first: every answer carries them, refusals included
+    // A browser's preflight carries no credentials: it is answered before the key is asked for.
+    if (cors_.answer_preflight(req, res)) return httplib::Server::HandlerResponse::Handled;
     check_api_key(req);
     return httplib::Server::HandlerResponse::Unhandled;
   });

@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "server/api_keys.h"
 #include "server/connection_gate.h"
+#include "server/cors.h"
 #include "server/generation_job.h"
 #include "server/request_parser.h"
 #include "server/server_metrics.h"
@@ -38,6 +39,8 @@ struct ServerOptions {
   SpeculationSettings speculation;  // for requests without a "speculative" field (serve --spec ngram --draft-k K)
   ConnectionGateLimits connections;  // deadlines and sizes for clients still sending their request
   ConstraintLimits constraints;      // sizes and compile time of response_format / structured_outputs
+  // Origins whose browser pages may call the API ("*": any; empty: none): --cors-origins, server/cors.h.
+  std::vector<std::string> cors_origins;
 };
 
 class ApiServer {
@@ -76,6 +79,7 @@ class ApiServer {
   ChatTemplate chat_template_;
   ServerOptions options_;
   ApiKeys api_keys_;
+  CorsPolicy cors_;
   int64_t context_;
   RequestParser parser_;
   ConstraintCompiler constraints_;
