@@ -268,7 +268,10 @@ class Engine::Impl {
                         kv_.sliding_blocks(c.seq->id)});
       first_row_.push_back(first_row_.back() + rows);
     }
-    logits_.resize(static_cast<size_t>(first_row_.back()) * static_cast<size_t>(model_.config().vocab_size));
+    const size_t need = static_cast<size_t>(first_row_.back()) * static_cast<size_t>(model_.config().vocab_size);
+    // A scored prompt's step takes up to a row per token (96 MiB for 512 x 49,152): give that back once steps are small.
+    if (logits_.capacity() > 4 * need && logits_.capacity() > kKeptLogitFloats) std::vector<float>().swap(logits_);
+    logits_.resize(need);
     runner_->forward_batch(chunks, logits_.data());
     scheduler_.finish_step(out);
     count_step(out);
@@ -358,6 +361,7 @@ class Engine::Impl {
   RequestTable requests_{tokenizer_, model_.config().vocab_size, scheduler_, draft_batch_.get(),
                          {[this] { count_finished_request(); }, [this](RequestId id) { forget(id); }}};
   std::vector<float> logits_;  // [rows][vocab] of the current step: one per sampling chunk + one per draft
+  static constexpr size_t kKeptLogitFloats = size_t{4} << 20;  // 16 MiB of logits kept between steps at most
   std::vector<int64_t> first_row_;  // chunk i's rows of logits_ start at first_row_[i]; the last entry is the count
   SamplingStage sampling_{requests_, scheduler_, tokenizer_, model_.config().vocab_size, counters_};
   // Auto speculation's step cost and draft-model statistics.
