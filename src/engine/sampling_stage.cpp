@@ -16,10 +16,12 @@ void SamplingStage::run(const SchedulerOutput& out, std::span<float> logits, std
     const ScheduledChunk& c = out.chunks[i];
     const auto first = static_cast<size_t>(first_row[i]), end = static_cast<size_t>(first_row[i + 1]);
     if (first == end) continue;
-    const RequestId id = requests_.owner(*c.seq).id;
+    const auto owner = requests_.owner(*c.seq);
+    const RequestId id = owner.id;
     if (requests_.failed(id)) continue;  // another sequence of it failed: it ends after the step
     requests_.for_request(id, [&] {
-      if (c.seq->scores_rows(c.start, c.n)) score_prompt(*c.seq, c.start, logits.subspan(first * vocab_, (end - first) * vocab_));
+      if (c.seq->scores_rows(c.start, c.n))
+        score_prompt(owner.request, *c.seq, c.start, logits.subspan(first * vocab_, (end - first) * vocab_));
       if (!c.samples) return;
       const auto rows = static_cast<size_t>(c.n_draft + 1);  // the chunk's last rows
       const auto span = logits.subspan((end - rows) * vocab_, rows * vocab_);
@@ -31,8 +33,7 @@ void SamplingStage::run(const SchedulerOutput& out, std::span<float> logits, std
 
 // Row r of `rows` is the logits after prompt token start + r: the logprob of
 // token start + r + 1 (and the most likely ones), taken once per position.
-void SamplingStage::score_prompt(Sequence& seq, int64_t start, std::span<const float> rows) {
-  RequestState& rs = requests_.owner(seq).request;
+void SamplingStage::score_prompt(RequestState& rs, Sequence& seq, int64_t start, std::span<const float> rows) {
   const int64_t n_rows = static_cast<int64_t>(rows.size() / vocab_);
   for (int64_t p = std::max(start, seq.prompt_rows_scored); p < start + n_rows && p < seq.prompt_len - 1; ++p) {
     const auto row = rows.subspan(static_cast<size_t>(p - start) * vocab_, vocab_);

@@ -37,7 +37,7 @@ class SamplingStage {
   int64_t tokens_taken() const { return output_.tokens_taken(); }
 
  private:
-  void score_prompt(Sequence& seq, int64_t start, std::span<const float> rows);
+  void score_prompt(RequestState& rs, Sequence& seq, int64_t start, std::span<const float> rows);
   void on_logits(Sequence& seq, std::span<float> row);
   void sample(RequestId id, RequestState& rs, SequenceState& state, Sequence& seq, std::span<float> row);
   void on_draft_logits(Sequence& seq, int64_t n_draft, std::span<float> rows);
