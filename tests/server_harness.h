@@ -35,12 +35,36 @@ struct SynthModel {
   std::unique_ptr<Tokenizer> tokenizer;
 };
 
+// One Server-Sent Event: its `event:` name ("" when it has none) and its `data:`.
+struct SseEvent {
+  std::string event;
+  std::string data;
+};
+
+// The events of an SSE body (comments and blank lines dropped).
+inline std::vector<SseEvent> sse_events(const std::string& body) {
+  std::vector<SseEvent> out;
+  size_t start = 0, end;
+  while ((end = body.find("\n\n", start)) != std::string::npos) {
+    std::istringstream lines(body.substr(start, end - start));
+    start = end + 2;
+    SseEvent ev;
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (line.rfind("event: ", 0) == 0) ev.event = line.substr(7);
+      else if (line.rfind("data: ", 0) == 0) ev.data += line.substr(6);
+    }
+    if (!ev.event.empty() || !ev.data.empty()) out.push_back(std::move(ev));
+  }
+  return out;
+}
+
 class TestServer {
  public:
   // The model and tokenizer must outlive the server.
   TestServer(const Model& model, const Tokenizer& tokenizer, const EngineOptions& engine_options = {},
              std::vector<std::string> api_keys = {}, const server::ConnectionGateLimits& connections = {},
-             std::vector<std::string> cors_origins = {}) {
+             std::vector<std::string> cors_origins = {}, ChatTemplate chat_template = ChatTemplate::chatml()) {
     engine_ = std::make_unique<Engine>(model, tokenizer, engine_options);
     server::ServerOptions o;
     o.port = 0;
@@ -48,7 +72,7 @@ class TestServer {
     o.api_keys = std::move(api_keys);
     o.cors_origins = std::move(cors_origins);
     o.model_id = "tiny";
-    server_ = std::make_unique<server::ApiServer>(*engine_, model, tokenizer, ChatTemplate::chatml(), o);
+    server_ = std::make_unique<server::ApiServer>(*engine_, model, tokenizer, std::move(chat_template), o);
     port_ = server_->bind();
     listener_ = std::thread([this] { server_->listen(); });
     // Answered once the accept loop runs: a stop() before that would be lost (httplib 0.11).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <random>
+#include <set>
 
 #include "core/error.h"
 #include "server/api_error.h"
@@ -199,6 +200,36 @@ void check_text_fits(const Tokenizer& tokenizer, std::string_view text, int64_t 
                              std::to_string(max_tokens) + " tokens of at most " + std::to_string(per_token) + " bytes)");
 }
 
+// The variables a chat request sets in its template: chat_template_kwargs
+// (vLLM's and SGLang's field; Qwen3 reads enable_thinking) and
+// reasoning_effort (gpt-oss's templates read it).
+json template_variables(const json& body) {
+  json out = json::object();
+  if (const json* kwargs = field(body, "chat_template_kwargs"); kwargs && !kwargs->is_null()) {
+    if (!kwargs->is_object())
+      throw invalid("chat_template_kwargs", "chat_template_kwargs must be an object of template variables");
+    out = *kwargs;
+  }
+  if (const json* effort = field(body, "reasoning_effort"); effort && !effort->is_null()) {
+    static const std::set<std::string> kEfforts = {"none", "minimal", "low", "medium", "high"};
+    if (!effort->is_string() || !kEfforts.contains(effort->get<std::string>()))
+      throw invalid("reasoning_effort", "reasoning_effort must be one of none, minimal, low, medium, high");
+    out["reasoning_effort"] = *effort;
+  }
+  return out;
+}
+
+// Whether a chat request's output is split into reasoning and content:
+// llama-server's reasoning_format ("none" leaves the tags in the content).
+bool reasoning_parsed(const json& body, bool template_reasons) {
+  const json* format = field(body, "reasoning_format");
+  if (!format || format->is_null()) return template_reasons;
+  static const std::set<std::string> kFormats = {"none", "auto", "deepseek", "deepseek-legacy"};
+  if (!format->is_string() || !kFormats.contains(format->get<std::string>()))
+    throw invalid("reasoning_format", "reasoning_format must be one of none, auto, deepseek, deepseek-legacy");
+  return template_reasons && *format != "none";
+}
+
 // How many prompts a completions request's `prompt` holds, counted before
 // any of them is tokenized.
 int64_t prompt_count(const json& prompt) {
@@ -299,15 +330,23 @@ RequestParser::Prompts RequestParser::completion_prompts(const json& prompt) con
   return out;
 }
 
-std::vector<int32_t> RequestParser::chat_prompt(const json& messages, std::string* text, const ToolRequest* tools) const {
+std::vector<int32_t> RequestParser::chat_prompt(const json& messages, std::string* text, const ToolRequest* tools,
+                                               const json& variables) const {
   if (!messages.is_array() || messages.empty()) throw invalid("messages", "messages must be a non-empty list");
   ChatTemplateInputs in;
+  in.variables = variables;
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string param = "messages[" + std::to_string(i) + "]";
     const json& m = messages[i];
     if (!m.is_object()) throw invalid(param, param + " must be an object");
     if (!m.contains("role") || !m["role"].is_string()) throw invalid(param + ".role", param + ".role must be a string");
     json message = {{"role", m["role"]}, {"content", message_content(m, param + ".content")}};
+    // An earlier turn's reasoning: templates that know it decide whether to show it (Qwen3 keeps only the last turn's).
+    if (const json* reasoning = field(m, "reasoning_content"); reasoning && !reasoning->is_null()) {
+      if (!reasoning->is_string())
+        throw invalid(param + ".reasoning_content", param + ".reasoning_content must be a string");
+      message["reasoning_content"] = *reasoning;
+    }
     add_tool_fields(m, param, message);
     in.messages.push_back(std::move(message));
   }
@@ -416,7 +455,11 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
     const json* messages = field(body, "messages");
     if (!messages) throw invalid("messages", "messages is required");
     std::string text;
-    prompts.tokens.push_back(chat_prompt(*messages, &text, tools ? &*tools : nullptr));
+    prompts.tokens.push_back(chat_prompt(*messages, &text, tools ? &*tools : nullptr, template_variables(body)));
+    if (reasoning_parsed(body, template_capabilities_.reasoning.has_value())) {
+      out.reasoning = template_capabilities_.reasoning;
+      out.reasoning_open = prompt_opens_reasoning(text, *out.reasoning);
+    }
     prompts.texts.push_back(std::move(text));
   } else {
     const json* prompt = field(body, "prompt");

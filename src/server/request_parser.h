@@ -14,6 +14,7 @@
 #include "server/chat_template_capabilities.h"
 #include "server/constraint_param.h"
 #include "server/json_input.h"
+#include "server/reasoning.h"
 #include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -65,6 +66,10 @@ struct ParsedRequest {
   // model writes calls in (from its chat template).
   std::optional<ToolRequest> tools;
   ToolCallFormat tool_format = ToolCallFormat::kGenericJson;
+  // Chat with a reasoning model: its reasoning's syntax (nullopt: none, or
+  // "reasoning_format": "none"), and whether the prompt opened the block.
+  std::optional<ReasoningSyntax> reasoning;
+  bool reasoning_open = false;
 
   size_t choices() const { return requests.size() * static_cast<size_t>(n); }
 };
@@ -97,9 +102,12 @@ class RequestParser {
   std::vector<int32_t> detokenize_ids(const nlohmann::json& body) const;
 
   // The prompt tokens of a chat conversation (the template applied), with
-  // `tools` offered to the model when given and tool_choice is not "none".
+  // `tools` offered to the model when given and tool_choice is not "none",
+  // and `variables` (an object: chat_template_kwargs, reasoning_effort) set
+  // in the template beside its usual ones.
   std::vector<int32_t> chat_prompt(const nlohmann::json& messages, std::string* text,
-                                   const ToolRequest* tools = nullptr) const;
+                                   const ToolRequest* tools = nullptr,
+                                   const nlohmann::json& variables = nlohmann::json::object()) const;
 
  private:
   struct Prompts {

@@ -33,9 +33,25 @@ json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index, boo
   return out;
 }
 
-std::optional<ToolRequest> callable_tools(const ParsedRequest& request) {
-  if (request.endpoint != Endpoint::kChat || !request.tools || !request.tools->calls_allowed()) return std::nullopt;
-  return request.tools;
+ChatOutputSyntax output_syntax_of(const ParsedRequest& request) {
+  ChatOutputSyntax out;
+  if (request.endpoint != Endpoint::kChat) return out;
+  out.reasoning = request.reasoning;
+  out.starts_in_reasoning = request.reasoning_open;
+  if (request.tools && request.tools->calls_allowed()) out.tools = request.tools;
+  out.tool_format = request.tool_format;
+  return out;
+}
+
+// A choice that called a tool finishes with "tool_calls" (one cut by max_tokens keeps "length").
+std::string finish_reason_of(const std::string& reason, size_t calls) {
+  return calls > 0 && reason == "stop" ? "tool_calls" : reason;
+}
+
+void append(ChatDelta& to, ChatDelta more) {
+  to.reasoning += more.reasoning;
+  to.content += more.content;
+  for (ToolCall& call : more.calls) to.calls.push_back(std::move(call));
 }
 
 }  // namespace
@@ -47,6 +63,7 @@ void ChoiceResult::add(const GenerationEvent& event) {
   prompt_tokens = event.prompt_tokens;
   cached_tokens = event.cached_tokens;
   completion_tokens = event.completion_tokens;
+  tokens.insert(tokens.end(), event.tokens.begin(), event.tokens.end());
   if (event.finished) finish_reason = event.finish_reason, error = event.error;
 }
 
@@ -66,9 +83,11 @@ ResponseFormatter::ResponseFormatter(const Tokenizer& tokenizer, const ParsedReq
       prompt_tokens_(request.choices(), 0),
       cached_tokens_(request.choices(), 0),
       completion_tokens_(request.choices(), 0),
-      tools_(callable_tools(request)),
-      tool_format_(request.tool_format) {
-  if (tools_) tool_streams_.assign(request.choices(), ToolCallStream(tool_format_, *tools_));
+      output_syntax_(output_syntax_of(request)) {
+  if (endpoint_ == Endpoint::kChat) outputs_.assign(request.choices(), ChatOutputStream(output_syntax_));
+  if (output_syntax_.reasoning)
+    reasoning_counters_.assign(request.choices(),
+                               ReasoningTokenCounter(*output_syntax_.reasoning, output_syntax_.starts_in_reasoning));
   for (const ValidatedRequest& r : request.requests) first_prompt_tokens_.push_back(r.request().prompt.at(0));
 }
 
@@ -80,16 +99,19 @@ json ResponseFormatter::envelope(bool streaming) const {
 
 json ResponseFormatter::usage(const std::vector<int64_t>& prompt_tokens, const std::vector<int64_t>& completion_tokens,
                               const std::vector<int64_t>& cached_tokens) const {
-  int64_t prompt = 0, completion = 0, cached = 0;
+  int64_t prompt = 0, completion = 0, cached = 0, reasoning = 0;
   for (size_t i = 0; i < prompt_tokens.size(); ++i) {
     if (i % static_cast<size_t>(n_) == 0) {  // the n choices of a prompt share it
       prompt += prompt_tokens[i];
       cached += cached_tokens[i];
     }
     completion += completion_tokens[i];
+    if (!reasoning_counters_.empty()) reasoning += reasoning_counters_[i].count();
   }
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion},
-          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  json out = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion},
+              {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  if (output_syntax_.reasoning) out["completion_tokens_details"] = {{"reasoning_tokens", reasoning}};
+  return out;
 }
 
 json ResponseFormatter::completion_logprobs(const std::vector<TokenLogprob>& logprobs, size_t choice) {
@@ -156,9 +178,8 @@ json ResponseFormatter::logprobs_json(const std::vector<TokenLogprob>& logprobs,
   return endpoint_ == Endpoint::kChat ? chat_logprobs(logprobs) : completion_logprobs(logprobs, choice);
 }
 
-json ResponseFormatter::choice_json(size_t index, const std::string& text, const std::vector<TokenLogprob>& logprobs,
-                                    const std::vector<TokenLogprob>& prompt_logprobs, const std::string& finish_reason,
-                                    bool streaming) {
+json ResponseFormatter::choice_json(size_t index, const std::vector<TokenLogprob>& logprobs,
+                                    const std::vector<TokenLogprob>& prompt_logprobs) {
   const bool first = !started_[index];
   started_[index] = true;
   const bool echo_logprobs = endpoint_ == Endpoint::kCompletions && echo_ && logprobs_ && first;
@@ -166,44 +187,25 @@ json ResponseFormatter::choice_json(size_t index, const std::string& text, const
                  {"logprobs", echo_logprobs ? echoed_logprobs(prompt_logprobs, logprobs, index)
                                             : logprobs_json(logprobs, index)}};
   if (prompt_logprobs_ >= 0 && first) choice["prompt_logprobs"] = vllm_prompt_logprobs(prompt_logprobs);
-  std::string reason = finish_reason;
-  if (endpoint_ == Endpoint::kChat) {
-    json message = tools_ ? tool_message(index, text, reason, streaming) : json{{"content", text}};
-    if (first || !streaming) message["role"] = "assistant";
-    choice[streaming ? "delta" : "message"] = message;
-  } else {
-    const std::string& echo = echo_ && first ? prompt_texts_[index / static_cast<size_t>(n_)] : "";
-    choice["text"] = echo + text;
-  }
-  choice["finish_reason"] = reason.empty() ? json(nullptr) : json(reason);
   return choice;
 }
 
-// A chat message (or a streamed delta) with the tool calls in `text` taken out
-// of its content; a choice that called a tool finishes with "tool_calls".
-json ResponseFormatter::tool_message(size_t index, const std::string& text, std::string& finish_reason, bool streaming) {
-  ToolCallStream::Delta delta;
-  size_t first_call = 0;
-  bool called = false;
-  if (streaming) {
-    ToolCallStream& stream = tool_streams_[index];
-    first_call = stream.calls_so_far();
-    delta = stream.feed(text);
-    if (!finish_reason.empty()) {
-      ToolCallStream::Delta last = stream.finish();
-      delta.content += last.content;
-      for (ToolCall& call : last.calls) delta.calls.push_back(std::move(call));
-    }
-    called = stream.calls_so_far() > 0;
-  } else {
-    ParsedToolOutput parsed = parse_tool_calls(text, tool_format_, *tools_);
-    delta = {std::move(parsed.content), std::move(parsed.calls)};
-    called = !delta.calls.empty();
-  }
-  if (called && finish_reason == "stop") finish_reason = "tool_calls";
-  // OpenAI: a message without text has content null; a delta only where it carries calls.
-  const bool null_content = delta.content.empty() && (!streaming || !delta.calls.empty());
-  json message = {{"content", null_content ? json(nullptr) : json(delta.content)}};
+void ResponseFormatter::count_reasoning(size_t choice, const std::vector<int32_t>& tokens) {
+  if (reasoning_counters_.empty()) return;
+  for (int32_t id : tokens) reasoning_counters_[choice].add(tokenizer_.token_bytes(id));
+}
+
+// OpenAI's message: content null when there is no text beside tool calls (in a
+// delta: when it carries calls), reasoning_content beside it for reasoning models.
+json ResponseFormatter::chat_message(const ChatDelta& delta, size_t first_call, bool first, bool streaming) const {
+  json message = json::object();
+  if (first || !streaming) message["role"] = "assistant";
+  const bool null_content = output_syntax_.tools && delta.content.empty() && (!streaming || !delta.calls.empty());
+  // A delta with only reasoning in it carries no content.
+  const bool reasoning_only = streaming && delta.content.empty() && !delta.reasoning.empty() && delta.calls.empty();
+  if (!reasoning_only) message["content"] = null_content ? json(nullptr) : json(delta.content);
+  if (output_syntax_.reasoning && (!streaming || !delta.reasoning.empty()))
+    message["reasoning_content"] = delta.reasoning.empty() ? json(nullptr) : json(delta.reasoning);
   if (!delta.calls.empty()) message["tool_calls"] = tool_calls_json(delta.calls, first_call, streaming);
   return message;
 }
@@ -214,29 +216,57 @@ json ResponseFormatter::response(const std::vector<ChoiceResult>& choices) const
   out["choices"] = json::array();
   std::vector<int64_t> prompt(choices.size()), completion(choices.size()), cached(choices.size());
   for (size_t i = 0; i < choices.size(); ++i) {
-    out["choices"].push_back(copy.choice_json(i, choices[i].text, choices[i].logprobs, choices[i].prompt_logprobs,
-                                              choices[i].finish_reason, false));
-    prompt[i] = choices[i].prompt_tokens;
-    completion[i] = choices[i].completion_tokens;
-    cached[i] = choices[i].cached_tokens;
+    const ChoiceResult& r = choices[i];
+    json choice = copy.choice_json(i, r.logprobs, r.prompt_logprobs);
+    std::string reason = r.finish_reason;
+    if (endpoint_ == Endpoint::kChat) {
+      ChatOutputStream stream(output_syntax_);
+      ChatDelta delta = stream.feed(r.text);
+      append(delta, stream.finish());
+      choice["message"] = chat_message(delta, 0, true, false);
+      reason = finish_reason_of(reason, delta.calls.size());
+      copy.count_reasoning(i, r.tokens);
+    } else {
+      choice["text"] = (echo_ ? prompt_texts_[i / static_cast<size_t>(n_)] : "") + r.text;
+    }
+    choice["finish_reason"] = reason.empty() ? json(nullptr) : json(reason);
+    out["choices"].push_back(std::move(choice));
+    prompt[i] = r.prompt_tokens;
+    completion[i] = r.completion_tokens;
+    cached[i] = r.cached_tokens;
   }
-  out["usage"] = usage(prompt, completion, cached);
+  out["usage"] = copy.usage(prompt, completion, cached);
   return out;
 }
 
 json ResponseFormatter::chunk(const ChoiceEvent& ev) {
   const GenerationEvent& e = ev.event;
-  prompt_tokens_[ev.choice] = e.prompt_tokens;
-  cached_tokens_[ev.choice] = e.cached_tokens;
-  completion_tokens_[ev.choice] = e.completion_tokens;
+  const size_t i = ev.choice;
+  prompt_tokens_[i] = e.prompt_tokens;
+  cached_tokens_[i] = e.cached_tokens;
+  completion_tokens_[i] = e.completion_tokens;
   if (e.finished && (e.finish_reason == "error" || e.finish_reason == "cancelled")) {
     const bool cancelled = e.finish_reason == "cancelled";
     return {{"error", {{"message", cancelled ? "the request was cancelled (the server is shutting down)" : e.error},
                        {"type", "server_error"}, {"param", nullptr}, {"code", cancelled ? 503 : 500}}}};
   }
+  const bool first = !started_[i];
+  json choice = choice_json(i, e.logprobs, e.prompt_logprobs);
+  std::string reason = e.finished ? e.finish_reason : "";
+  if (endpoint_ == Endpoint::kChat) {
+    ChatOutputStream& stream = outputs_[i];
+    const size_t first_call = stream.calls_so_far();
+    ChatDelta delta = stream.feed(e.text);
+    if (e.finished) append(delta, stream.finish());
+    count_reasoning(i, e.tokens);
+    choice["delta"] = chat_message(delta, first_call, first, true);
+    reason = finish_reason_of(reason, stream.calls_so_far());
+  } else {
+    choice["text"] = (echo_ && first ? prompt_texts_[i / static_cast<size_t>(n_)] : "") + e.text;
+  }
+  choice["finish_reason"] = reason.empty() ? json(nullptr) : json(reason);
   json out = envelope(true);
-  out["choices"] = json::array(
-      {choice_json(ev.choice, e.text, e.logprobs, e.prompt_logprobs, e.finished ? e.finish_reason : "", true)});
+  out["choices"] = json::array({std::move(choice)});
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/chat_output.h"
 #include "server/generation_job.h"
 #include "server/request_parser.h"
 #include "tokenizer/tokenizer.h"
@@ -25,6 +26,7 @@ struct ChoiceResult {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;  // of which the prefix cache held
   int64_t completion_tokens = 0;
+  std::vector<int32_t> tokens;  // the completion's
 
   void add(const GenerationEvent& event);
 };
@@ -43,10 +45,14 @@ class ResponseFormatter {
 
  private:
   nlohmann::json envelope(bool streaming) const;
-  nlohmann::json choice_json(size_t index, const std::string& text, const std::vector<TokenLogprob>& logprobs,
-                             const std::vector<TokenLogprob>& prompt_logprobs, const std::string& finish_reason,
-                             bool streaming);
-  nlohmann::json tool_message(size_t index, const std::string& text, std::string& finish_reason, bool streaming);
+  // A choice's index and logprobs; what it says and why it finished are the caller's.
+  nlohmann::json choice_json(size_t index, const std::vector<TokenLogprob>& logprobs,
+                             const std::vector<TokenLogprob>& prompt_logprobs);
+  // The chat message (or streamed delta) of a choice's taken-apart output;
+  // first_call: the index of its first call in the choice.
+  nlohmann::json chat_message(const ChatDelta& delta, size_t first_call, bool first, bool streaming) const;
+  // A choice's reasoning tokens so far, its `tokens` counted in.
+  void count_reasoning(size_t choice, const std::vector<int32_t>& tokens);
   nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs, size_t choice);
   nlohmann::json completion_logprobs(const std::vector<TokenLogprob>& logprobs, size_t choice);
   // echo with logprobs: the prompt's tokens first (the first with null logprobs), then the completion's.
@@ -56,6 +62,7 @@ class ResponseFormatter {
   nlohmann::json vllm_prompt_logprobs(const std::vector<TokenLogprob>& prompt_logprobs) const;
   nlohmann::json chat_logprobs(const std::vector<TokenLogprob>& logprobs) const;
   // usage, with prompt_tokens_details.cached_tokens (the prefix cache's hits).
+  // With completion_tokens_details.reasoning_tokens when the output may reason.
   nlohmann::json usage(const std::vector<int64_t>& prompt_tokens, const std::vector<int64_t>& completion_tokens,
                        const std::vector<int64_t>& cached_tokens) const;
 
@@ -75,10 +82,10 @@ class ResponseFormatter {
   std::vector<int64_t> prompt_tokens_;   // per choice, from its final event
   std::vector<int64_t> cached_tokens_;   // per choice: prompt tokens found in the prefix cache
   std::vector<int64_t> completion_tokens_;
-  // Chat with tools the model may call: calls are taken out of the text.
-  std::optional<ToolRequest> tools_;
-  ToolCallFormat tool_format_;
-  std::vector<ToolCallStream> tool_streams_;  // per choice, streaming
+  std::vector<ReasoningTokenCounter> reasoning_counters_;  // per choice, for a reasoning output
+  // Chat: how the output is taken apart (reasoning, content, tool calls), and per choice its stream.
+  ChatOutputSyntax output_syntax_;
+  std::vector<ChatOutputStream> outputs_;
 };
 
 }  // namespace kvserve::server

@@ -330,6 +330,9 @@ std::string ChatTemplate::apply(const ChatTemplateInputs& inputs) const {
                   {"bos_token", inputs.bos_token},
                   {"eos_token", inputs.eos_token},
                   {"tools", inputs.tools}};
+  if (inputs.variables.is_object())
+    for (const auto& [name, value] : inputs.variables.items())
+      if (!globals.contains(name)) globals[name] = value;
   return Renderer(std::move(globals), inputs.max_work_bytes ? inputs.max_work_bytes : kMaxWorkBytes).run(program_->nodes);
 }
 

@@ -33,6 +33,9 @@ struct ChatTemplateInputs {
   // Hugging Face's `tools`: the request's list of {"type": "function",
   // "function": {...}} as given, or null (None) when it has none.
   nlohmann::json tools = nullptr;
+  // More variables for the template (a request's chat_template_kwargs, such
+  // as Qwen3's enable_thinking); the ones above win over any of the same name.
+  nlohmann::json variables = nlohmann::json::object();
   // The work budget of this render in bytes touched; 0 is the default,
   // kMaxWorkBytes (chat_template_ast.h). Tests and the fuzzer lower it.
   size_t max_work_bytes = 0;

@@ -1,0 +1,38 @@
+#include "server/chat_output.h"
+
+namespace kvserve::server {
+
+ChatOutputStream::ChatOutputStream(const ChatOutputSyntax& syntax) {
+  if (syntax.reasoning) reasoning_.emplace(*syntax.reasoning, syntax.starts_in_reasoning);
+  if (syntax.tools && syntax.tools->calls_allowed()) tools_.emplace(syntax.tool_format, *syntax.tools);
+}
+
+ChatDelta ChatOutputStream::feed(std::string_view text) {
+  if (!reasoning_) return take_apart({"", std::string(text)}, false);
+  return take_apart(reasoning_->feed(text), false);
+}
+
+ChatDelta ChatOutputStream::finish() {
+  return take_apart(reasoning_ ? reasoning_->finish() : ReasoningSplitter::Parts{}, true);
+}
+
+// Tool calls are looked for in the answer only: a reasoning model drafts calls while it thinks.
+ChatDelta ChatOutputStream::take_apart(ReasoningSplitter::Parts parts, bool complete) {
+  ChatDelta out;
+  out.reasoning = std::move(parts.reasoning);
+  if (!tools_) {
+    out.content = std::move(parts.content);
+    return out;
+  }
+  ToolCallStream::Delta delta = tools_->feed(parts.content);
+  if (complete) {
+    ToolCallStream::Delta last = tools_->finish();
+    delta.content += last.content;
+    for (ToolCall& call : last.calls) delta.calls.push_back(std::move(call));
+  }
+  out.content = std::move(delta.content);
+  out.calls = std::move(delta.calls);
+  return out;
+}
+
+}  // namespace kvserve::server
