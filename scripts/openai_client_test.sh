@@ -4,7 +4,8 @@
 # stops the server with SIGTERM and checks that it exits 0.
 # Usage: scripts/openai_client_test.sh [KVSERVE_BINARY] [MODEL] [TEST_SCRIPT] [SERVE_FLAGS...]
 # (TEST_SCRIPT defaults to tests/openai_client_test.py; SERVE_FLAGS go to `kvserve serve`).
-# Exits 77 (ctest's "skipped") when python3, the openai package or the model is missing.
+# Exits 77 (ctest's "skipped") when python3, the client's packages or the model is missing
+# (KVSERVE_TEST_PACKAGES names them: "openai jsonschema" unless set, "anthropic" for its test).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$root/build/kvserve}
@@ -12,8 +13,9 @@ model=${2:-$root/models/smollm2-135m-instruct-q4_1.gguf}
 script=${3:-$root/tests/openai_client_test.py}
 shift $(($# < 3 ? $# : 3))
 
-python3 -c "import openai, jsonschema" 2>/dev/null ||
-  { echo "skipped: needs python3 with the openai and jsonschema packages (pip install openai jsonschema)"; exit 77; }
+packages=${KVSERVE_TEST_PACKAGES:-openai jsonschema}
+python3 -c "import ${packages// /, }" 2>/dev/null ||
+  { echo "skipped: needs python3 with the packages $packages (pip install $packages)"; exit 77; }
 [ -f "$model" ] || { echo "skipped: $model not found (run scripts/fetch_models.sh)"; exit 77; }
 
 log=$(mktemp)

@@ -5,9 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-# The real OpenAI client for the server's compatibility test (tests/openai_client_test.py).
-python3 -c "import openai, jsonschema" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check openai jsonschema || \
-  echo "warning: could not install the openai and jsonschema packages; their tests will be skipped" >&2
+# The real OpenAI and Anthropic clients for the server's compatibility tests (tests/*_client_test.py).
+python3 -c "import openai, jsonschema, anthropic" 2>/dev/null ||
+  python3 -m pip install --quiet --disable-pip-version-check openai jsonschema anthropic || \
+  echo "warning: could not install the openai, jsonschema and anthropic packages; their tests will be skipped" >&2
 # SGLang's router (PyPI `smg`, a prebuilt Rust binary) for the replicas test (tests/cluster_test.py, docs/scaling.md).
 python3 -c "import smg" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check smg || \
   echo "warning: could not install the smg package (SGLang's router); the cluster test will be skipped" >&2
@@ -47,7 +48,7 @@ rm -f "$sanitizer_log"
 # tests (pipeline_mpi, pipeline_failure) ran above, the in-process pipeline tests run here.
 echo "== fast tests under ASan + UBSan (clang), ${SECONDS} s after the start ==" >&2
 KVSERVE_SKIP_SLOW=1 ctest --test-dir build-sanitize --output-on-failure -j2 \
-  -E 'RealModel|openai_client|structured_output_client|tool_calls_qwen|^cluster$'
+  -E 'RealModel|_client$|tool_calls_qwen|^cluster$'
 
 echo "== fuzzing under ASan + UBSan, ${KVSERVE_FUZZ_SECONDS:-20} s per target, ${SECONDS} s after the start ==" >&2
 ./scripts/fuzz.sh build-sanitize "${KVSERVE_FUZZ_SECONDS:-20}"

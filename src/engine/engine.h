@@ -73,6 +73,7 @@ struct GenerationEvent {
   std::vector<TokenLogprob> prompt_logprobs;
   bool finished = false;              // the sequence's last event; a request ends after n of them
   std::string finish_reason;          // when finished: "stop", "length", "cancelled" or "error"
+  std::string stop_sequence;          // when a stop string ended it: that string
   // The message when finish_reason is "error": what threw in this request's
   // own processing (its constraint's matcher, sampling, text, stop strings,
   // logprobs, its callback), which ends it alone (every unfinished sequence)

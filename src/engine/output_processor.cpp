@@ -57,6 +57,7 @@ FinishReason OutputProcessor::take_token(const Sequence& seq, const GenerationRe
   const bool eog = !r.ignore_eos && tokenizer_.is_end_of_generation(token);
   ev.text += eog ? state.stops.flush() : state.stops.push(state.stream.push(token));
   tokens_taken_++;
+  if (state.stops.stopped()) ev.stop_sequence = state.stops.matched();
   if (eog || state.stops.stopped()) return FinishReason::kStop;
   // A stop token (its text kept), or a complete constraint (only an end-of-generation token could follow).
   const bool stop_token = std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) != r.stop_token_ids.end();

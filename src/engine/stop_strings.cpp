@@ -43,7 +43,10 @@ std::string StopStringMatcher::push(const std::string& text) {
       ++steps;
       if (c == p.text[m] && ++m == p.text.size()) {
         // Its first occurrence; it starts inside pending_, as the prefix held back covered every earlier start.
-        first = std::min(first, at + 1 - m);
+        if (at + 1 - m < first) {
+          first = at + 1 - m;
+          matched_stop_ = i;
+        }
         break;
       }
     }
@@ -60,6 +63,10 @@ std::string StopStringMatcher::push(const std::string& text) {
   std::string out = pending_.substr(0, pending_.size() - keep);
   pending_.erase(0, pending_.size() - keep);
   return out;
+}
+
+std::string StopStringMatcher::matched() const {
+  return stopped_ ? stops_->patterns_[matched_stop_].text : "";
 }
 
 std::string StopStringMatcher::flush() {

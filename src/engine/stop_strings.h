@@ -54,6 +54,8 @@ class StopStringMatcher {
   // Text pushed afterwards is matched on its own.
   std::string flush();
   bool stopped() const { return stopped_; }
+  // The stop string found ("" before one is): Anthropic's stop_sequence, vLLM's stop_reason.
+  std::string matched() const;
   // Automaton steps taken so far (a byte compared or a fallback): the work
   // done, which tests check is linear in the text pushed.
   int64_t steps() const { return steps_; }
@@ -63,6 +65,7 @@ class StopStringMatcher {
   std::vector<uint32_t> matched_;  // per stop: the length of its longest prefix that ends the text so far
   std::string pending_;            // held back: the longest of those prefixes
   bool stopped_ = false;
+  size_t matched_stop_ = 0;  // the pattern found, once stopped_
   int64_t steps_ = 0;
 };
 

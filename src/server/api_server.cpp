@@ -9,6 +9,8 @@
 
 #include "core/error.h"
 #include "grammar/spec_limits.h"
+#include "server/anthropic_encoder.h"
+#include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/gated_http_server.h"
 #include "server/generation_response.h"
@@ -27,12 +29,16 @@ constexpr time_t kKeepAliveSeconds = 2;
 constexpr int kListenBacklog = 1024;  // also bounds how long listen() waits on idle connections at shutdown
 constexpr const char* kServerVersion = "0.1.0";  // what GET /version reports
 
-// The one place an error becomes an HTTP response.
-void write_error(httplib::Response& res, const ApiError& error) {
+bool is_messages_path(const std::string& path) { return path.starts_with("/v1/messages"); }
+
+// The one place an error becomes an HTTP response: Anthropic's error shape
+// on its Messages paths, OpenAI's everywhere else.
+void write_error(const httplib::Request& req, httplib::Response& res, const ApiError& error) {
   res.status = error.status();
   if (error.status() == 429 || error.status() == 503) res.set_header("Retry-After", "1");
   if (error.status() == 401) res.set_header("WWW-Authenticate", "Bearer");
-  res.set_content(dump_json(error_body(error)), "application/json");
+  const bool messages = is_messages_path(req.path);
+  res.set_content(dump_json(messages ? messages_error_body(error) : error_body(error)), "application/json");
 }
 
 void write_json(httplib::Response& res, const json& body) { res.set_content(dump_json(body), "application/json"); }
@@ -83,15 +89,15 @@ ApiServer::~ApiServer() { shutdown(); }
 
 void ApiServer::install_routes() {
   httplib::Server& s = *http_;
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
-    write_error(res, classify_exception(error));
+  s.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
+    write_error(req, res, classify_exception(error));
   });
   // httplib's own refusals (unknown route, oversized body) come with no body; give them the error shape too.
   s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     const std::string what = res.status == 404 ? "no route for " + req.method + " " + req.path
                                                : "the request was refused (HTTP " + std::to_string(res.status) + ")";
-    write_error(res, ApiError(res.status, what));
+    write_error(req, res, ApiError(res.status, what));
     return httplib::Server::HandlerResponse::Handled;
   }));
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -103,6 +109,8 @@ void ApiServer::install_routes() {
   });
   s.Post("/v1/completions", [this](const auto& req, auto& res) { handle_generation(Endpoint::kCompletions, req, res); });
   s.Post("/v1/chat/completions", [this](const auto& req, auto& res) { handle_generation(Endpoint::kChat, req, res); });
+  s.Post("/v1/messages", [this](const auto& req, auto& res) { handle_messages(req, res); });
+  s.Post("/v1/messages/count_tokens", [this](const auto& req, auto& res) { handle_count_tokens(req, res); });
   s.Get("/v1/models", [this](const auto&, auto& res) { handle_models(res); });
   s.Post("/tokenize", [this](const auto& req, auto& res) { handle_tokenize(req, res); });
   s.Post("/detokenize", [this](const auto& req, auto& res) { handle_detokenize(req, res); });
@@ -133,7 +141,40 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
   const Clock::time_point arrival = Clock::now();
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
   const RequestBody body = parse_request_body(req.body);  // the body's one parse
-  ParsedRequest parsed = parser_.parse(endpoint, body.tree);
+  ParsedRequest parsed = prepare(endpoint, body.tree, body.schemas_in_order);
+  auto encoder = std::make_unique<OpenAiEncoder>(ResponseFormatter(tokenizer_, parsed, options_.model_id),
+                                                 parsed.include_usage);
+  run(std::move(parsed), std::move(encoder), arrival, req, res);
+}
+
+void ApiServer::handle_messages(const httplib::Request& req, httplib::Response& res) {
+  const Clock::time_point arrival = Clock::now();
+  if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
+  const json chat_body = chat_body_from_messages(parse_json_body(req.body));
+  std::optional<ParsedRequest> parsed_chat;
+  try {
+    parsed_chat = prepare(Endpoint::kChat, chat_body, {});
+  } catch (const ApiError& e) {
+    throw as_messages_error(e);
+  }
+  ParsedRequest parsed = std::move(*parsed_chat);
+  auto encoder = std::make_unique<AnthropicEncoder>(parsed, options_.model_id);
+  run(std::move(parsed), std::move(encoder), arrival, req, res);
+}
+
+void ApiServer::handle_count_tokens(const httplib::Request& req, httplib::Response& res) const {
+  const json chat_body = chat_body_from_messages(parse_json_body(req.body), true);
+  std::optional<ParsedRequest> parsed;
+  try {
+    parsed = parser_.parse(Endpoint::kChat, chat_body);
+  } catch (const ApiError& e) {
+    throw as_messages_error(e);
+  }
+  write_json(res, {{"input_tokens", parsed->requests.at(0).request().prompt.size()}});
+}
+
+ParsedRequest ApiServer::prepare(Endpoint endpoint, const json& body, const KeyOrderCapture::Copies& schemas_in_order) {
+  ParsedRequest parsed = parser_.parse(endpoint, body);
   if (parsed.tools && parsed.constraint &&
       (parsed.tools->choice.kind == ToolChoice::kRequired || parsed.tools->choice.kind == ToolChoice::kNamed))
     throw invalid("tool_choice", "a required tool call cannot also follow " + parsed.constraint->param);
@@ -142,14 +183,19 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
     if (std::optional<ConstraintSpec> calls = tool_call_constraint(*parsed.tools, parsed.tool_format))
       parsed.constraint = ConstraintParam{std::move(*calls), "tools", {}};
   if (parsed.constraint) {  // compiled here, in the request's thread: the engine never waits for a compile
-    restore_key_order(*parsed.constraint, body.schemas_in_order);
+    restore_key_order(*parsed.constraint, schemas_in_order);
     const std::shared_ptr<const CompiledConstraint> compiled = compile_constraint(*parsed.constraint);
     for (ValidatedRequest& r : parsed.requests) r.set_constraint(compiled);
   }
-  ResponseFormatter formatter(tokenizer_, parsed, options_.model_id);
+  return parsed;
+}
+
+void ApiServer::run(ParsedRequest parsed, std::unique_ptr<ResponseEncoder> encoder, Clock::time_point arrival,
+                    const httplib::Request& req, httplib::Response& res) {
+  const bool stream = parsed.stream;
   auto job = std::make_shared<GenerationJob>(engine_, metrics_, jobs_, std::move(parsed.requests), arrival);
-  if (parsed.stream) send_event_stream(std::move(job), std::move(formatter), parsed.include_usage, metrics_, res);
-  else send_whole_response(*job, formatter, ClientConnection(http_->socket_of(req)), metrics_, res);
+  if (stream) send_event_stream(std::move(job), std::move(encoder), metrics_, res);
+  else send_whole_response(*job, *encoder, ClientConnection(http_->socket_of(req)), metrics_, res);
 }
 
 std::shared_ptr<const CompiledConstraint> ApiServer::compile_constraint(const ConstraintParam& constraint) {

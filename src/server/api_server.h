@@ -16,6 +16,7 @@
 #include "server/cors.h"
 #include "server/generation_job.h"
 #include "server/request_parser.h"
+#include "server/response_encoder.h"
 #include "server/server_metrics.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -65,6 +66,14 @@ class ApiServer {
   void install_routes();
   void check_api_key(const httplib::Request& req) const;
   void handle_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  // Anthropic's Messages API: translated onto the chat path (anthropic_messages.h).
+  void handle_messages(const httplib::Request& req, httplib::Response& res);
+  void handle_count_tokens(const httplib::Request& req, httplib::Response& res) const;
+  // A generation body parsed, its tool-call grammar added and its constraint compiled; throws ApiError.
+  ParsedRequest prepare(Endpoint endpoint, const nlohmann::json& body, const KeyOrderCapture::Copies& schemas_in_order);
+  // Submits the parsed requests and answers in the encoder's shape, streamed or whole.
+  void run(ParsedRequest parsed, std::unique_ptr<ResponseEncoder> encoder, Clock::time_point arrival,
+           const httplib::Request& req, httplib::Response& res);
   // The compiled constraint of a request's response_format etc. (cached); throws ApiError.
   std::shared_ptr<const CompiledConstraint> compile_constraint(const ConstraintParam& constraint);
   // The caps of a constraint on each tool's parameters schema; throws ApiError 400 naming the tool.

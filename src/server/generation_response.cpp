@@ -17,19 +17,23 @@ constexpr int kClientClosedRequest = 499;
 
 class EventStreamWriter {
  public:
-  EventStreamWriter(std::shared_ptr<GenerationJob> job, ResponseFormatter formatter, bool include_usage,
-                    ServerMetrics& metrics)
-      : job_(std::move(job)), formatter_(std::move(formatter)), include_usage_(include_usage), metrics_(metrics) {}
+  EventStreamWriter(std::shared_ptr<GenerationJob> job, std::unique_ptr<ResponseEncoder> encoder, ServerMetrics& metrics)
+      : job_(std::move(job)), encoder_(std::move(encoder)), metrics_(metrics) {}
 
   // One call of the chunked content provider: false ends the response.
   bool pump(httplib::DataSink& sink) {
     try {
+      if (!started_) {
+        started_ = true;
+        const std::string start = encoder_->stream_start();
+        if (!start.empty() && !send(sink, start)) return false;
+      }
       std::optional<ChoiceEvent> ev = job_->next(kPollInterval);
       if (!ev) return Clock::now() - last_write_ < kKeepAliveInterval || send(sink, ": keep-alive\n\n");
-      if (!send(sink, "data: " + dump_json(formatter_.chunk(*ev)) + "\n\n")) return false;
+      const std::string bytes = encoder_->stream_event(*ev);
+      if (!bytes.empty() && !send(sink, bytes)) return false;
       if (!job_->done()) return true;
-      if (include_usage_ && !send(sink, "data: " + dump_json(formatter_.usage_chunk()) + "\n\n")) return false;
-      if (!send(sink, "data: [DONE]\n\n")) return false;
+      if (!send(sink, encoder_->stream_end())) return false;
       sink.done();
       return true;
     } catch (const std::exception&) {  // nothing sensible can be sent mid-stream; end it
@@ -54,15 +58,15 @@ class EventStreamWriter {
   }
 
   std::shared_ptr<GenerationJob> job_;
-  ResponseFormatter formatter_;
-  bool include_usage_;
+  std::unique_ptr<ResponseEncoder> encoder_;
   ServerMetrics& metrics_;
+  bool started_ = false;
   Clock::time_point last_write_ = Clock::now();
 };
 
 }  // namespace
 
-void send_whole_response(GenerationJob& job, ResponseFormatter& formatter, const ClientConnection& client,
+void send_whole_response(GenerationJob& job, ResponseEncoder& encoder, const ClientConnection& client,
                          ServerMetrics& metrics, httplib::Response& res) {
   std::vector<ChoiceResult> results(job.choices());
   Clock::time_point last_check = Clock::now();
@@ -82,12 +86,12 @@ void send_whole_response(GenerationJob& job, ResponseFormatter& formatter, const
     if (r.finish_reason == "cancelled")
       throw ApiError(503, "the request was cancelled (the server is shutting down)", {}, "server_error");
   }
-  res.set_content(dump_json(formatter.response(results)), "application/json");
+  res.set_content(dump_json(encoder.whole(results)), "application/json");
 }
 
-void send_event_stream(std::shared_ptr<GenerationJob> job, ResponseFormatter formatter, bool include_usage,
+void send_event_stream(std::shared_ptr<GenerationJob> job, std::unique_ptr<ResponseEncoder> encoder,
                        ServerMetrics& metrics, httplib::Response& res) {
-  auto writer = std::make_shared<EventStreamWriter>(std::move(job), std::move(formatter), include_usage, metrics);
+  auto writer = std::make_shared<EventStreamWriter>(std::move(job), std::move(encoder), metrics);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream", [writer](size_t, httplib::DataSink& sink) { return writer->pump(sink); },

@@ -1,11 +1,11 @@
 #pragma once
 // Sends a generation job's result: one JSON body, or a Server-Sent Events
-// stream with one `data:` chunk per engine event and `data: [DONE]` last.
+// stream, in the shape its ResponseEncoder writes.
 #include <memory>
 
 #include "server/client_connection.h"
 #include "server/generation_job.h"
-#include "server/response_format.h"
+#include "server/response_encoder.h"
 #include "server/server_metrics.h"
 
 namespace httplib {
@@ -18,12 +18,12 @@ namespace kvserve::server {
 // ApiError (500 for an engine error, 503 for a request cancelled by shutdown).
 // Checks the client every poll interval: one that hung up gets the job
 // cancelled at once (its KV blocks freed) and is counted as a disconnect.
-void send_whole_response(GenerationJob& job, ResponseFormatter& formatter, const ClientConnection& client,
+void send_whole_response(GenerationJob& job, ResponseEncoder& encoder, const ClientConnection& client,
                          ServerMetrics& metrics, httplib::Response& res);
 
 // Hands the job to a chunked content provider that writes events as they
 // come. A write that fails (the client went away) cancels the job at once.
-void send_event_stream(std::shared_ptr<GenerationJob> job, ResponseFormatter formatter, bool include_usage,
+void send_event_stream(std::shared_ptr<GenerationJob> job, std::unique_ptr<ResponseEncoder> encoder,
                        ServerMetrics& metrics, httplib::Response& res);
 
 }  // namespace kvserve::server

@@ -3,10 +3,10 @@
 namespace kvserve::server {
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+bool is_whitespace_byte(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 std::string_view trim_right(std::string_view s) {
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  while (!s.empty() && is_whitespace_byte(s.back())) s.remove_suffix(1);
   return s;
 }
 
@@ -54,7 +54,7 @@ void ReasoningSplitter::settle(Parts& out) {
   for (;;) {
     if (skip_space_) {
       size_t n = 0;
-      while (n < held_.size() && is_space(held_[n])) ++n;
+      while (n < held_.size() && is_whitespace_byte(held_[n])) ++n;
       held_.erase(0, n);
       if (held_.empty()) return;
       skip_space_ = false;

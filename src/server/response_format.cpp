@@ -1,6 +1,5 @@
 #include "server/response_format.h"
 
-#include <atomic>
 #include <chrono>
 
 namespace kvserve::server {
@@ -8,12 +7,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string next_response_id(Endpoint endpoint) {
-  static std::atomic<uint64_t> counter{0};
-  const auto stamp = std::chrono::system_clock::now().time_since_epoch().count();
-  return std::string(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(stamp % 1000000000) + "-" +
-         std::to_string(++counter);
-}
+std::string next_response_id(Endpoint endpoint) { return unique_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-"); }
 
 json byte_values(const std::string& text) {
   json out = json::array();
@@ -33,16 +27,6 @@ json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index, boo
   return out;
 }
 
-ChatOutputSyntax output_syntax_of(const ParsedRequest& request) {
-  ChatOutputSyntax out;
-  if (request.endpoint != Endpoint::kChat) return out;
-  out.reasoning = request.reasoning;
-  out.starts_in_reasoning = request.reasoning_open;
-  if (request.tools && request.tools->calls_allowed()) out.tools = request.tools;
-  out.tool_format = request.tool_format;
-  return out;
-}
-
 // A choice that called a tool finishes with "tool_calls" (one cut by max_tokens keeps "length").
 std::string finish_reason_of(const std::string& reason, size_t calls) {
   return calls > 0 && reason == "stop" ? "tool_calls" : reason;
@@ -55,17 +39,6 @@ void append(ChatDelta& to, ChatDelta more) {
 }
 
 }  // namespace
-
-void ChoiceResult::add(const GenerationEvent& event) {
-  text += event.text;
-  logprobs.insert(logprobs.end(), event.logprobs.begin(), event.logprobs.end());
-  if (!event.prompt_logprobs.empty()) prompt_logprobs = event.prompt_logprobs;
-  prompt_tokens = event.prompt_tokens;
-  cached_tokens = event.cached_tokens;
-  completion_tokens = event.completion_tokens;
-  tokens.insert(tokens.end(), event.tokens.begin(), event.tokens.end());
-  if (event.finished) finish_reason = event.finish_reason, error = event.error;
-}
 
 ResponseFormatter::ResponseFormatter(const Tokenizer& tokenizer, const ParsedRequest& request, std::string model_id)
     : tokenizer_(tokenizer),
@@ -83,7 +56,7 @@ ResponseFormatter::ResponseFormatter(const Tokenizer& tokenizer, const ParsedReq
       prompt_tokens_(request.choices(), 0),
       cached_tokens_(request.choices(), 0),
       completion_tokens_(request.choices(), 0),
-      output_syntax_(output_syntax_of(request)) {
+      output_syntax_(chat_output_syntax(request)) {
   if (endpoint_ == Endpoint::kChat) outputs_.assign(request.choices(), ChatOutputStream(output_syntax_));
   if (output_syntax_.reasoning)
     reasoning_counters_.assign(request.choices(),

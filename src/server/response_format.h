@@ -12,24 +12,10 @@
 #include "server/chat_output.h"
 #include "server/generation_job.h"
 #include "server/request_parser.h"
+#include "server/response_encoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvserve::server {
-
-// Everything one choice produced, gathered from its events.
-struct ChoiceResult {
-  std::string text;
-  std::vector<TokenLogprob> logprobs;
-  std::vector<TokenLogprob> prompt_logprobs;  // prompt positions 1.. (GenerationRequest::prompt_logprobs)
-  std::string finish_reason;  // empty until the final event
-  std::string error;
-  int64_t prompt_tokens = 0;
-  int64_t cached_tokens = 0;  // of which the prefix cache held
-  int64_t completion_tokens = 0;
-  std::vector<int32_t> tokens;  // the completion's
-
-  void add(const GenerationEvent& event);
-};
 
 class ResponseFormatter {
  public:
@@ -86,6 +72,23 @@ class ResponseFormatter {
   // Chat: how the output is taken apart (reasoning, content, tool calls), and per choice its stream.
   ChatOutputSyntax output_syntax_;
   std::vector<ChatOutputStream> outputs_;
+};
+
+// The OpenAI shapes as a ResponseEncoder: SSE chunks as `data:` lines, the
+// usage chunk when stream_options.include_usage asks for it, `data: [DONE]` last.
+class OpenAiEncoder : public ResponseEncoder {
+ public:
+  OpenAiEncoder(ResponseFormatter formatter, bool include_usage)
+      : formatter_(std::move(formatter)), include_usage_(include_usage) {}
+  nlohmann::json whole(const std::vector<ChoiceResult>& choices) override { return formatter_.response(choices); }
+  std::string stream_event(const ChoiceEvent& event) override { return sse_event(formatter_.chunk(event)); }
+  std::string stream_end() override {
+    return (include_usage_ ? sse_event(formatter_.usage_chunk()) : "") + "data: [DONE]\n\n";
+  }
+
+ private:
+  ResponseFormatter formatter_;
+  bool include_usage_;
 };
 
 }  // namespace kvserve::server
