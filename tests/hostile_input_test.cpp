@@ -47,7 +47,7 @@ void load_everything(const std::vector<uint8_t>& bytes) {
   Model::load(file.path(), options);
 }
 
-void put_u64(std::vector<uint8_t>& bytes, size_t at, uint64_t v) { std::memcpy(bytes.data() + at, &v, sizeof v); }
+void overwrite_u64(std::vector<uint8_t>& bytes, size_t at, uint64_t v) { std::memcpy(bytes.data() + at, &v, sizeof v); }
 
 }  // namespace
 
@@ -71,7 +71,7 @@ TEST(HostileInput, GgufTruncatedOrCorrupted) {
   for (uint64_t huge : {uint64_t{1} << 62, ~uint64_t{0}, uint64_t{1} << 32}) {
     for (size_t at : {size_t{8}, size_t{16}, size_t{24}}) {  // tensor count, metadata count, first key length
       std::vector<uint8_t> bad = good;
-      put_u64(bad, at, huge);
+      overwrite_u64(bad, at, huge);
       expect_clean("u64 at " + std::to_string(at), [&] { load_everything(bad); });
     }
   }

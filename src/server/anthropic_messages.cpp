@@ -142,7 +142,10 @@ json chat_body_from_messages(const json& body, bool counting) {
       throw invalid("max_tokens", "max_tokens must be an integer of at least 1");
     chat["max_tokens"] = *max_tokens;
   }
-  if (const json* stops = field(body, "stop_sequences"); stops && !stops->is_null()) chat["stop"] = *stops;
+  if (const json* stops = field(body, "stop_sequences"); stops && !stops->is_null()) {
+    if (!stops->is_array()) throw invalid("stop_sequences", "stop_sequences must be a list of strings");
+    chat["stop"] = *stops;
+  }
   for (const char* name : {"model", "temperature", "top_p", "top_k", "stream"})
     if (const json* v = field(body, name)) chat[name] = *v;
   if (const json* tools = field(body, "tools"); tools && !tools->is_null()) chat["tools"] = chat_tools(*tools);
