@@ -40,6 +40,7 @@ struct ServeOptions {
   std::vector<std::string> api_keys;       // --api-key, repeatable
   std::vector<std::string> api_key_files;  // --api-key-file, repeatable
   std::vector<std::string> cors_origins;   // --cors-origins
+  size_t responses_store = 1024;           // --responses-store
   std::string alias;
   int64_t max_queue = 64;
   int64_t max_running = 16;
@@ -135,6 +136,7 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
   server_options.port = opt.port;
   server_options.api_keys = std::move(api_keys);
   server_options.cors_origins = opt.cors_origins;
+  server_options.responses_store = opt.responses_store;
   server_options.model_id = opt.alias.empty() ? std::filesystem::path(opt.model).stem().string() : opt.alias;
   server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
   server_options.speculation = spec_default;
@@ -201,6 +203,10 @@ void register_serve(CLI::App& app) {
                   "requests are answered. Default: none")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--responses-store", opt->responses_store,
+                  "Responses API: keep the latest N responses for previous_response_id and GET /v1/responses/{id} "
+                  "(at most 64 MiB; the oldest are forgotten first; 0 keeps none)")
+      ->check(CLI::Range(0, 1000000));
   cmd->add_option("--alias", opt->alias, "Model id reported by the API (default: the file name)");
   cmd->add_option("--max-queue", opt->max_queue, "Waiting requests before 429")->check(CLI::Range(1, 4096))
       ->capture_default_str();

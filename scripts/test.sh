@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 python3 -c "import openai, jsonschema, anthropic" 2>/dev/null ||
   python3 -m pip install --quiet --disable-pip-version-check openai jsonschema anthropic || \
   echo "warning: could not install the openai, jsonschema and anthropic packages; their tests will be skipped" >&2
+# The agent loop of tests/responses_client_test.py (skipped, with a message, without it).
+python3 -c "import agents" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check openai-agents || \
+  echo "warning: could not install the openai-agents package; the agent loop test will be skipped" >&2
 # SGLang's router (PyPI `smg`, a prebuilt Rust binary) for the replicas test (tests/cluster_test.py, docs/scaling.md).
 python3 -c "import smg" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check smg || \
   echo "warning: could not install the smg package (SGLang's router); the cluster test will be skipped" >&2

@@ -12,6 +12,9 @@
 #include "server/anthropic_encoder.h"
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
+#include "server/json_input.h"
+#include "server/responses_encoder.h"
+#include "server/responses_request.h"
 #include "server/gated_http_server.h"
 #include "server/generation_response.h"
 #include "server/open_file_limit.h"
@@ -71,6 +74,7 @@ ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokeni
       options_(std::move(options)),
       api_keys_(options_.api_keys),
       cors_(options_.cors_origins),
+      responses_(options_.responses_store, options_.responses_store_bytes),
       context_(std::min(engine.options().max_context, model.config().context_length)),
       parser_(tokenizer_, chat_template_, context_, options_.speculation, engine.options().draft_model != nullptr,
               engine.request_limits()),
@@ -111,6 +115,9 @@ void ApiServer::install_routes() {
   s.Post("/v1/chat/completions", [this](const auto& req, auto& res) { handle_generation(Endpoint::kChat, req, res); });
   s.Post("/v1/messages", [this](const auto& req, auto& res) { handle_messages(req, res); });
   s.Post("/v1/messages/count_tokens", [this](const auto& req, auto& res) { handle_count_tokens(req, res); });
+  s.Post("/v1/responses", [this](const auto& req, auto& res) { handle_responses(req, res); });
+  s.Get(R"(/v1/responses/([A-Za-z0-9_-]+))", [this](const auto& req, auto& res) { handle_stored_response(req, res, false); });
+  s.Delete(R"(/v1/responses/([A-Za-z0-9_-]+))", [this](const auto& req, auto& res) { handle_stored_response(req, res, true); });
   s.Get("/v1/models", [this](const auto&, auto& res) { handle_models(res); });
   s.Post("/tokenize", [this](const auto& req, auto& res) { handle_tokenize(req, res); });
   s.Post("/detokenize", [this](const auto& req, auto& res) { handle_detokenize(req, res); });
@@ -171,6 +178,54 @@ void ApiServer::handle_count_tokens(const httplib::Request& req, httplib::Respon
     throw as_messages_error(e);
   }
   write_json(res, {{"input_tokens", parsed->requests.at(0).request().prompt.size()}});
+}
+
+void ApiServer::handle_responses(const httplib::Request& req, httplib::Response& res) {
+  const Clock::time_point arrival = Clock::now();
+  if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
+  const RequestBody body = parse_request_body(req.body, {responses_schema_path()});
+  json history = json::array();
+  const json* previous = field(body.tree, "previous_response_id");
+  if (previous && !previous->is_null()) {
+    if (!previous->is_string()) throw invalid("previous_response_id", "previous_response_id must be a string");
+    std::optional<ResponseStore::Entry> entry = responses_.get(previous->get<std::string>());
+    if (!entry)
+      throw invalid("previous_response_id", "no stored response has the id " + previous->get<std::string>() +
+                                                " (the store keeps the latest " + std::to_string(options_.responses_store) +
+                                                " responses stored with store: true)");
+    history = std::move(entry->conversation);
+  }
+  const json chat_body = chat_body_from_responses(body.tree, history);
+  std::optional<ParsedRequest> parsed_chat;
+  try {
+    parsed_chat = prepare(Endpoint::kChat, chat_body, schemas_for_chat_body(body.schemas_in_order));
+  } catch (const ApiError& e) {
+    throw as_responses_error(e);
+  }
+  ParsedRequest parsed = std::move(*parsed_chat);
+  const bool store = field(body.tree, "store") == nullptr || *field(body.tree, "store") != false;
+  json conversation = history;
+  for (json& m : responses_input_messages(body.tree)) conversation.push_back(std::move(m));
+  auto finished = [this, store, conversation = std::move(conversation)](const json& response, const json& answer) mutable {
+    if (!store) return;
+    conversation.push_back(answer);
+    responses_.put(response["id"].get<std::string>(), {response, std::move(conversation)});
+  };
+  auto encoder = std::make_unique<ResponsesEncoder>(parsed, tokenizer_, options_.model_id,
+                                                    responses_settings(body.tree), std::move(finished));
+  run(std::move(parsed), std::move(encoder), arrival, req, res);
+}
+
+void ApiServer::handle_stored_response(const httplib::Request& req, httplib::Response& res, bool erase) {
+  const std::string id = req.matches[1];
+  if (erase) {
+    if (!responses_.erase(id)) throw ApiError(404, "no stored response has the id " + id);
+    write_json(res, {{"id", id}, {"object", "response"}, {"deleted", true}});
+    return;
+  }
+  std::optional<ResponseStore::Entry> entry = responses_.get(id);
+  if (!entry) throw ApiError(404, "no stored response has the id " + id);
+  write_json(res, entry->response);
 }
 
 ParsedRequest ApiServer::prepare(Endpoint endpoint, const json& body, const KeyOrderCapture::Copies& schemas_in_order) {

@@ -17,6 +17,7 @@
 #include "server/generation_job.h"
 #include "server/request_parser.h"
 #include "server/response_encoder.h"
+#include "server/response_store.h"
 #include "server/server_metrics.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -42,6 +43,10 @@ struct ServerOptions {
   ConstraintLimits constraints;      // sizes and compile time of response_format / structured_outputs
   // Origins whose browser pages may call the API ("*": any; empty: none): --cors-origins, server/cors.h.
   std::vector<std::string> cors_origins;
+  // The Responses API's store (previous_response_id, GET /v1/responses/{id}): --responses-store N responses,
+  // at most this many bytes; the oldest are forgotten first (server/response_store.h).
+  size_t responses_store = 1024;
+  size_t responses_store_bytes = size_t{64} << 20;
 };
 
 class ApiServer {
@@ -69,6 +74,9 @@ class ApiServer {
   // Anthropic's Messages API: translated onto the chat path (anthropic_messages.h).
   void handle_messages(const httplib::Request& req, httplib::Response& res);
   void handle_count_tokens(const httplib::Request& req, httplib::Response& res) const;
+  // OpenAI's Responses API: translated onto the chat path (responses_request.h), answers kept in responses_.
+  void handle_responses(const httplib::Request& req, httplib::Response& res);
+  void handle_stored_response(const httplib::Request& req, httplib::Response& res, bool erase);
   // A generation body parsed, its tool-call grammar added and its constraint compiled; throws ApiError.
   ParsedRequest prepare(Endpoint endpoint, const nlohmann::json& body, const KeyOrderCapture::Copies& schemas_in_order);
   // Submits the parsed requests and answers in the encoder's shape, streamed or whole.
@@ -89,6 +97,7 @@ class ApiServer {
   ServerOptions options_;
   ApiKeys api_keys_;
   CorsPolicy cors_;
+  ResponseStore responses_;
   int64_t context_;
   RequestParser parser_;
   ConstraintCompiler constraints_;

@@ -259,8 +259,9 @@ json parse_json_body(const std::string& body) {
   return parse_body_with([&] { return parse_limited_json<json>(body); });
 }
 
-RequestBody parse_request_body(const std::string& body) {
-  JsonKeepingOrder parsed = parse_body_with([&] { return parse_limited_json_keeping_order(body, schema_object_paths()); });
+RequestBody parse_request_body(const std::string& body, std::vector<KeyPath> schema_paths) {
+  if (schema_paths.empty()) schema_paths = schema_object_paths();
+  JsonKeepingOrder parsed = parse_body_with([&] { return parse_limited_json_keeping_order(body, schema_paths); });
   return {std::move(parsed.tree), std::move(parsed.ordered)};
 }
 

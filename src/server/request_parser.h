@@ -33,8 +33,9 @@ struct RequestBody {
   nlohmann::json tree;
   KeyOrderCapture::Copies schemas_in_order;
 };
-// Throws as parse_json_body does.
-RequestBody parse_request_body(const std::string& body);
+// Throws as parse_json_body does. `schema_paths`: where the schemas are
+// (by default those of the chat and completions bodies).
+RequestBody parse_request_body(const std::string& body, std::vector<KeyPath> schema_paths = {});
 
 // POST /tokenize: {"content": str, "add_special"?: bool, "with_pieces"?: bool}.
 struct TokenizeRequest {
