@@ -1,6 +1,6 @@
 // libFuzzer target: an HTTP request body as each endpoint parses it. The
 // first byte picks the endpoint (completions, chat, tokenize, detokenize,
-// Anthropic messages, count_tokens), the rest is the body. Only ApiError 400 and
+// Anthropic messages, count_tokens, OpenAI responses), the rest is the body. Only ApiError 400 and
 // kvserve::Error may come out (the server turns both into a 400 response).
 #include <cstdlib>
 #include <string>
@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
+#include "server/responses_request.h"
 #include "server/request_parser.h"
 #include "tests/tiny_vocab.h"
 #include "tokenizer/chat_template.h"
@@ -25,13 +26,19 @@ void parse_generation(const RequestParser& parser, Endpoint endpoint, const std:
 }
 
 void parse_request(const Tokenizer& tokenizer, const RequestParser& parser, uint8_t endpoint, const std::string& body) {
-  switch (endpoint % 6) {
+  switch (endpoint % 7) {
     case 0: parse_generation(parser, Endpoint::kCompletions, body); break;
     case 1: parse_generation(parser, Endpoint::kChat, body); break;
     case 2: tokenizer.encode(parse_tokenize_request(parse_json_body(body)).content, true); break;
     case 3: tokenizer.decode(parse_detokenize_request(parse_json_body(body), tokenizer.vocab_size())); break;
     case 4: parser.parse(Endpoint::kChat, chat_body_from_messages(parse_json_body(body))); break;  // /v1/messages
     case 5: parser.parse(Endpoint::kChat, chat_body_from_messages(parse_json_body(body), true)); break;  // count_tokens
+    case 6: {  // /v1/responses, as the server does it (its schema's key order kept)
+      const RequestBody parsed = parse_request_body(body, {responses_schema_path()});
+      parser.parse(Endpoint::kChat, chat_body_from_responses(parsed.tree, nlohmann::json::array()));
+      responses_settings(parsed.tree);
+      break;
+    }
   }
 }
 
