@@ -81,6 +81,10 @@ void add_message(const json& message, const std::string& param, json& out) {
   out.push_back(std::move(chat));
 }
 
+bool chat_messages_end_with_assistant(const json& messages) {
+  return !messages.empty() && messages.back()["role"] == "assistant" && !messages.back().contains("tool_calls");
+}
+
 json chat_tools(const json& tools) {
   if (!tools.is_array()) throw invalid("tools", "tools must be a list");
   json out = json::array();
@@ -134,6 +138,11 @@ json chat_body_from_messages(const json& body, bool counting) {
   const json* given = field(body, "messages");
   if (!given || !given->is_array() || given->empty()) throw invalid("messages", "messages must be a non-empty list");
   for (size_t i = 0; i < given->size(); ++i) add_message((*given)[i], "messages[" + std::to_string(i) + "]", messages);
+  // A final assistant message is a prefill: the answer continues it (Anthropic's semantics).
+  if (chat_messages_end_with_assistant(messages)) {
+    chat["continue_final_message"] = true;
+    chat["add_generation_prompt"] = false;
+  }
   chat["messages"] = std::move(messages);
   const json* max_tokens = field(body, "max_tokens");
   if (!max_tokens && !counting) throw invalid("max_tokens", "max_tokens is required");

@@ -288,7 +288,18 @@ void ApiServer::handle_models(httplib::Response& res) const {
 }
 
 void ApiServer::handle_tokenize(const httplib::Request& req, httplib::Response& res) const {
-  const TokenizeRequest request = parse_tokenize_request(parse_body(req));
+  const json body = parse_body(req);
+  if (body.is_object() && (body.contains("prompt") || body.contains("messages"))) {  // vLLM's shape
+    const std::vector<int32_t> ids = parser_.vllm_tokenize(body);
+    json out = {{"count", ids.size()}, {"max_model_len", parser_.context()}, {"tokens", ids}, {"token_strs", nullptr}};
+    if (field(body, "return_token_strs") && *field(body, "return_token_strs") == true) {
+      out["token_strs"] = json::array();
+      for (int32_t id : ids) out["token_strs"].push_back(tokenizer_.token_bytes(id));
+    }
+    write_json(res, out);
+    return;
+  }
+  const TokenizeRequest request = parse_tokenize_request(body);  // llama-server's shape
   const std::vector<int32_t> ids = parser_.tokenize(request);
   json tokens = json::array();
   for (int32_t id : ids) {
@@ -298,9 +309,10 @@ void ApiServer::handle_tokenize(const httplib::Request& req, httplib::Response& 
   write_json(res, {{"tokens", tokens}});
 }
 
+// llama-server answers {"content"}, vLLM {"prompt"}: both are given.
 void ApiServer::handle_detokenize(const httplib::Request& req, httplib::Response& res) const {
-  const std::vector<int32_t> ids = parser_.detokenize_ids(parse_body(req));
-  write_json(res, {{"content", tokenizer_.decode(ids)}});
+  const std::string text = tokenizer_.decode(parser_.detokenize_ids(parse_body(req)));
+  write_json(res, {{"content", text}, {"prompt", text}});
 }
 
 int ApiServer::bind() {

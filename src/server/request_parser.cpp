@@ -1,6 +1,7 @@
 #include "server/request_parser.h"
 
 #include <algorithm>
+#include <cctype>
 #include <limits>
 #include <random>
 #include <set>
@@ -230,6 +231,31 @@ bool reasoning_parsed(const json& body, bool template_reasons) {
   return template_reasons && *format != "none";
 }
 
+// vLLM's add_generation_prompt and continue_final_message: the final
+// assistant message continued (assistant prefill) instead of a new turn.
+void set_continuation(const json& body, const json& messages, RequestParser::ChatPromptOptions& options) {
+  options.add_generation_prompt = boolean(body, "add_generation_prompt", true);
+  options.continue_final_message = boolean(body, "continue_final_message", false);
+  if (!options.continue_final_message) return;
+  if (field(body, "add_generation_prompt") && options.add_generation_prompt)
+    throw invalid("continue_final_message",
+                  "continue_final_message continues the final message: add_generation_prompt must be false with it");
+  if (!messages.is_array() || messages.empty() || !has_string_field(messages.back(), "role", "assistant"))
+    throw invalid("continue_final_message", "continue_final_message needs an assistant message last");
+}
+
+// The rendered prompt up to the end of the final message's text: what
+// follows it (the end of turn) is dropped, so that the model goes on writing it.
+std::string cut_after_final_message(const std::string& prompt, const json& messages) {
+  std::string final_text = message_content(messages.back(), "messages[" + std::to_string(messages.size() - 1) + "]");
+  while (!final_text.empty() && std::isspace(static_cast<unsigned char>(final_text.back()))) final_text.pop_back();
+  const size_t at = final_text.empty() ? std::string::npos : prompt.rfind(final_text);
+  if (at == std::string::npos)
+    throw invalid("continue_final_message",
+                  "the final message's text is not in the rendered prompt (its template changes it), so it cannot be continued");
+  return prompt.substr(0, at + final_text.size());
+}
+
 // How many prompts a completions request's `prompt` holds, counted before
 // any of them is tokenized.
 int64_t prompt_count(const json& prompt) {
@@ -293,6 +319,18 @@ std::vector<int32_t> RequestParser::tokenize(const TokenizeRequest& request) con
   return ids;
 }
 
+std::vector<int32_t> RequestParser::vllm_tokenize(const json& body) const {
+  if (const json* messages = field(body, "messages")) {
+    std::optional<ToolRequest> tools = parse_tool_request(body);
+    ChatPromptOptions options{tools ? &*tools : nullptr, template_variables(body)};
+    set_continuation(body, *messages, options);
+    return chat_prompt(*messages, nullptr, options);
+  }
+  const json* prompt = field(body, "prompt");
+  if (!prompt || !prompt->is_string()) throw invalid("prompt", "prompt must be a string (or give messages)");
+  return tokenize({prompt->get<std::string>(), boolean(body, "add_special_tokens", true), false});
+}
+
 std::vector<int32_t> RequestParser::detokenize_ids(const json& body) const {
   return parse_detokenize_request(body, tokenizer_.vocab_size(), context_);
 }
@@ -331,11 +369,13 @@ RequestParser::Prompts RequestParser::completion_prompts(const json& prompt) con
   return out;
 }
 
-std::vector<int32_t> RequestParser::chat_prompt(const json& messages, std::string* text, const ToolRequest* tools,
-                                               const json& variables) const {
+std::vector<int32_t> RequestParser::chat_prompt(const json& messages, std::string* text,
+                                               const ChatPromptOptions& options) const {
   if (!messages.is_array() || messages.empty()) throw invalid("messages", "messages must be a non-empty list");
+  const ToolRequest* tools = options.tools;
   ChatTemplateInputs in;
-  in.variables = variables;
+  in.variables = options.variables;
+  in.add_generation_prompt = options.add_generation_prompt && !options.continue_final_message;
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string param = "messages[" + std::to_string(i) + "]";
     const json& m = messages[i];
@@ -356,7 +396,8 @@ std::vector<int32_t> RequestParser::chat_prompt(const json& messages, std::strin
   const bool knows_tools = template_capabilities_.knows_tools;
   if (knows_tools && offered) in.tools = offered->as_given;
   if (!knows_tools) in.messages = messages_for_toolless_template(std::move(in.messages), offered);
-  const std::string prompt = apply_chat_template(chat_template_, in, knows_tools);
+  std::string prompt = apply_chat_template(chat_template_, in, knows_tools);
+  if (options.continue_final_message) prompt = cut_after_final_message(prompt, messages);
   check_text_fits(tokenizer_, prompt, context_ - 1, "messages",
                   "this model's context of " + std::to_string(context_) + " tokens");
   if (text) *text = prompt;
@@ -456,7 +497,9 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
     const json* messages = field(body, "messages");
     if (!messages) throw invalid("messages", "messages is required");
     std::string text;
-    prompts.tokens.push_back(chat_prompt(*messages, &text, tools ? &*tools : nullptr, template_variables(body)));
+    ChatPromptOptions options{tools ? &*tools : nullptr, template_variables(body)};
+    set_continuation(body, *messages, options);
+    prompts.tokens.push_back(chat_prompt(*messages, &text, options));
     if (reasoning_parsed(body, template_capabilities_.reasoning.has_value())) {
       out.reasoning = template_capabilities_.reasoning;
       out.reasoning_open = prompt_opens_reasoning(text, *out.reasoning);

@@ -99,16 +99,29 @@ class RequestParser {
   // POST /tokenize's ids, at most `context` of them (400 past that; a text
   // certainly longer is refused before it is tokenized).
   std::vector<int32_t> tokenize(const TokenizeRequest& request) const;
+  // vLLM's POST /tokenize: {"prompt": str, "add_special_tokens"?: bool (true)}
+  // or {"messages": [...], "add_generation_prompt"?, "continue_final_message"?,
+  // "chat_template_kwargs"?, "tools"?} (the chat prompt's ids); at most `context`.
+  std::vector<int32_t> vllm_tokenize(const nlohmann::json& body) const;
+  int64_t context() const { return context_; }
   // POST /detokenize's ids, at most `context` of them.
   std::vector<int32_t> detokenize_ids(const nlohmann::json& body) const;
 
-  // The prompt tokens of a chat conversation (the template applied), with
-  // `tools` offered to the model when given and tool_choice is not "none",
-  // and `variables` (an object: chat_template_kwargs, reasoning_effort) set
-  // in the template beside its usual ones.
+  // How a chat conversation becomes its prompt.
+  struct ChatPromptOptions {
+    const ToolRequest* tools = nullptr;  // offered to the model (when tool_choice is not "none")
+    nlohmann::json variables = nlohmann::json::object();  // template variables: chat_template_kwargs, reasoning_effort
+    bool add_generation_prompt = true;    // the assistant's header after the messages
+    // The final (assistant) message is continued: the prompt ends with its text, no end of turn (assistant prefill).
+    bool continue_final_message = false;
+  };
+  // The prompt tokens of a chat conversation (the template applied).
   std::vector<int32_t> chat_prompt(const nlohmann::json& messages, std::string* text,
-                                   const ToolRequest* tools = nullptr,
-                                   const nlohmann::json& variables = nlohmann::json::object()) const;
+                                   const ChatPromptOptions& options) const;
+  std::vector<int32_t> chat_prompt(const nlohmann::json& messages, std::string* text,
+                                   const ToolRequest* tools = nullptr) const {
+    return chat_prompt(messages, text, ChatPromptOptions{tools});
+  }
 
  private:
   struct Prompts {

@@ -1,6 +1,6 @@
 // libFuzzer target: an HTTP request body as each endpoint parses it. The
 // first byte picks the endpoint (completions, chat, tokenize, detokenize,
-// Anthropic messages, count_tokens, OpenAI responses), the rest is the body. Only ApiError 400 and
+// Anthropic messages, count_tokens, OpenAI responses, vLLM's tokenize), the rest is the body. Only ApiError 400 and
 // kvserve::Error may come out (the server turns both into a 400 response).
 #include <cstdlib>
 #include <string>
@@ -26,7 +26,7 @@ void parse_generation(const RequestParser& parser, Endpoint endpoint, const std:
 }
 
 void parse_request(const Tokenizer& tokenizer, const RequestParser& parser, uint8_t endpoint, const std::string& body) {
-  switch (endpoint % 7) {
+  switch (endpoint % 8) {
     case 0: parse_generation(parser, Endpoint::kCompletions, body); break;
     case 1: parse_generation(parser, Endpoint::kChat, body); break;
     case 2: tokenizer.encode(parse_tokenize_request(parse_json_body(body)).content, true); break;
@@ -39,6 +39,7 @@ void parse_request(const Tokenizer& tokenizer, const RequestParser& parser, uint
       responses_settings(parsed.tree);
       break;
     }
+    case 7: parser.vllm_tokenize(parse_json_body(body)); break;  // vLLM's /tokenize
   }
 }
 
