@@ -12,7 +12,9 @@
 #include "server/anthropic_encoder.h"
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
+#include "server/infill_request.h"
 #include "server/json_input.h"
+#include "server/llama_server_encoder.h"
 #include "server/responses_encoder.h"
 #include "server/responses_request.h"
 #include "server/gated_http_server.h"
@@ -116,6 +118,7 @@ void ApiServer::install_routes() {
   s.Post("/v1/messages", [this](const auto& req, auto& res) { handle_messages(req, res); });
   s.Post("/v1/messages/count_tokens", [this](const auto& req, auto& res) { handle_count_tokens(req, res); });
   s.Post("/v1/responses", [this](const auto& req, auto& res) { handle_responses(req, res); });
+  s.Post("/infill", [this](const auto& req, auto& res) { handle_infill(req, res); });
   s.Get(R"(/v1/responses/([A-Za-z0-9_-]+))", [this](const auto& req, auto& res) { handle_stored_response(req, res, false); });
   s.Delete(R"(/v1/responses/([A-Za-z0-9_-]+))", [this](const auto& req, auto& res) { handle_stored_response(req, res, true); });
   s.Get("/v1/models", [this](const auto&, auto& res) { handle_models(res); });
@@ -214,6 +217,14 @@ void ApiServer::handle_responses(const httplib::Request& req, httplib::Response&
   auto encoder = std::make_unique<ResponsesEncoder>(parsed, tokenizer_, options_.model_id,
                                                     responses_settings(body.tree), std::move(finished));
   run(std::move(parsed), std::move(encoder), arrival, req, res);
+}
+
+void ApiServer::handle_infill(const httplib::Request& req, httplib::Response& res) {
+  const Clock::time_point arrival = Clock::now();
+  if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
+  const json completion = completion_body_from_infill(parse_json_body(req.body), tokenizer_, context_);
+  ParsedRequest parsed = prepare(Endpoint::kCompletions, completion, {});
+  run(std::move(parsed), std::make_unique<LlamaServerEncoder>(options_.model_id), arrival, req, res);
 }
 
 void ApiServer::handle_stored_response(const httplib::Request& req, httplib::Response& res, bool erase) {

@@ -76,6 +76,8 @@ class ApiServer {
   void handle_count_tokens(const httplib::Request& req, httplib::Response& res) const;
   // OpenAI's Responses API: translated onto the chat path (responses_request.h), answers kept in responses_.
   void handle_responses(const httplib::Request& req, httplib::Response& res);
+  // llama-server's fill-in-the-middle endpoint (infill_request.h), answered in its own shape.
+  void handle_infill(const httplib::Request& req, httplib::Response& res);
   void handle_stored_response(const httplib::Request& req, httplib::Response& res, bool erase);
   // A generation body parsed, its tool-call grammar added and its constraint compiled; throws ApiError.
   ParsedRequest prepare(Endpoint endpoint, const nlohmann::json& body, const KeyOrderCapture::Copies& schemas_in_order);

@@ -10,6 +10,7 @@
 #include "server/api_error.h"
 #include "server/json_input.h"
 #include "server/constraint_param.h"
+#include "server/infill.h"
 #include "server/speculation_param.h"
 #include "server/tool_conversation.h"
 
@@ -130,7 +131,7 @@ bool has_string_field(const json& obj, const char* key, const char* value) {
 }
 
 void reject_unsupported(const json& body) {
-  for (const char* name : {"suffix", "functions", "best_of"}) {
+  for (const char* name : {"functions", "best_of"}) {
     const json* v = field(body, name);
     if (v && !(v->is_array() && v->empty()) && !(std::string(name) == "best_of" && *v == 1))
       throw invalid(name, std::string(name) + " is not supported by this server");
@@ -369,6 +370,27 @@ RequestParser::Prompts RequestParser::completion_prompts(const json& prompt) con
   return out;
 }
 
+// OpenAI's `suffix`: the prompt is the code before the cursor, the suffix the
+// code after it, laid out for fill-in-the-middle as /infill does.
+RequestParser::Prompts RequestParser::infill_prompts(const json& prompt, const json& suffix) const {
+  if (!suffix.is_string()) throw invalid("suffix", "suffix must be a string");
+  if (!prompt.is_string()) throw invalid("suffix", "suffix needs one prompt given as a string (the code before it)");
+  const std::string limit = "this model's context of " + std::to_string(context_) + " tokens";
+  check_text_fits(tokenizer_, prompt.get_ref<const std::string&>(), context_ - 1, "prompt", limit);
+  check_text_fits(tokenizer_, suffix.get_ref<const std::string&>(), context_ - 1, "suffix", limit);
+  InfillInput input;
+  input.prefix = prompt.get<std::string>();
+  input.suffix = suffix.get<std::string>();
+  Prompts out;
+  try {
+    out.tokens.push_back(infill_prompt(tokenizer_, input, kInfillBatch, -1, context_));
+  } catch (const Error& e) {
+    throw invalid("suffix", e.what());
+  }
+  out.texts.push_back(input.prefix);
+  return out;
+}
+
 std::vector<int32_t> RequestParser::chat_prompt(const json& messages, std::string* text,
                                                const ChatPromptOptions& options) const {
   if (!messages.is_array() || messages.empty()) throw invalid("messages", "messages must be a non-empty list");
@@ -512,7 +534,12 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
     if (prompt_count(*prompt) * out.n > kMaxChoices)
       throw invalid("n", "prompts x n may be at most " + std::to_string(kMaxChoices) + ", got " +
                              std::to_string(prompt_count(*prompt)) + " x " + std::to_string(out.n));
-    prompts = completion_prompts(*prompt);
+    const json* suffix = field(body, "suffix");
+    if (suffix && !suffix->is_null() && !(suffix->is_string() && suffix->get_ref<const std::string&>().empty())) {
+      prompts = infill_prompts(*prompt, *suffix);
+    } else {
+      prompts = completion_prompts(*prompt);
+    }
   }
   for (auto& tokens : prompts.tokens) {
     GenerationRequest r = shared;

@@ -129,6 +129,7 @@ class RequestParser {
     std::vector<std::string> texts;
   };
   Prompts completion_prompts(const nlohmann::json& prompt) const;
+  Prompts infill_prompts(const nlohmann::json& prompt, const nlohmann::json& suffix) const;
   std::vector<int32_t> checked_tokens(const nlohmann::json& ids, const std::string& param) const;
   GenerationRequest shared_settings(Endpoint endpoint, const nlohmann::json& body, ParsedRequest& out) const;
   void fit_to_context(const std::vector<int32_t>& prompt, const nlohmann::json& body, Endpoint endpoint,

@@ -134,10 +134,48 @@ void Tokenizer::load_special_ids(const GGUFFile& file) {
     if (const int32_t id = read_id(key, -1); id >= 0) end_of_generation_[id] = true;
   }
   if (eos_id_ >= 0) end_of_generation_[eos_id_] = true;
+  load_fim_ids(read_id);
+  for (int32_t id : {fim_.pad, fim_.repo, fim_.file_sep})  // a FIM completion ends at the next file
+    if (id >= 0) end_of_generation_[id] = true;
   for (size_t i = 0; i < pieces_.size(); ++i) {
     const bool special = types_[i] == TokenType::kControl || types_[i] == TokenType::kUserDefined;
     if (special && std::find(kEndOfTurnPieces.begin(), kEndOfTurnPieces.end(), pieces_[i]) != kEndOfTurnPieces.end()) {
       end_of_generation_[i] = true;
+    }
+  }
+}
+
+// The GGUF's FIM ids (tokenizer.ggml.fim_*_token_id, or the older prefix /
+// suffix / middle keys), else the first special token named as a known model
+// family names it (llama.cpp's fallbacks).
+template <class ReadId>
+void Tokenizer::load_fim_ids(const ReadId& read_id) {
+  struct Kind {
+    int32_t* id;
+    const char* key;
+    const char* old_key;
+    std::vector<std::string_view> names;
+  };
+  const std::vector<Kind> kinds = {
+      {&fim_.prefix, "tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id",
+       {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>",
+        "▁<PRE>"}},
+      {&fim_.suffix, "tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id",
+       {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>",
+        "▁<SUF>"}},
+      {&fim_.middle, "tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id",
+       {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>",
+        "▁<MID>"}},
+      {&fim_.pad, "tokenizer.ggml.fim_pad_token_id", nullptr, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"}},
+      {&fim_.repo, "tokenizer.ggml.fim_rep_token_id", nullptr,
+       {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+      {&fim_.file_sep, "tokenizer.ggml.fim_sep_token_id", nullptr, {"<|file_sep|>", "<fim-sep>", "<file_sep>"}}};
+  for (const Kind& kind : kinds) {
+    *kind.id = read_id(kind.key, -1);
+    if (*kind.id < 0 && kind.old_key) *kind.id = read_id(kind.old_key, -1);
+    for (size_t n = 0; *kind.id < 0 && n < kind.names.size(); ++n) {
+      const int32_t id = find_piece(kind.names[n]);
+      if (id >= 0 && (types_[id] == TokenType::kControl || types_[id] == TokenType::kUserDefined)) *kind.id = id;
     }
   }
 }

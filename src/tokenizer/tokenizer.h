@@ -42,6 +42,14 @@ struct StringHash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
+// Fill-in-the-middle tokens (-1: the vocabulary has none): prefix, suffix
+// and middle markers, the padding, repository and file-separator tokens of
+// repository-level FIM (Qwen2.5-Coder).
+struct FimTokens {
+  int32_t prefix = -1, suffix = -1, middle = -1, pad = -1, repo = -1, file_sep = -1;
+  bool supported() const { return prefix >= 0 && suffix >= 0 && middle >= 0; }
+};
+
 using PieceIndex = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
 class Tokenizer {
@@ -64,8 +72,10 @@ class Tokenizer {
   int32_t eos_id() const { return eos_id_; }
   bool add_bos() const { return add_bos_; }
   bool add_space_prefix() const { return add_space_prefix_; }
-  // EOS, EOT, EOM and end-of-turn control tokens (<|im_end|>, <|eot_id|>, ...).
+  // EOS, EOT, EOM and end-of-turn control tokens (<|im_end|>, <|eot_id|>, ...),
+  // and the FIM padding, repository and file-separator tokens (as llama.cpp).
   bool is_end_of_generation(int32_t id) const;
+  const FimTokens& fim() const { return fim_; }
   // Whether decoding drops one leading space from the token at `position` of
   // a sequence starting with `first_id`: the SentencePiece prefix space,
   // which sits on the first token after an optional BOS.
@@ -95,6 +105,8 @@ class Tokenizer {
   Tokenizer() = default;
   void load_vocabulary(const GGUFFile& file);
   void load_special_ids(const GGUFFile& file);
+  template <class ReadId>
+  void load_fim_ids(const ReadId& read_id);
   void load_merges(const GGUFFile& file);
   void prepare_byte_tokens();
   void collect_special_pieces();
@@ -128,6 +140,7 @@ class Tokenizer {
   int32_t bos_id_ = -1;
   int32_t eos_id_ = -1;
   int32_t unknown_id_ = -1;
+  FimTokens fim_;
   bool add_bos_ = false;
   bool add_space_prefix_ = false;
   bool ignore_merges_ = false;  // Llama 3: a word that is a whole token skips merging
