@@ -1,6 +1,7 @@
 // libFuzzer target: an HTTP request body as each endpoint parses it. The
 // first byte picks the endpoint (completions, chat, tokenize, detokenize,
-// Anthropic messages, count_tokens, OpenAI responses, vLLM's tokenize), the rest is the body. Only ApiError 400 and
+// Anthropic messages, count_tokens, OpenAI responses, vLLM's tokenize,
+// llama-server's infill), the rest is the body. Only ApiError 400 and
 // kvserve::Error may come out (the server turns both into a 400 response).
 #include <cstdlib>
 #include <string>
@@ -8,6 +9,7 @@
 #include "core/error.h"
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
+#include "server/infill_request.h"
 #include "server/responses_request.h"
 #include "server/request_parser.h"
 #include "tests/tiny_vocab.h"
@@ -25,8 +27,12 @@ void parse_generation(const RequestParser& parser, Endpoint endpoint, const std:
   if (parsed.constraint) restore_key_order(*parsed.constraint, body.schemas_in_order);
 }
 
+void parse_generation_body(const RequestParser& parser, const nlohmann::json& body) {
+  parser.parse(Endpoint::kCompletions, body);
+}
+
 void parse_request(const Tokenizer& tokenizer, const RequestParser& parser, uint8_t endpoint, const std::string& body) {
-  switch (endpoint % 8) {
+  switch (endpoint % 9) {
     case 0: parse_generation(parser, Endpoint::kCompletions, body); break;
     case 1: parse_generation(parser, Endpoint::kChat, body); break;
     case 2: tokenizer.encode(parse_tokenize_request(parse_json_body(body)).content, true); break;
@@ -40,6 +46,7 @@ void parse_request(const Tokenizer& tokenizer, const RequestParser& parser, uint
       break;
     }
     case 7: parser.vllm_tokenize(parse_json_body(body)); break;  // vLLM's /tokenize
+    case 8: parse_generation_body(parser, completion_body_from_infill(parse_json_body(body), tokenizer, 256)); break;
   }
 }
 
