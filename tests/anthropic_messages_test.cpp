@@ -19,13 +19,7 @@ using json = nlohmann::json;
 namespace {
 
 ApiError translation_error(const json& body) {
-  try {
-    chat_body_from_messages(body);
-  } catch (const ApiError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no error for " << body.dump();
-  return ApiError(400, "");
+  return test_util::api_error_of([&] { chat_body_from_messages(body); });
 }
 
 json weather_tool() {
@@ -217,16 +211,8 @@ TEST(MessagesResponse, WholeMessageAndStopReasons) {
 
 namespace {
 
-class MessagesServer : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    signal(SIGPIPE, SIG_IGN);
-    synth_ = new test_util::SynthModel();
-  }
-  static void TearDownTestSuite() { delete synth_; }
-  static test_util::SynthModel* synth_;
+class MessagesServer : public test_util::SynthModelSuite {
 };
-test_util::SynthModel* MessagesServer::synth_ = nullptr;
 
 }  // namespace
 

@@ -67,16 +67,8 @@ TEST_F(ChatContinuation, AnthropicPrefillContinuesTheAnswer) {
 
 namespace {
 
-class TokenizeShapes : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    signal(SIGPIPE, SIG_IGN);
-    synth_ = new test_util::SynthModel();
-  }
-  static void TearDownTestSuite() { delete synth_; }
-  static test_util::SynthModel* synth_;
+class TokenizeShapes : public test_util::SynthModelSuite {
 };
-test_util::SynthModel* TokenizeShapes::synth_ = nullptr;
 
 json post(httplib::Client& c, const char* path, const json& body, int expected_status = 200) {
   auto r = c.Post(path, body.dump(), "application/json");

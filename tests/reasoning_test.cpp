@@ -233,13 +233,8 @@ TEST_F(ReasoningRequest, StreamedAndWholeResponsesSplitAlike) {
 
 namespace {
 
-class ReasoningServer : public ::testing::Test {
+class ReasoningServer : public test_util::SynthModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    signal(SIGPIPE, SIG_IGN);
-    synth_ = new test_util::SynthModel();
-  }
-  static void TearDownTestSuite() { delete synth_; }
   void SetUp() override {
     server_ = std::make_unique<test_util::TestServer>(*synth_->model, *synth_->tokenizer, EngineOptions{},
                                                       std::vector<std::string>{}, ConnectionGateLimits{},
@@ -252,10 +247,8 @@ class ReasoningServer : public ::testing::Test {
             {"temperature", 0}};  // greedy: the same tokens each time (the text can be tokenized many ways)
   }
 
-  static test_util::SynthModel* synth_;
   std::unique_ptr<test_util::TestServer> server_;
 };
-test_util::SynthModel* ReasoningServer::synth_ = nullptr;
 
 }  // namespace
 

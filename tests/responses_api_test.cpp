@@ -20,13 +20,7 @@ using json = nlohmann::json;
 namespace {
 
 ApiError translation_error(const json& body) {
-  try {
-    chat_body_from_responses(body, json::array());
-  } catch (const ApiError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no error for " << body.dump();
-  return ApiError(400, "");
+  return test_util::api_error_of([&] { chat_body_from_responses(body, json::array()); });
 }
 
 json weather_tool() {
@@ -186,16 +180,8 @@ TEST(ResponsesEncoderTest, StreamsTypedEventsAndStoresTheAnswer) {
 
 namespace {
 
-class ResponsesServer : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    signal(SIGPIPE, SIG_IGN);
-    synth_ = new test_util::SynthModel();
-  }
-  static void TearDownTestSuite() { delete synth_; }
-  static test_util::SynthModel* synth_;
+class ResponsesServer : public test_util::SynthModelSuite {
 };
-test_util::SynthModel* ResponsesServer::synth_ = nullptr;
 
 }  // namespace
 

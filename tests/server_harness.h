@@ -1,7 +1,9 @@
 #pragma once
 // An ApiServer over its own Engine on a free loopback port, served by a
 // background thread: the fixture of the end-to-end server tests.
+#include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
 
 #include <map>
 #include <memory>
@@ -12,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/api_error.h"
 #include "server/api_server.h"
 #include "test_util.h"
 #include "tokenizer/chat_template.h"
@@ -115,6 +118,32 @@ class TestServer {
   std::unique_ptr<server::ApiServer> server_;
   std::thread listener_;
   int port_ = 0;
+};
+
+// The ApiError a call throws (a test failure when it throws none).
+template <class Call>
+server::ApiError api_error_of(Call call) {
+  try {
+    call();
+  } catch (const server::ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no ApiError was thrown";
+  return server::ApiError(400, "");
+}
+
+// A test suite over one random-weight tiny-llama model (synth_), made once for the suite.
+class SynthModelSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    signal(SIGPIPE, SIG_IGN);  // as `kvserve serve` does: a vanished client fails a write
+    synth_ = new SynthModel();
+  }
+  static void TearDownTestSuite() {
+    delete synth_;
+    synth_ = nullptr;
+  }
+  static inline SynthModel* synth_ = nullptr;
 };
 
 }  // namespace kvserve::test_util

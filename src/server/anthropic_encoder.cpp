@@ -44,11 +44,7 @@ std::string AnthropicEncoder::stop_reason(const std::string& finish_reason, cons
 json AnthropicEncoder::whole(const std::vector<ChoiceResult>& choices) {
   const ChoiceResult& r = choices.at(0);
   ChatOutputStream stream(syntax_);
-  ChatDelta delta = stream.feed(r.text);
-  ChatDelta last = stream.finish();
-  delta.reasoning += last.reasoning;
-  delta.content += last.content;
-  for (ToolCall& call : last.calls) delta.calls.push_back(std::move(call));
+  const ChatDelta delta = stream.feed(r.text, true);
   json content = json::array();
   if (!delta.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", delta.reasoning}, {"signature", ""}});
   if (!delta.content.empty()) content.push_back({{"type", "text"}, {"text", delta.content}});
@@ -115,12 +111,8 @@ std::string AnthropicEncoder::stream_event(const ChoiceEvent& event) {
                         {"message", cancelled ? "the request was cancelled (the server is shutting down)" : e.error}};
     return sse_event({{"type", "error"}, {"error", error}}, "error");
   }
-  ChatDelta delta = output_.feed(e.text);
+  const ChatDelta delta = output_.feed(e.text, e.finished);
   if (e.finished) {
-    ChatDelta last = output_.finish();
-    delta.reasoning += last.reasoning;
-    delta.content += last.content;
-    for (ToolCall& call : last.calls) delta.calls.push_back(std::move(call));
     finish_reason_ = e.finish_reason;
     stop_sequence_ = e.stop_sequence;
   }

@@ -12,6 +12,18 @@ ChatDelta ChatOutputStream::feed(std::string_view text) {
   return take_apart(reasoning_->feed(text), false);
 }
 
+void ChatDelta::append(ChatDelta more) {
+  reasoning += more.reasoning;
+  content += more.content;
+  for (ToolCall& call : more.calls) calls.push_back(std::move(call));
+}
+
+ChatDelta ChatOutputStream::feed(std::string_view text, bool last) {
+  ChatDelta delta = feed(text);
+  if (last) delta.append(finish());
+  return delta;
+}
+
 ChatDelta ChatOutputStream::finish() {
   return take_apart(reasoning_ ? reasoning_->finish() : ReasoningSplitter::Parts{}, true);
 }

@@ -28,6 +28,7 @@ struct ChatDelta {
   std::vector<ToolCall> calls;
 
   bool empty() const { return reasoning.empty() && content.empty() && calls.empty(); }
+  void append(ChatDelta more);
 };
 
 class ChatOutputStream {
@@ -36,6 +37,8 @@ class ChatOutputStream {
 
   ChatDelta feed(std::string_view text);
   ChatDelta finish();  // the output is complete: settles what was held back
+  // feed(), and finish() too when `last` (the choice's final text).
+  ChatDelta feed(std::string_view text, bool last);
   size_t calls_so_far() const { return tools_ ? tools_->calls_so_far() : 0; }
   bool in_reasoning() const { return reasoning_ && reasoning_->in_reasoning(); }
 

@@ -32,12 +32,6 @@ std::string finish_reason_of(const std::string& reason, size_t calls) {
   return calls > 0 && reason == "stop" ? "tool_calls" : reason;
 }
 
-void append(ChatDelta& to, ChatDelta more) {
-  to.reasoning += more.reasoning;
-  to.content += more.content;
-  for (ToolCall& call : more.calls) to.calls.push_back(std::move(call));
-}
-
 }  // namespace
 
 ResponseFormatter::ResponseFormatter(const Tokenizer& tokenizer, const ParsedRequest& request, std::string model_id)
@@ -194,8 +188,7 @@ json ResponseFormatter::response(const std::vector<ChoiceResult>& choices) const
     std::string reason = r.finish_reason;
     if (endpoint_ == Endpoint::kChat) {
       ChatOutputStream stream(output_syntax_);
-      ChatDelta delta = stream.feed(r.text);
-      append(delta, stream.finish());
+      const ChatDelta delta = stream.feed(r.text, true);
       choice["message"] = chat_message(delta, 0, true, false);
       reason = finish_reason_of(reason, delta.calls.size());
       copy.count_reasoning(i, r.tokens);
@@ -229,8 +222,7 @@ json ResponseFormatter::chunk(const ChoiceEvent& ev) {
   if (endpoint_ == Endpoint::kChat) {
     ChatOutputStream& stream = outputs_[i];
     const size_t first_call = stream.calls_so_far();
-    ChatDelta delta = stream.feed(e.text);
-    if (e.finished) append(delta, stream.finish());
+    const ChatDelta delta = stream.feed(e.text, e.finished);
     count_reasoning(i, e.tokens);
     choice["delta"] = chat_message(delta, first_call, first, true);
     reason = finish_reason_of(reason, stream.calls_so_far());

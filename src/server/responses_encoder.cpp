@@ -171,12 +171,7 @@ void ResponsesEncoder::finish() {
 
 json ResponsesEncoder::whole(const std::vector<ChoiceResult>& choices) {
   const ChoiceResult& r = choices.at(0);
-  ChatDelta delta = output_stream_.feed(r.text);
-  ChatDelta last = output_stream_.finish();
-  delta.reasoning += last.reasoning;
-  delta.content += last.content;
-  for (ToolCall& call : last.calls) delta.calls.push_back(std::move(call));
-  take(delta, false);
+  take(output_stream_.feed(r.text, true), false);
   count(r.tokens);
   prompt_tokens_ = r.prompt_tokens;
   cached_tokens_ = r.cached_tokens;
@@ -206,15 +201,8 @@ std::string ResponsesEncoder::stream_event(const ChoiceEvent& ev) {
                          {"message", cancelled ? "the request was cancelled (the server is shutting down)" : e.error}};
     return event({{"response", response}}, "response.failed");
   }
-  ChatDelta delta = output_stream_.feed(e.text);
-  if (e.finished) {
-    ChatDelta last = output_stream_.finish();
-    delta.reasoning += last.reasoning;
-    delta.content += last.content;
-    for (ToolCall& call : last.calls) delta.calls.push_back(std::move(call));
-    finish_reason_ = e.finish_reason;
-  }
-  std::string out = take(delta, true);
+  if (e.finished) finish_reason_ = e.finish_reason;
+  std::string out = take(output_stream_.feed(e.text, e.finished), true);
   if (e.finished) out += close_item();
   return out;
 }
