@@ -48,7 +48,7 @@ bool CorsPolicy::answer_preflight(const httplib::Request& req, httplib::Response
   }
   add_headers(req, res);
   res.status = 204;
-  res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+  res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");  // DELETE: /v1/responses/{id}
   res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
   res.set_header("Access-Control-Max-Age", "600");
   return true;
