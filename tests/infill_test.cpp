@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iostream>
+#include <optional>
 #include <fstream>
 #include <httplib.h>
 #include <signal.h>
@@ -149,6 +151,22 @@ TEST(Infill, RequestsAreCheckedAsLlamaServerChecksThem) {
 
 namespace {
 
+// Two greedy answers may part where llama-server's two most likely tokens were this close (nats): the
+// kernels of two engines round differently (tests/data/fim_llama_server.json records each token's gap).
+constexpr double kNearTie = 0.1;
+
+// The gap llama-server recorded at the token where `ours` first differs from its text (nullopt: not found).
+std::optional<double> gap_where_texts_part(const std::string& ours, const std::string& theirs, const json& margins) {
+  size_t part = 0;
+  while (part < ours.size() && part < theirs.size() && ours[part] == theirs[part]) ++part;
+  size_t end = 0;
+  for (const json& m : margins) {
+    end += m[0].get<std::string>().size();
+    if (end > part) return m[1].get<double>();
+  }
+  return std::nullopt;
+}
+
 std::string model_path(const std::string& file) {
   const std::string p = test_util::model_dir() + "/" + file;
   return std::filesystem::exists(p) ? p : "";
@@ -163,7 +181,7 @@ TEST(InfillRealModel, GreedyOutputEqualsLlamaServers) {
   std::ifstream in(std::string(KVSERVE_SOURCE_DIR) + "/tests/data/fim_llama_server.json");
   ASSERT_TRUE(in) << "tests/data/fim_llama_server.json is missing";
   const json recorded = json::parse(in);
-  int compared = 0;
+  int compared = 0, near_ties = 0;
   for (const json& model_cases : recorded["models"]) {
     const std::string path = model_path(model_cases["file"]);
     if (path.empty()) continue;
@@ -179,10 +197,19 @@ TEST(InfillRealModel, GreedyOutputEqualsLlamaServers) {
       ASSERT_TRUE(r);
       ASSERT_EQ(r->status, 200) << r->body;
       const json answer = json::parse(r->body);
-      EXPECT_EQ(answer["content"], entry["llama_server"]["content"]) << model_cases["file"] << ": " << entry["request"];
       EXPECT_EQ(answer["tokens_evaluated"], entry["llama_server"]["tokens_evaluated"]) << entry["request"];
+      const std::string ours = answer["content"], theirs = entry["llama_server"]["content"];
+      if (ours != theirs) {
+        // Allowed only at a near tie: the token where the texts part had its top two within kNearTie nats.
+        const std::optional<double> gap = gap_where_texts_part(ours, theirs, entry["margins"]);
+        EXPECT_TRUE(gap && *gap < kNearTie) << model_cases["file"] << ": " << entry["request"] << "\nours:   " << ours
+                                            << "\ntheirs: " << theirs;
+        ++near_ties;
+      }
       ++compared;
     }
   }
   if (compared == 0) GTEST_SKIP() << "no Qwen2.5-Coder model in models/ (scripts/fetch_models.sh --qwen-coder)";
+  std::cout << compared << " /infill answers compared, " << compared - near_ties << " identical, " << near_ties
+            << " parting at a near tie\n";
 }

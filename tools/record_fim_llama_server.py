@@ -56,7 +56,7 @@ def main():
     server = sys.argv[1]
     models_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "models")
     command = (f"llama-server -m MODEL -c 4096 -np 1 -t 2 --port {PORT}; POST /infill with each request "
-               f"plus temperature 0 (tools/record_fim_llama_server.py, llama.cpp from llama-cpp-python 0.3.36)")
+               f"plus temperature 0 and n_probs 2 (tools/record_fim_llama_server.py, llama.cpp from llama-cpp-python 0.3.36)")
     out = {"command": command, "models": []}
     for name in MODELS:
         path = os.path.join(models_dir, name)
@@ -70,10 +70,15 @@ def main():
             cases = []
             for case in CASES:
                 request = dict(case, temperature=0)
-                answer = post("/infill", request)
+                answer = post("/infill", dict(request, n_probs=2))
+                # Each generated token with the gap between its two most likely tokens (nats): where the gap
+                # is tiny, the rounding of another engine's kernels may pick the other one.
+                margins = [[p["token"], p["top_logprobs"][0]["logprob"] - p["top_logprobs"][1]["logprob"]]
+                           for p in answer["completion_probabilities"]]
                 cases.append({"request": request,
                               "llama_server": {k: answer[k] for k in ("content", "tokens_evaluated", "tokens_predicted",
-                                                                      "stop_type")}})
+                                                                      "stop_type")},
+                              "margins": margins})
                 print(name, repr(answer["content"][:60]))
             out["models"].append({"file": name, "cases": cases})
         finally:
