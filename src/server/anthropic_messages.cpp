@@ -1,22 +1,12 @@
 #include "server/anthropic_messages.h"
 
+#include "server/json_fields.h"
 #include "server/json_input.h"
 
 namespace kvserve::server {
 namespace {
 
 using json = nlohmann::json;
-
-std::string type_of(const json& block) {
-  const json* type = field(block, "type");
-  return type && type->is_string() ? type->get<std::string>() : "";
-}
-
-const std::string& string_field(const json& obj, const char* key, const std::string& param) {
-  const json* v = field(obj, key);
-  if (!v || !v->is_string()) throw invalid(param + "." + key, param + "." + key + " must be a string");
-  return v->get_ref<const std::string&>();
-}
 
 // A string, or a list of text blocks (system prompts, tool results).
 std::string text_of(const json& content, const std::string& param) {

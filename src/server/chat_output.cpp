@@ -37,13 +37,11 @@ ChatDelta ChatOutputStream::take_apart(ReasoningSplitter::Parts parts, bool comp
     return out;
   }
   ToolCallStream::Delta delta = tools_->feed(parts.content);
+  out.append({"", std::move(delta.content), std::move(delta.calls)});
   if (complete) {
     ToolCallStream::Delta last = tools_->finish();
-    delta.content += last.content;
-    for (ToolCall& call : last.calls) delta.calls.push_back(std::move(call));
+    out.append({"", std::move(last.content), std::move(last.calls)});
   }
-  out.content = std::move(delta.content);
-  out.calls = std::move(delta.calls);
   return out;
 }
 

@@ -1,6 +1,7 @@
 #include "server/responses_request.h"
 
 #include "server/api_error.h"
+#include "server/json_fields.h"
 #include "server/json_input.h"
 
 namespace kvserve::server {
@@ -9,17 +10,6 @@ namespace {
 using json = nlohmann::json;
 
 const KeyPath kChatSchemaPath = {"response_format", "json_schema", "schema"};
-
-std::string string_field(const json& obj, const char* key, const std::string& param) {
-  const json* v = field(obj, key);
-  if (!v || !v->is_string()) throw invalid(param + "." + key, param + "." + key + " must be a string");
-  return v->get<std::string>();
-}
-
-std::string type_of(const json& item) {
-  const json* type = field(item, "type");
-  return type && type->is_string() ? type->get<std::string>() : "";
-}
 
 // A message's content: a string, or input_text / output_text parts.
 std::string message_text(const json& content, const std::string& param) {
