@@ -41,6 +41,7 @@ struct ServeOptions {
   std::vector<std::string> api_key_files;  // --api-key-file, repeatable
   std::vector<std::string> cors_origins;   // --cors-origins
   size_t responses_store = 1024;           // --responses-store
+  int64_t reasoning_budget = -1;           // --reasoning-budget
   std::string alias;
   int64_t max_queue = 64;
   int64_t max_running = 16;
@@ -137,6 +138,7 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
   server_options.api_keys = std::move(api_keys);
   server_options.cors_origins = opt.cors_origins;
   server_options.responses_store = opt.responses_store;
+  server_options.reasoning_budget = opt.reasoning_budget;
   server_options.model_id = opt.alias.empty() ? std::filesystem::path(opt.model).stem().string() : opt.alias;
   server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
   server_options.speculation = spec_default;
@@ -207,6 +209,11 @@ void register_serve(CLI::App& app) {
                   "Responses API: keep the latest N responses for previous_response_id and GET /v1/responses/{id} "
                   "(at most 64 MiB; the oldest are forgotten first; 0 keeps none)")
       ->check(CLI::Range(0, 1000000));
+  cmd->add_option("--reasoning-budget", opt->reasoning_budget,
+                  "Reasoning models: tokens of thinking before the end tag (</think>) is forced, for requests "
+                  "without thinking_token_budget (-1: no budget; 0: the answer at once)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40))
+      ->capture_default_str();
   cmd->add_option("--alias", opt->alias, "Model id reported by the API (default: the file name)");
   cmd->add_option("--max-queue", opt->max_queue, "Waiting requests before 429")->check(CLI::Range(1, 4096))
       ->capture_default_str();

@@ -281,3 +281,105 @@ TEST_F(ReasoningServer, ReasoningContentStreamedAndNot) {
   EXPECT_EQ(content, "Hello world");
   EXPECT_EQ(usage["completion_tokens_details"]["reasoning_tokens"], reasoning_tokens);
 }
+
+namespace {
+
+// A template that opens the reasoning block (DeepSeek-R1's habit): a random
+// model then thinks until the budget forces the end tag.
+class ReasoningBudgetServer : public test_util::SynthModelSuite {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<test_util::TestServer>(*synth_->model, *synth_->tokenizer, EngineOptions{},
+                                                      std::vector<std::string>{}, ConnectionGateLimits{},
+                                                      std::vector<std::string>{}, ChatTemplate::parse(kOpensThinkTemplate));
+  }
+  static json chat(json extra) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Why?"}}}}, {"max_tokens", 32}, {"temperature", 0}};
+    body.update(extra);
+    return body;
+  }
+  httplib::Result post(const json& body, const char* path = "/v1/chat/completions") const {
+    return server_->client().Post(path, body.dump(), "application/json");
+  }
+  // The thinking's tokens: the budget, up to 4 more finishing a UTF-8 character (a random model writes
+  // many byte tokens), and the forced end tag.
+  void expect_budget_kept(const json& out, int64_t budget) const {
+    const int64_t thought = out["usage"]["completion_tokens_details"]["reasoning_tokens"];
+    EXPECT_GE(thought, budget + end_tag_tokens()) << out.dump();
+    EXPECT_LE(thought, budget + 4 + end_tag_tokens()) << out.dump();
+  }
+  int64_t end_tag_tokens() const { return static_cast<int64_t>(synth_->tokenizer->encode("</think>", false, true).size()); }
+
+  std::unique_ptr<test_util::TestServer> server_;
+};
+
+}  // namespace
+
+TEST_F(ReasoningBudgetServer, TheBudgetEndsTheThinkingAndTheConstraintAppliesAfterIt) {
+  const json body = chat({{"thinking_token_budget", 6}, {"guided_choice", {"Hello world"}}});
+  auto whole = post(body);
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const json out = json::parse(whole->body);
+  const json& message = out["choices"][0]["message"];
+  EXPECT_EQ(message["content"], "Hello world");
+  EXPECT_TRUE(message.contains("reasoning_content"));
+  EXPECT_EQ(out["choices"][0]["finish_reason"], "stop");
+  expect_budget_kept(out, 6);
+
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  auto streamed = post(streamed_body);
+  ASSERT_TRUE(streamed);
+  std::string reasoning, content;
+  for (const test_util::SseEvent& ev : test_util::sse_events(streamed->body)) {
+    if (ev.data == "[DONE]") continue;
+    const json chunk = json::parse(ev.data);
+    for (const json& choice : chunk["choices"]) {
+      if (choice["delta"].contains("reasoning_content")) reasoning += choice["delta"]["reasoning_content"].get<std::string>();
+      if (choice["delta"].contains("content") && choice["delta"]["content"].is_string())
+        content += choice["delta"]["content"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(reasoning, message["reasoning_content"]);
+  EXPECT_EQ(content, "Hello world");
+}
+
+TEST_F(ReasoningBudgetServer, WithoutABudgetTheConstraintWaitsForTheEndTag) {
+  auto r = post(chat({{"guided_choice", {"Hello world"}}, {"max_tokens", 12}, {"ignore_eos", true}}));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json out = json::parse(r->body);
+  EXPECT_EQ(out["choices"][0]["finish_reason"], "length");  // thought all along: the choice never began
+  EXPECT_EQ(out["usage"]["completion_tokens_details"]["reasoning_tokens"], 12);
+}
+
+TEST_F(ReasoningBudgetServer, BudgetFieldsAndAnthropicsBudgetTokens) {
+  for (const char* name : {"thinking_token_budget", "thinking_budget"}) {
+    auto r = post(chat({{name, 3}, {"ignore_eos", true}, {"max_tokens", 10}}));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    expect_budget_kept(json::parse(r->body), 3);
+  }
+  auto zero = post(chat({{"thinking_token_budget", 0}, {"ignore_eos", true}, {"max_tokens", 10}}));
+  ASSERT_TRUE(zero);
+  EXPECT_EQ(json::parse(zero->body)["usage"]["completion_tokens_details"]["reasoning_tokens"], end_tag_tokens());
+
+  for (const json& bad : {json{{"thinking_token_budget", "x"}}, json{{"thinking_budget", -2}},
+                          json{{"thinking_token_budget", 3}, {"thinking_budget", 4}}}) {
+    auto r = post(chat(bad));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << bad.dump();
+    EXPECT_EQ(json::parse(r->body)["error"]["param"], bad.contains("thinking_budget") ? "thinking_budget" : "thinking_token_budget");
+  }
+
+  const json messages = {{"model", "m"}, {"max_tokens", 16}, {"temperature", 0},
+                         {"messages", {{{"role", "user"}, {"content", "Why?"}}}},
+                         {"thinking", {{"type", "enabled"}, {"budget_tokens", 4}}}};
+  auto m = post(messages, "/v1/messages");
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->status, 200) << m->body;
+  const json reply = json::parse(m->body);
+  ASSERT_FALSE(reply["content"].empty());
+  EXPECT_EQ(reply["content"][0]["type"], "thinking");
+}

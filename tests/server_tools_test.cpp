@@ -321,21 +321,29 @@ TEST(ToolResponse, StreamedCallsAreDeltaToolCallChunks) {
     ASSERT_EQ(c["choices"].size(), 1u);
   }
   EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
-  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["content"], "");  // held: the call is not whole yet
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["content"], "");  // held: the name is not whole yet
   EXPECT_FALSE(chunks[0]["choices"][0]["delta"].contains("tool_calls"));
-  const json& delta = chunks[2]["choices"][0]["delta"];
-  EXPECT_TRUE(delta["content"].is_null());
-  ASSERT_EQ(delta["tool_calls"].size(), 1u);
-  EXPECT_EQ(delta["tool_calls"][0]["index"], 0);
-  EXPECT_EQ(delta["tool_calls"][0]["type"], "function");
-  EXPECT_EQ(delta["tool_calls"][0]["function"]["name"], "get_weather");
-  EXPECT_EQ(delta["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
-  EXPECT_EQ(delta["tool_calls"][0]["id"].get<std::string>().size(), 29u);
+  // Named as soon as the arguments open, then the arguments as they come.
+  const json& opened = chunks[1]["choices"][0]["delta"];
+  EXPECT_TRUE(opened["content"].is_null());
+  ASSERT_EQ(opened["tool_calls"].size(), 1u);
+  EXPECT_EQ(opened["tool_calls"][0]["index"], 0);
+  EXPECT_EQ(opened["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(opened["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(opened["tool_calls"][0]["function"]["arguments"], R"({"city":)");
+  EXPECT_EQ(opened["tool_calls"][0]["id"].get<std::string>().size(), 29u);
+  const json& more = chunks[2]["choices"][0]["delta"];
+  ASSERT_EQ(more["tool_calls"].size(), 1u);
+  EXPECT_EQ(more["tool_calls"][0]["index"], 0);
+  EXPECT_FALSE(more["tool_calls"][0].contains("id"));
+  EXPECT_FALSE(more["tool_calls"][0]["function"].contains("name"));
+  EXPECT_EQ(more["tool_calls"][0]["function"]["arguments"], R"("Paris"})");
   EXPECT_TRUE(chunks[2]["choices"][0]["finish_reason"].is_null());
+  const json& second = chunks[3]["choices"][0]["delta"];
+  ASSERT_EQ(second["tool_calls"].size(), 1u);
+  EXPECT_EQ(second["tool_calls"][0]["index"], 1);
+  EXPECT_EQ(second["tool_calls"][0]["function"]["arguments"], "{}");
   const json& last = chunks[4]["choices"][0];
-  EXPECT_EQ(chunks[3]["choices"][0]["delta"]["content"], "");
-  ASSERT_EQ(last["delta"]["tool_calls"].size(), 1u);  // the second call closes in the last piece
-  EXPECT_EQ(last["delta"]["tool_calls"][0]["index"], 1);
   EXPECT_EQ(last["delta"]["content"], "Done");
   EXPECT_EQ(last["finish_reason"], "tool_calls");
 }

@@ -38,6 +38,28 @@ def main():
     assert answer.message.content or answer.message.tool_calls, answer
     print(f"auto: {call.function.name}({call.function.arguments}); after the result: {answer.message.content!r} "
           f"({len(answer.message.tool_calls or [])} more calls, finish_reason {answer.finish_reason})")
+    check_streamed_arguments(messages, call)
+
+
+def check_streamed_arguments(messages, whole_call):
+    """Streamed, the call is named first and its arguments come in pieces as the model writes them."""
+    pieces, name, finish = [], None, None
+    for chunk in client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER], tool_choice="auto",
+                                                max_tokens=80, temperature=0, stream=True):
+        for choice in chunk.choices:
+            finish = choice.finish_reason or finish
+            for delta in choice.delta.tool_calls or []:
+                assert delta.index == 0, delta
+                if delta.function.name:
+                    assert name is None and not pieces, delta  # the name comes once, first
+                    name = delta.function.name
+                    assert delta.id == delta.id.strip() and delta.id.startswith("call_"), delta
+                if delta.function.arguments:
+                    pieces.append(delta.function.arguments)
+    assert name == "get_weather" and finish == "tool_calls", (name, finish)
+    assert "".join(pieces) == whole_call.function.arguments, (pieces, whole_call.function.arguments)
+    assert len(pieces) > 2, pieces  # incremental, not one piece at the end
+    print(f"streamed: {name} named first, arguments in {len(pieces)} pieces: {pieces}")
 
 
 if __name__ == "__main__":

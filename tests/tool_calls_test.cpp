@@ -161,11 +161,14 @@ TEST(ToolCalls, HermesCallsAnywhereInTheText) {
   expect_parse(R"(<tool_call>{"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}</tool_call>)", f,
                {"", {{"get_weather", R"({"city":"Oslo"})"}}});
   expect_parse(R"(<tool_call>{"name": "get_time"}</tool_call> done)", f, {"done", {{"get_time", "{}"}}});
-  // Unknown tools and broken JSON stay text.
+  // Unknown tools and broken JSON stay text...
   const std::string unknown = R"(<tool_call>{"name": "get_news", "arguments": {}}</tool_call>)";
   expect_parse("a " + unknown + " b", f, {"a " + unknown + " b", {}});
-  const std::string broken = R"(<tool_call>{"name": "get_time", "arguments": {</tool_call>)";
+  const std::string broken = R"(<tool_call>{"name": "get_tim)";
   expect_parse(broken, f, {broken, {}});
+  // ...but a call that named its tool and opened its arguments was streamed as a call already: it stays one,
+  // its closing tag ending it wherever it comes.
+  expect_parse(R"(<tool_call>{"name": "get_time", "arguments": {</tool_call> after)", f, {"after", {{"get_time", "{"}}});
   expect_parse(R"(<tool_call>{"name": "get_time", "arguments": [1]}</tool_call>)", f,
                {R"(<tool_call>{"name": "get_time", "arguments": [1]}</tool_call>)", {}});
   // An output that ends inside a call still has it when its JSON is whole.
@@ -213,7 +216,7 @@ TEST(ToolCalls, Llama3JsonAtTheStart) {
   expect_parse(R"({"city": "Paris"})", f, {R"({"city": "Paris"})", {}});
   expect_parse(R"([1, 2, 3])", f, {"[1, 2, 3]", {}});
   expect_parse(R"([{"name": "get_time"}, {"name": "nope"}])", f, {R"([{"name": "get_time"}, {"name": "nope"}])", {}});
-  expect_parse("{\"name\": \"get_time\", \"parameters\": {", f, {"{\"name\": \"get_time\", \"parameters\": {", {}});
+  expect_parse("{\"name\": \"get_time\", \"parameters\": {", f, {"", {{"get_time", "{"}}});  // cut short: streamed as a call
   expect_parse("<|python_ta", f, {"<|python_ta", {}});
 }
 
@@ -261,6 +264,10 @@ std::vector<std::pair<ToolCallFormat, std::string>> stream_cases() {
       {ToolCallFormat::kGenericJson, "{ unclosed " + json_call},
       {ToolCallFormat::kGenericJson, "a ```json\n" + json_call + "\n``` b ```\n{ \"name\": \"f\"}``` ```js ``` {\"a\": 1}\n``"},
       {ToolCallFormat::kHermes, "```json\n{\n  \"name\": \"get_time\"\n}\n```\n```json\n{\"a\": 1}\n```\n```json\n["},
+      // Streamed calls: escapes and brackets in strings, keys after the arguments, a missing closing tag, a cut.
+      {ToolCallFormat::kHermes, "<tool_call> {\"name\" : \"get_weather\",\"arguments\":{\"q\": \"a \\\"b\\\" {c}\", \"n\": [1, {\"x\": 2}]},"
+                                " \"extra\": {\"y\": \"}\"}} </tool_call>x<tool_call>{\"name\": \"get_time\", \"arguments\": {}} then"},
+      {ToolCallFormat::kGenericJson, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Par"},
   };
 }
 
@@ -272,7 +279,7 @@ ParsedToolOutput streamed(const std::string& text, const std::vector<size_t>& cu
   size_t from = 0;
   auto take = [&](ToolCallStream::Delta d) {
     out.content += d.content;
-    for (ToolCall& c : d.calls) out.calls.push_back(std::move(c));
+    add_call_pieces(out.calls, d.calls);
   };
   for (size_t cut : cuts) {
     take(stream.feed(std::string_view(text).substr(from, cut - from)));
@@ -321,10 +328,16 @@ TEST(ToolCallStream, ContentPassesThroughAndOnlyAPossibleOpenerIsHeld) {
   EXPECT_EQ(hermes.feed("Hello").content, "Hello");
   EXPECT_EQ(hermes.feed(" world <tool").content, " world");  // the space may be trailing, "<tool" may open a call
   EXPECT_EQ(hermes.feed("box> ok").content, " <toolbox> ok");
-  EXPECT_EQ(hermes.feed("\n<tool_call>{\"name\": \"get_time\", \"arguments\": {}}").content, "");
+  ToolCallStream::Delta opened = hermes.feed("\n<tool_call>{\"name\": \"get_time\", \"arguments\": {}}");
+  EXPECT_EQ(opened.content, "");
+  ASSERT_EQ(opened.calls.size(), 2u);  // named at once, then its arguments; open until its closing tag
+  EXPECT_EQ(opened.calls[0].name, "get_time");
+  EXPECT_TRUE(opened.calls[0].first);
+  EXPECT_EQ(opened.calls[1].arguments, "{}");
+  EXPECT_FALSE(opened.calls[1].last);
   ToolCallStream::Delta call = hermes.feed("</tool_call> after");
   ASSERT_EQ(call.calls.size(), 1u);
-  EXPECT_EQ(call.calls[0].name, "get_time");
+  EXPECT_TRUE(call.calls[0].last);
   EXPECT_EQ(call.content, "\n after");
   EXPECT_EQ(hermes.calls_so_far(), 1u);
   EXPECT_EQ(hermes.finish().content, "");
@@ -383,4 +396,47 @@ TEST(ToolCalls, DeeplyNestedOutputStaysText) {
   EXPECT_TRUE(out.calls.empty());
   const std::string args = "{\"name\": \"get_weather\", \"arguments\": \"" + std::string(200, '[') + std::string(200, ']') + "\"}";
   EXPECT_TRUE(parse_tool_calls(args, ToolCallFormat::kGenericJson, two_tools()).calls.empty());
+}
+
+TEST(ToolCallStream, ArgumentsStreamAsTheModelWritesThem) {
+  const ToolRequest tools = two_tools();
+  ToolCallStream hermes(ToolCallFormat::kHermes, tools);
+  ToolCallStream::Delta a = hermes.feed("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa");
+  ASSERT_EQ(a.calls.size(), 2u);
+  EXPECT_TRUE(a.calls[0].first);
+  EXPECT_EQ(a.calls[0].name, "get_weather");
+  EXPECT_EQ(a.calls[0].id.size(), 29u);
+  EXPECT_EQ(a.calls[1].arguments, "{\"city\":\"Pa");  // whitespace outside strings dropped
+  ToolCallStream::Delta b = hermes.feed("ris, FR\", \"days\": [1, 2]}");
+  ASSERT_EQ(b.calls.size(), 1u);
+  EXPECT_EQ(b.calls[0].arguments, "ris, FR\",\"days\":[1,2]}");
+  EXPECT_FALSE(b.calls[0].last);
+  ToolCallStream::Delta c = hermes.feed("}\n</tool_call>");
+  ASSERT_EQ(c.calls.size(), 1u);
+  EXPECT_TRUE(c.calls[0].last);
+  EXPECT_EQ(c.calls[0].arguments, "");
+  const ParsedToolOutput whole = parse_tool_calls(
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris, FR\", \"days\": [1, 2]}}\n</tool_call>",
+      ToolCallFormat::kHermes, tools);
+  ASSERT_EQ(whole.calls.size(), 1u);
+  EXPECT_EQ(whole.calls[0].arguments, "{\"city\":\"Paris, FR\",\"days\":[1,2]}");
+
+  // Cut short inside the arguments: the call stays a call (finish_reason tells the client why it is partial).
+  ToolCallStream cut(ToolCallFormat::kGenericJson, tools);
+  std::vector<ToolCall> calls;
+  add_call_pieces(calls, cut.feed("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Ro").calls);
+  ToolCallStream::Delta end = cut.finish();
+  ASSERT_EQ(end.calls.size(), 1u);
+  EXPECT_TRUE(end.calls[0].last);
+  add_call_pieces(calls, end.calls);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].arguments, "{\"city\":\"Ro");
+
+  // Arguments given before the name, or as a string: found whole once the call closes.
+  ToolCallStream later(ToolCallFormat::kGenericJson, tools);
+  EXPECT_TRUE(later.feed("{\"arguments\": {\"city\": \"Oslo\"}, \"name\": \"get_weather\"").calls.empty());
+  ToolCallStream::Delta whole_call = later.feed("}");
+  ASSERT_EQ(whole_call.calls.size(), 1u);
+  EXPECT_TRUE(whole_call.calls[0].first && whole_call.calls[0].last);
+  EXPECT_EQ(whole_call.calls[0].arguments, "{\"city\":\"Oslo\"}");
 }

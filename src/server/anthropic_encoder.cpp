@@ -48,14 +48,15 @@ json AnthropicEncoder::whole(const std::vector<ChoiceResult>& choices) {
   json content = json::array();
   if (!delta.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", delta.reasoning}, {"signature", ""}});
   if (!delta.content.empty()) content.push_back({{"type", "text"}, {"text", delta.content}});
-  for (const ToolCall& call : delta.calls)
+  const std::vector<ToolCall> calls = delta.whole_calls();
+  for (const ToolCall& call : calls)
     content.push_back({{"type", "tool_use"}, {"id", tool_use_id(call)}, {"name", call.name}, {"input", tool_input(call)}});
   return {{"id", id_},
           {"type", "message"},
           {"role", "assistant"},
           {"model", model_},
           {"content", std::move(content)},
-          {"stop_reason", stop_reason(r.finish_reason, r.stop_sequence, !delta.calls.empty())},
+          {"stop_reason", stop_reason(r.finish_reason, r.stop_sequence, !calls.empty())},
           {"stop_sequence", r.stop_sequence.empty() ? json(nullptr) : json(r.stop_sequence)},
           {"usage", usage_json(r.prompt_tokens, r.cached_tokens, r.completion_tokens)}};
 }
@@ -85,17 +86,24 @@ std::string AnthropicEncoder::close_block() {
   return sse_event({{"type", "content_block_stop"}, {"index", next_index_++}}, "content_block_stop");
 }
 
-// Each call is a block of its own: its whole input as one input_json_delta.
-std::string AnthropicEncoder::tool_use_blocks(const std::vector<ToolCall>& calls) {
-  std::string out = calls.empty() ? "" : close_block();
-  for (const ToolCall& call : calls) {
-    const json start = {{"type", "tool_use"}, {"id", tool_use_id(call)}, {"name", call.name}, {"input", json::object()}};
-    out += sse_event({{"type", "content_block_start"}, {"index", next_index_}, {"content_block", start}},
-                     "content_block_start");
-    out += sse_event({{"type", "content_block_delta"}, {"index", next_index_},
-                      {"delta", {{"type", "input_json_delta"}, {"partial_json", call.arguments}}}},
-                     "content_block_delta");
-    out += sse_event({{"type", "content_block_stop"}, {"index", next_index_++}}, "content_block_stop");
+// Each call is a block of its own, opened by its first piece, its input
+// streamed as input_json_delta pieces, closed by its last.
+std::string AnthropicEncoder::tool_use_blocks(const std::vector<ToolCallDelta>& pieces) {
+  std::string out;
+  for (const ToolCallDelta& piece : pieces) {
+    if (piece.first) {
+      out += close_block();
+      const json start = {{"type", "tool_use"}, {"id", tool_use_id(ToolCall{piece.id, piece.name, ""})},
+                          {"name", piece.name}, {"input", json::object()}};
+      out += sse_event({{"type", "content_block_start"}, {"index", next_index_}, {"content_block", start}},
+                       "content_block_start");
+      open_ = Block::kToolUse;
+    }
+    if (!piece.arguments.empty())
+      out += sse_event({{"type", "content_block_delta"}, {"index", next_index_},
+                        {"delta", {{"type", "input_json_delta"}, {"partial_json", piece.arguments}}}},
+                       "content_block_delta");
+    if (piece.last) out += close_block();
   }
   return out;
 }

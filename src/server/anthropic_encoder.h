@@ -26,10 +26,10 @@ class AnthropicEncoder : public ResponseEncoder {
   std::string stream_end() override;
 
  private:
-  enum class Block { kNone, kThinking, kText };
+  enum class Block { kNone, kThinking, kText, kToolUse };
   std::string open_block(Block block);
   std::string close_block();
-  std::string tool_use_blocks(const std::vector<ToolCall>& calls);
+  std::string tool_use_blocks(const std::vector<ToolCallDelta>& pieces);
   std::string stop_reason(const std::string& finish_reason, const std::string& stop_sequence, bool called) const;
 
   ChatOutputSyntax syntax_;

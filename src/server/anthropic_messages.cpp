@@ -112,9 +112,11 @@ void add_thinking(const json& thinking, json& chat) {
   const std::string type = type_of(thinking);
   if (type != "enabled" && type != "disabled")
     throw invalid("thinking.type", "thinking.type must be \"enabled\" or \"disabled\"");
-  if (const json* budget = field(thinking, "budget_tokens"); budget && !budget->is_number_integer())
-    throw invalid("thinking.budget_tokens", "thinking.budget_tokens must be an integer");
+  const json* budget = field(thinking, "budget_tokens");
+  if (budget && !budget->is_null() && !(budget->is_number_integer() && budget->get<int64_t>() >= 0))
+    throw invalid("thinking.budget_tokens", "thinking.budget_tokens must be a non-negative integer");
   chat["chat_template_kwargs"] = {{"enable_thinking", type == "enabled"}};
+  if (type == "enabled" && budget && !budget->is_null()) chat["thinking_token_budget"] = *budget;
 }
 
 }  // namespace

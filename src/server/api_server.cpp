@@ -88,6 +88,8 @@ ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokeni
     httplib::default_socket_options(sock);
     listen_socket_ = sock;
   });
+  if (std::optional<ReasoningSyntax> syntax = reasoning_syntax_for(chat_template_.source()))
+    reasoning_tags_ = ReasoningTags::of(tokenizer_, syntax->start, syntax->end);
   install_routes();
 }
 
@@ -248,11 +250,16 @@ ParsedRequest ApiServer::prepare(Endpoint endpoint, const json& body, const KeyO
   if (parsed.tools && !parsed.constraint)
     if (std::optional<ConstraintSpec> calls = tool_call_constraint(*parsed.tools, parsed.tool_format))
       parsed.constraint = ConstraintParam{std::move(*calls), "tools", {}};
+  std::shared_ptr<const CompiledConstraint> compiled;
   if (parsed.constraint) {  // compiled here, in the request's thread: the engine never waits for a compile
     restore_key_order(*parsed.constraint, schemas_in_order);
-    const std::shared_ptr<const CompiledConstraint> compiled = compile_constraint(*parsed.constraint);
-    for (ValidatedRequest& r : parsed.requests) r.set_constraint(compiled);
+    compiled = compile_constraint(*parsed.constraint);
   }
+  const int64_t budget = parsed.reasoning_budget.value_or(options_.reasoning_budget);
+  if (parsed.template_reasons && reasoning_tags_ && (compiled || budget >= 0))
+    compiled = gate_after_reasoning(*reasoning_tags_, tokenizer_, std::move(compiled), {parsed.reasoning_open, budget});
+  if (compiled)
+    for (ValidatedRequest& r : parsed.requests) r.set_constraint(compiled);
   return parsed;
 }
 

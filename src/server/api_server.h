@@ -10,6 +10,7 @@
 
 #include "engine/engine.h"
 #include "grammar/constraint_compiler.h"
+#include "grammar/reasoning_gate.h"
 #include "model/model.h"
 #include "server/api_keys.h"
 #include "server/connection_gate.h"
@@ -47,6 +48,9 @@ struct ServerOptions {
   // at most this many bytes; the oldest are forgotten first (server/response_store.h).
   size_t responses_store = 1024;
   size_t responses_store_bytes = size_t{64} << 20;
+  // Reasoning models: tokens of thinking before the end tag is forced, for requests that give no
+  // thinking_token_budget (--reasoning-budget; -1: no budget).
+  int64_t reasoning_budget = -1;
 };
 
 class ApiServer {
@@ -103,6 +107,8 @@ class ApiServer {
   int64_t context_;
   RequestParser parser_;
   ConstraintCompiler constraints_;
+  // The template's reasoning tags as tokens (nullopt: the model does not reason), for the reasoning gate.
+  std::optional<ReasoningTags> reasoning_tags_;
   ServerMetrics metrics_;
   JobRegistry jobs_;
   std::atomic<bool> draining_{false};

@@ -15,7 +15,20 @@ ChatDelta ChatOutputStream::feed(std::string_view text) {
 void ChatDelta::append(ChatDelta more) {
   reasoning += more.reasoning;
   content += more.content;
-  for (ToolCall& call : more.calls) calls.push_back(std::move(call));
+  for (ToolCallDelta& piece : more.calls) {
+    if (!piece.first && !calls.empty() && calls.back().index == piece.index) {
+      calls.back().arguments += piece.arguments;
+      calls.back().last = piece.last;
+    } else {
+      calls.push_back(std::move(piece));
+    }
+  }
+}
+
+std::vector<ToolCall> ChatDelta::whole_calls() const {
+  std::vector<ToolCall> out;
+  add_call_pieces(out, calls);
+  return out;
 }
 
 ChatDelta ChatOutputStream::feed(std::string_view text, bool last) {

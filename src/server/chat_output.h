@@ -25,10 +25,13 @@ struct ChatOutputSyntax {
 struct ChatDelta {
   std::string reasoning;
   std::string content;
-  std::vector<ToolCall> calls;
+  std::vector<ToolCallDelta> calls;  // pieces of calls (tool_calls.h): whole calls are one piece each
 
   bool empty() const { return reasoning.empty() && content.empty() && calls.empty(); }
+  // Appends `more`; a piece that continues the last call joins its piece.
   void append(ChatDelta more);
+  // The calls the pieces make up, whole (for a whole response: every piece is here).
+  std::vector<ToolCall> whole_calls() const;
 };
 
 class ChatOutputStream {

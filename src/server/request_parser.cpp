@@ -232,6 +232,21 @@ bool reasoning_parsed(const json& body, bool template_reasons) {
   return template_reasons && *format != "none";
 }
 
+// The thinking budget a chat request asks for: vLLM's thinking_token_budget,
+// or thinking_budget (Qwen's and FastDeploy's name); -1 asks for none.
+std::optional<int64_t> reasoning_budget(const json& body) {
+  std::optional<int64_t> budget;
+  const char* given = nullptr;
+  for (const char* name : {"thinking_token_budget", "thinking_budget"}) {
+    const json* v = field(body, name);
+    if (!v || v->is_null()) continue;
+    if (given) throw invalid(name, std::string("give one thinking budget, not both ") + given + " and " + name);
+    budget = integer_in(body, name, -1, std::numeric_limits<int32_t>::max(), -1);  // past max_tokens: no effect
+    given = name;
+  }
+  return budget;
+}
+
 // vLLM's add_generation_prompt and continue_final_message: the final
 // assistant message continued (assistant prefill) instead of a new turn.
 void set_continuation(const json& body, const json& messages, RequestParser::ChatPromptOptions& options) {
@@ -522,10 +537,12 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
     ChatPromptOptions options{tools ? &*tools : nullptr, template_variables(body)};
     set_continuation(body, *messages, options);
     prompts.tokens.push_back(chat_prompt(*messages, &text, options));
-    if (reasoning_parsed(body, template_capabilities_.reasoning.has_value())) {
-      out.reasoning = template_capabilities_.reasoning;
-      out.reasoning_open = prompt_opens_reasoning(text, *out.reasoning);
+    if (template_capabilities_.reasoning) {
+      out.template_reasons = true;
+      out.reasoning_open = prompt_opens_reasoning(text, *template_capabilities_.reasoning);
+      out.reasoning_budget = reasoning_budget(body);
     }
+    if (reasoning_parsed(body, template_capabilities_.reasoning.has_value())) out.reasoning = template_capabilities_.reasoning;
     prompts.texts.push_back(std::move(text));
   } else {
     const json* prompt = field(body, "prompt");

@@ -71,6 +71,13 @@ struct ParsedRequest {
   // "reasoning_format": "none"), and whether the prompt opened the block.
   std::optional<ReasoningSyntax> reasoning;
   bool reasoning_open = false;
+  // The template's model reasons: the engine-side gate (an output constraint
+  // only after the thinking; the thinking budget) applies whatever
+  // reasoning_format says (grammar/reasoning_gate.h).
+  bool template_reasons = false;
+  // thinking_token_budget (vLLM) or thinking_budget: tokens of thinking before
+  // the end tag is forced (-1: no budget); nullopt: the server's --reasoning-budget.
+  std::optional<int64_t> reasoning_budget;
 
   size_t choices() const { return requests.size() * static_cast<size_t>(n); }
 };

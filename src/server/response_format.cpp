@@ -15,14 +15,21 @@ json byte_values(const std::string& text) {
   return out;
 }
 
-// OpenAI's message.tool_calls; streamed, each also carries its index in the choice.
-json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index, bool streaming) {
+// OpenAI's message.tool_calls: whole calls; streamed, the pieces as they
+// come, each with its call's index (the first with id, type and name).
+json tool_calls_json(const ChatDelta& delta, bool streaming) {
   json out = json::array();
-  for (size_t i = 0; i < calls.size(); ++i) {
-    json call = {{"id", calls[i].id}, {"type", "function"},
-                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
-    if (streaming) call["index"] = first_index + i;
-    out.push_back(std::move(call));
+  if (!streaming) {
+    for (const ToolCall& call : delta.whole_calls())
+      out.push_back({{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    return out;
+  }
+  for (const ToolCallDelta& piece : delta.calls) {
+    if (piece.first)
+      out.push_back({{"index", piece.index}, {"id", piece.id}, {"type", "function"},
+                     {"function", {{"name", piece.name}, {"arguments", piece.arguments}}}});
+    else if (!piece.arguments.empty())
+      out.push_back({{"index", piece.index}, {"function", {{"arguments", piece.arguments}}}});
   }
   return out;
 }
@@ -164,16 +171,17 @@ void ResponseFormatter::count_reasoning(size_t choice, const std::vector<int32_t
 
 // OpenAI's message: content null when there is no text beside tool calls (in a
 // delta: when it carries calls), reasoning_content beside it for reasoning models.
-json ResponseFormatter::chat_message(const ChatDelta& delta, size_t first_call, bool first, bool streaming) const {
+json ResponseFormatter::chat_message(const ChatDelta& delta, bool first, bool streaming) const {
   json message = json::object();
   if (first || !streaming) message["role"] = "assistant";
-  const bool null_content = output_syntax_.tools && delta.content.empty() && (!streaming || !delta.calls.empty());
+  json calls = tool_calls_json(delta, streaming);
+  const bool null_content = output_syntax_.tools && delta.content.empty() && (!streaming || !calls.empty());
   // A delta with only reasoning in it carries no content.
-  const bool reasoning_only = streaming && delta.content.empty() && !delta.reasoning.empty() && delta.calls.empty();
+  const bool reasoning_only = streaming && delta.content.empty() && !delta.reasoning.empty() && calls.empty();
   if (!reasoning_only) message["content"] = null_content ? json(nullptr) : json(delta.content);
   if (output_syntax_.reasoning && (!streaming || !delta.reasoning.empty()))
     message["reasoning_content"] = delta.reasoning.empty() ? json(nullptr) : json(delta.reasoning);
-  if (!delta.calls.empty()) message["tool_calls"] = tool_calls_json(delta.calls, first_call, streaming);
+  if (!calls.empty()) message["tool_calls"] = std::move(calls);
   return message;
 }
 
@@ -189,8 +197,8 @@ json ResponseFormatter::response(const std::vector<ChoiceResult>& choices) const
     if (endpoint_ == Endpoint::kChat) {
       ChatOutputStream stream(output_syntax_);
       const ChatDelta delta = stream.feed(r.text, true);
-      choice["message"] = chat_message(delta, 0, true, false);
-      reason = finish_reason_of(reason, delta.calls.size());
+      choice["message"] = chat_message(delta, true, false);
+      reason = finish_reason_of(reason, stream.calls_so_far());
       copy.count_reasoning(i, r.tokens);
     } else {
       choice["text"] = (echo_ ? prompt_texts_[i / static_cast<size_t>(n_)] : "") + r.text;
@@ -221,10 +229,9 @@ json ResponseFormatter::chunk(const ChoiceEvent& ev) {
   std::string reason = e.finished ? e.finish_reason : "";
   if (endpoint_ == Endpoint::kChat) {
     ChatOutputStream& stream = outputs_[i];
-    const size_t first_call = stream.calls_so_far();
     const ChatDelta delta = stream.feed(e.text, e.finished);
     count_reasoning(i, e.tokens);
-    choice["delta"] = chat_message(delta, first_call, first, true);
+    choice["delta"] = chat_message(delta, first, true);
     reason = finish_reason_of(reason, stream.calls_so_far());
   } else {
     choice["text"] = (echo_ && first ? prompt_texts_[i / static_cast<size_t>(n_)] : "") + e.text;

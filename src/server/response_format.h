@@ -36,7 +36,7 @@ class ResponseFormatter {
                              const std::vector<TokenLogprob>& prompt_logprobs);
   // The chat message (or streamed delta) of a choice's taken-apart output;
   // first_call: the index of its first call in the choice.
-  nlohmann::json chat_message(const ChatDelta& delta, size_t first_call, bool first, bool streaming) const;
+  nlohmann::json chat_message(const ChatDelta& delta, bool first, bool streaming) const;
   // A choice's reasoning tokens so far, its `tokens` counted in.
   void count_reasoning(size_t choice, const std::vector<int32_t>& tokens);
   nlohmann::json logprobs_json(const std::vector<TokenLogprob>& logprobs, size_t choice);

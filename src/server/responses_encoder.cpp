@@ -107,25 +107,37 @@ std::string ResponsesEncoder::close_item() {
   return out;
 }
 
-std::string ResponsesEncoder::function_calls(const std::vector<ToolCall>& calls, bool streaming) {
-  std::string out = calls.empty() || !streaming ? "" : close_item();
-  for (const ToolCall& call : calls) {
+// A call's first piece opens its function_call item, its arguments stream
+// as function_call_arguments.delta events, its last piece completes it.
+std::string ResponsesEncoder::function_calls(const std::vector<ToolCallDelta>& pieces, bool streaming) {
+  std::string out;
+  for (const ToolCallDelta& piece : pieces) {
     const int64_t index = static_cast<int64_t>(output_.size());
-    const json item = function_call_item(call, call.arguments, "completed");
-    if (streaming) {
-      const std::string item_id = item["id"];
-      out += event({{"output_index", index}, {"item", function_call_item(call, "", "in_progress")}},
-                   "response.output_item.added");
-      out += event({{"item_id", item_id}, {"output_index", index}, {"delta", call.arguments}},
+    if (piece.first) {
+      open_call_ = {piece.id, piece.name, ""};
+      if (streaming) {
+        out += close_item();
+        out += event({{"output_index", index}, {"item", function_call_item(open_call_, "", "in_progress")}},
+                     "response.output_item.added");
+      }
+    }
+    open_call_.arguments += piece.arguments;
+    const std::string item_id = function_call_item(open_call_, "", "in_progress")["id"];
+    if (streaming && !piece.arguments.empty())
+      out += event({{"item_id", item_id}, {"output_index", index}, {"delta", piece.arguments}},
                    "response.function_call_arguments.delta");
-      out += event({{"item_id", item_id}, {"output_index", index}, {"name", call.name}, {"arguments", call.arguments}},
+    if (!piece.last) continue;
+    const json item = function_call_item(open_call_, open_call_.arguments, "completed");
+    if (streaming) {
+      out += event({{"item_id", item_id}, {"output_index", index}, {"name", open_call_.name},
+                    {"arguments", open_call_.arguments}},
                    "response.function_call_arguments.done");
       out += event({{"output_index", index}, {"item", item}}, "response.output_item.done");
     }
     output_.push_back(item);
     if (!answer_.contains("tool_calls")) answer_["tool_calls"] = json::array();
-    answer_["tool_calls"].push_back(
-        {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    answer_["tool_calls"].push_back({{"id", open_call_.id}, {"type", "function"},
+                                     {"function", {{"name", open_call_.name}, {"arguments", open_call_.arguments}}}});
   }
   return out;
 }

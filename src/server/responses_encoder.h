@@ -44,7 +44,7 @@ class ResponsesEncoder : public ResponseEncoder {
   std::string event(nlohmann::json data, const std::string& type);
   std::string open_item(Item kind);
   std::string close_item();
-  std::string function_calls(const std::vector<ToolCall>& calls, bool streaming);
+  std::string function_calls(const std::vector<ToolCallDelta>& pieces, bool streaming);
   std::string take(const ChatDelta& delta, bool streaming);
   void count(const std::vector<int32_t>& tokens);
   void finish();
@@ -62,6 +62,7 @@ class ResponsesEncoder : public ResponseEncoder {
   nlohmann::json output_ = nlohmann::json::array();
   Item open_ = Item::kNone;
   std::string open_id_, open_text_;
+  ToolCall open_call_;  // the function call streaming now (its arguments so far)
   nlohmann::json answer_ = {{"role", "assistant"}, {"content", ""}};
   int64_t sequence_ = 0;
   int64_t prompt_tokens_ = 0, cached_tokens_ = 0, output_tokens_ = 0;

@@ -80,6 +80,58 @@ JsonExtent json_extent(std::string_view text) {
   return {JsonExtent::kOpen, text.size()};
 }
 
+// A JSON string at text[0]: its value and its length in the text.
+Match json_string_at(std::string_view text, std::string* value, size_t* length) {
+  if (text.empty()) return Match::kPartial;
+  if (text[0] != '"') return Match::kNo;
+  for (size_t i = 1; i < text.size(); ++i) {
+    if (text[i] == '\\') {
+      ++i;
+    } else if (text[i] == '"') {
+      const std::optional<json> parsed = parse_bounded_json<json>(text.substr(0, i + 1));
+      if (!parsed || !parsed->is_string()) return Match::kNo;
+      *value = parsed->get<std::string>();
+      *length = i + 1;
+      return Match::kFull;
+    }
+  }
+  return Match::kPartial;
+}
+
+// {"name": "...", "arguments": { (or "parameters") at text[0], whitespace
+// allowed between: the name and where the arguments' brace is.
+Match streamed_call_prefix(std::string_view text, std::string* name, size_t* arguments_at) {
+  size_t i = 0;
+  const auto word = [&](std::string_view w) {
+    while (i < text.size() && is_space(text[i])) ++i;
+    const Match m = match_word(text.substr(i), w);
+    if (m == Match::kFull) i += w.size();
+    return m;
+  };
+  for (std::string_view w : {"{", "\"name\"", ":"})
+    if (const Match m = word(w); m != Match::kFull) return m;
+  while (i < text.size() && is_space(text[i])) ++i;
+  size_t length = 0;
+  if (const Match m = json_string_at(text.substr(i), name, &length); m != Match::kFull) return m;
+  i += length;
+  if (const Match m = word(","); m != Match::kFull) return m;
+  const size_t key_at = i;
+  if (word("\"arguments\"") != Match::kFull) {
+    i = key_at;
+    const Match other = word("\"parameters\"");
+    if (other != Match::kFull) {
+      i = key_at;
+      return word("\"arguments\"") == Match::kPartial || other == Match::kPartial ? Match::kPartial : Match::kNo;
+    }
+  }
+  if (const Match m = word(":"); m != Match::kFull) return m;
+  while (i < text.size() && is_space(text[i])) ++i;
+  if (i == text.size()) return Match::kPartial;
+  if (text[i] != '{') return Match::kNo;
+  *arguments_at = i;
+  return Match::kFull;
+}
+
 std::string new_call_id() {
   static constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -144,9 +196,11 @@ ToolCallStream::Delta ToolCallStream::finish() {
 
 void ToolCallStream::settle(bool complete, Delta& out) {
   size_t settled = 0;
-  while (settled < text_.size()) {
+  while (settled < text_.size() || (complete && open_)) {
     const std::string_view rest = std::string_view(text_).substr(settled);
-    const std::optional<size_t> step = leading_ ? leading_step(rest, complete, out) : content_step(rest, complete, out);
+    const std::optional<size_t> step = open_      ? open_call_step(rest, complete, out)
+                                       : leading_ ? leading_step(rest, complete, out)
+                                                  : content_step(rest, complete, out);
     if (!step) break;
     settled += *step;
   }
@@ -174,8 +228,85 @@ void ToolCallStream::add_content(std::string_view text, Delta& out) {
 
 void ToolCallStream::add_call(ToolCall call, Delta& out) {
   if (!parallel_ && calls_ > 0) return;  // the client asked for one call at most
-  ++calls_;
-  out.calls.push_back(std::move(call));
+  out.calls.push_back({calls_++, std::move(call.id), std::move(call.name), std::move(call.arguments), true, true});
+}
+
+std::optional<size_t> ToolCallStream::open_call(std::string_view rest, bool hermes, bool complete, Delta& out) {
+  size_t at = 0;
+  if (hermes)
+    for (at = kHermesOpen.size(); at < rest.size() && is_space(rest[at]);) ++at;
+  std::string name;
+  size_t arguments_at = 0;
+  const Match match = streamed_call_prefix(rest.substr(at), &name, &arguments_at);
+  if (match == Match::kPartial && !complete) return std::nullopt;
+  if (match != Match::kFull || std::find(names_.begin(), names_.end(), name) == names_.end()) return 0;
+  OpenCall call;
+  call.index = calls_;
+  call.hermes = hermes;
+  call.kept = parallel_ || calls_ == 0;  // the client asked for one call at most
+  if (call.kept) out.calls.push_back({calls_++, new_call_id(), std::move(name), "", true, false});
+  open_ = call;
+  return at + arguments_at;
+}
+
+// The open call's arguments as they come (whitespace outside strings
+// dropped), then the rest of its object (other keys are skipped), then its
+// closing tag; the output's end closes it wherever it is.
+std::optional<size_t> ToolCallStream::open_call_step(std::string_view rest, bool complete, Delta& out) {
+  OpenCall& call = *open_;
+  std::string arguments;
+  bool closed = false;
+  size_t i = 0;
+  while (i < rest.size() && !closed && call.stage != OpenCall::Stage::kClosingTag) {
+    const char c = rest[i++];
+    const bool in_arguments = call.stage == OpenCall::Stage::kArguments;
+    if (call.in_string) {
+      if (in_arguments) arguments += c;
+      if (call.escaped) call.escaped = false;
+      else if (c == '\\') call.escaped = true;
+      else if (c == '"') call.in_string = false;
+      continue;
+    }
+    if (is_space(c)) continue;
+    if (c == '<' && call.hermes) {  // the closing tag outside a string ends the call, closed or not
+      const Match tag = match_word(rest.substr(i - 1), kHermesClose);
+      if (tag == Match::kPartial && !complete) {
+        --i;
+        break;
+      }
+      if (tag == Match::kFull) {
+        i += kHermesClose.size() - 1;
+        closed = true;
+        break;
+      }
+    }
+    if (in_arguments) arguments += c;
+    if (c == '"') {
+      call.in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++call.depth;
+    } else if ((c == '}' || c == ']') && --call.depth <= 0) {
+      if (in_arguments) {
+        call.stage = OpenCall::Stage::kCallObject;
+        call.depth = 1;  // the call object's own brace
+      } else if (call.hermes) {
+        call.stage = OpenCall::Stage::kClosingTag;
+      } else {
+        closed = true;
+      }
+    }
+  }
+  if (call.stage == OpenCall::Stage::kClosingTag) {
+    while (i < rest.size() && is_space(rest[i])) ++i;
+    const Match tag = match_word(rest.substr(i), kHermesClose);
+    if (tag == Match::kFull) i += kHermesClose.size();
+    closed = tag != Match::kPartial || complete;  // anything else after the object ends the call
+  }
+  closed = closed || complete;
+  if (call.kept && (!arguments.empty() || closed)) out.calls.push_back({call.index, "", "", std::move(arguments), false, closed});
+  if (closed) open_.reset();
+  if (i == 0 && !closed) return std::nullopt;
+  return i;
 }
 
 std::optional<std::vector<ToolCall>> ToolCallStream::calls_in(std::string_view json_text, bool list_allowed) const {
@@ -211,6 +342,11 @@ std::optional<size_t> ToolCallStream::leading_step(std::string_view rest, bool c
     leading_ = false;
     return 0;
   }
+  if (at[0] == '{') {
+    const std::optional<size_t> opened = open_call(at, false, complete, out);
+    if (!opened) return std::nullopt;
+    if (*opened > 0) return start + *opened;
+  }
   const JsonExtent extent = json_extent(at);
   if (extent.kind == JsonExtent::kOpen && !complete) return std::nullopt;
   if (extent.kind == JsonExtent::kClosed) {
@@ -243,6 +379,10 @@ std::optional<size_t> ToolCallStream::content_step(std::string_view rest, bool c
       return at;
     }
     if (match == Match::kPartial) return std::nullopt;
+    if (from[0] != '`') {
+      const std::optional<size_t> opened = open_call(rest, from[0] == '<', complete, out);
+      if (!opened || *opened > 0) return opened;
+    }
     if (from[0] == '<') return tagged_call_step(rest, complete, out);
     return from[0] == '{' ? json_call_step(rest, complete, out) : fenced_call_step(rest, body, complete, out);
   }
@@ -301,12 +441,20 @@ std::optional<size_t> ToolCallStream::json_call_step(std::string_view rest, bool
   return end;
 }
 
+void add_call_pieces(std::vector<ToolCall>& calls, const std::vector<ToolCallDelta>& pieces) {
+  for (const ToolCallDelta& piece : pieces) {
+    if (piece.first) calls.push_back({piece.id, piece.name, piece.arguments});
+    else if (piece.index < calls.size()) calls[piece.index].arguments += piece.arguments;
+  }
+}
+
 ParsedToolOutput parse_tool_calls(std::string_view text, ToolCallFormat format, const ToolRequest& tools) {
   ToolCallStream stream(format, tools);
   ToolCallStream::Delta first = stream.feed(text);
   ToolCallStream::Delta rest = stream.finish();
-  ParsedToolOutput out{std::move(first.content) + rest.content, std::move(first.calls)};
-  for (ToolCall& call : rest.calls) out.calls.push_back(std::move(call));
+  ParsedToolOutput out{std::move(first.content) + rest.content, {}};
+  add_call_pieces(out.calls, first.calls);
+  add_call_pieces(out.calls, rest.calls);
   return out;
 }
 

@@ -35,6 +35,21 @@ struct ToolCall {
   std::string arguments;  // a JSON object, compact, keys in the model's order
 };
 
+// A piece of a call as it streams: the first piece names it (id, name), the
+// next ones add bytes of its arguments, the last closes it. A call found
+// whole comes as one piece, first and last.
+struct ToolCallDelta {
+  size_t index = 0;       // the call's place among the choice's calls
+  std::string id;         // on the first piece
+  std::string name;       // on the first piece
+  std::string arguments;  // the next bytes of the arguments JSON
+  bool first = false;
+  bool last = false;
+};
+
+// Adds streamed pieces to whole calls (a first piece starts one, the others extend calls[index]).
+void add_call_pieces(std::vector<ToolCall>& calls, const std::vector<ToolCallDelta>& pieces);
+
 struct ParsedToolOutput {
   std::string content;  // the text outside the calls, trimmed; "" means none (the response's content is null)
   std::vector<ToolCall> calls;
@@ -47,16 +62,22 @@ ParsedToolOutput parse_tool_calls(std::string_view text, ToolCallFormat format, 
 
 // The same parse over text that arrives in pieces: content passes straight
 // through except what could still become a call (a prefix of the opener, an
-// unclosed call) and whitespace that could end up trailing; a call comes out
-// whole once it closes. The content and calls of every feed() and finish()
-// together equal parse_tool_calls() of the whole text (ids aside).
+// unclosed call) and whitespace that could end up trailing. A call written as
+// {"name": "<a tool>", "arguments": {...}} (behind <tool_call> or not; Llama
+// 3's "parameters" too) streams: its first piece once the name and the
+// arguments' opening brace are known, then its arguments as they come
+// (whitespace outside strings dropped), closed when its object closes (or the
+// output ends). Other calls (a list, arguments before the name or as a
+// string, a fence) come out whole once they close. The content and calls of
+// every feed() and finish() together equal parse_tool_calls() of the whole
+// text (ids aside).
 class ToolCallStream {
  public:
   ToolCallStream(ToolCallFormat format, const ToolRequest& tools);
 
   struct Delta {
     std::string content;
-    std::vector<ToolCall> calls;
+    std::vector<ToolCallDelta> calls;
   };
   Delta feed(std::string_view text);
   Delta finish();  // the text is complete: settles what was held back
@@ -74,6 +95,10 @@ class ToolCallStream {
   std::optional<size_t> tagged_call_step(std::string_view rest, bool complete, Delta& out);
   std::optional<size_t> json_call_step(std::string_view rest, bool complete, Delta& out);
   std::optional<size_t> fenced_call_step(std::string_view rest, size_t body, bool complete, Delta& out);
+  // A call that streams, from its opening (the '{' or the <tool_call> tag at rest[0]): nullopt to wait for
+  // more text, 0 when it is not one, else the bytes up to its arguments' brace (the call is then open).
+  std::optional<size_t> open_call(std::string_view rest, bool hermes, bool complete, Delta& out);
+  std::optional<size_t> open_call_step(std::string_view rest, bool complete, Delta& out);
   // The calls a JSON object (or, at the start, a list of objects) stands for; nullopt when it is not one.
   std::optional<std::vector<ToolCall>> calls_in(std::string_view json_text, bool list_allowed) const;
 
@@ -85,6 +110,18 @@ class ToolCallStream {
   bool content_started_ = false;
   std::string held_space_;  // whitespace after the content so far: sent once more content follows
   size_t calls_ = 0;
+
+  // The call streaming now.
+  struct OpenCall {
+    enum class Stage { kArguments, kCallObject, kClosingTag } stage = Stage::kArguments;
+    size_t index = 0;
+    bool hermes = false;  // closes with </tool_call>
+    bool kept = true;     // false: a call past the first with parallel_tool_calls false (its text is dropped)
+    int depth = 0;        // brackets open in the part scanned (the arguments, then the rest of the call object)
+    bool in_string = false;
+    bool escaped = false;
+  };
+  std::optional<OpenCall> open_;
 };
 
 // What a grammar needs to constrain output to a call of one tool: the text

@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ParsedToolOutput streamed;
   auto take = [&](ToolCallStream::Delta d) {
     streamed.content += d.content;
-    for (ToolCall& call : d.calls) streamed.calls.push_back(std::move(call));
+    add_call_pieces(streamed.calls, d.calls);
   };
   for (size_t at = 0; at < text.size(); at += piece) take(stream.feed(text.substr(at, piece)));
   take(stream.finish());
