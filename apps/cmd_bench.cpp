@@ -13,6 +13,9 @@ void register_bench(CLI::App& app) {
   auto* model = cmd->add_option("-m,--model", opt->models, "GGUF model file(s)")->capture_default_str();
   cmd->add_option("-p,--n-prompt", opt->n_prompt, "Prompt lengths to test")->capture_default_str();
   cmd->add_option("-n,--n-gen", opt->n_gen, "Generation lengths to test")->capture_default_str();
+  cmd->add_option("-d,--n-depth", opt->n_depth,
+                  "Tokens of context before each test (llama-bench's -d; their prefill is not timed)")
+      ->capture_default_str();
   cmd->add_option("-r,--repetitions", opt->repetitions, "Repetitions of each test")->capture_default_str();
   cmd->add_option("-t,--threads", opt->threads, "Thread counts to test (0: all cores)")->capture_default_str();
   cmd->add_option("-o,--output", opt->output, "md, json or csv")
@@ -49,7 +52,7 @@ void register_bench(CLI::App& app) {
                   "With --serving (in-process): a JSON schema file every request's output follows, compared with "
                   "free output (\"builtin\": a list of order lines)");
   cmd->add_option("--seed", opt->seed, "Workload seed")->capture_default_str();
-  cmd->add_option("--kv-type", opt->kv_type, "With --serving: KV cache element type (f32, f16, bf16, q8_0, fp8, q4_0)")
+  cmd->add_option("--kv-type", opt->kv_type, "KV cache element type (f32, f16, bf16, q8_0, fp8, q4_0)")
       ->capture_default_str();
   cmd->add_option("--kv-mem", opt->kv_mem_mib, "With --serving: KV pool MiB (0: room for every running sequence)")
       ->capture_default_str();

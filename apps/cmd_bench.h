@@ -16,6 +16,7 @@ struct BenchOptions {
   std::vector<std::string> models = {"models/smollm2-135m-instruct-q4_1.gguf"};
   std::vector<int64_t> n_prompt = {512};   // -p
   std::vector<int64_t> n_gen = {128};      // -n
+  std::vector<int64_t> n_depth = {0};      // -d: tokens of context before each test
   int repetitions = 5;                     // -r
   std::vector<int> threads = {0};          // -t (0: all cores)
   std::string output = "md";               // md | json | csv

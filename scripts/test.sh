@@ -53,6 +53,6 @@ echo "== fast tests under ASan + UBSan (clang), ${SECONDS} s after the start =="
 KVSERVE_SKIP_SLOW=1 ctest --test-dir build-sanitize --output-on-failure -j2 \
   -E 'RealModel|_client$|tool_calls_qwen|^cluster$'
 
-echo "== fuzzing under ASan + UBSan, ${KVSERVE_FUZZ_SECONDS:-20} s per target, ${SECONDS} s after the start ==" >&2
-./scripts/fuzz.sh build-sanitize "${KVSERVE_FUZZ_SECONDS:-20}"
+echo "== fuzzing under ASan + UBSan, ${KVSERVE_FUZZ_SECONDS:-12} s per target, ${SECONDS} s after the start ==" >&2
+./scripts/fuzz.sh build-sanitize "${KVSERVE_FUZZ_SECONDS:-12}"
 echo "== done in ${SECONDS} s ==" >&2

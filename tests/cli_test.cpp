@@ -127,3 +127,17 @@ TEST(Cli, RunChatSendsThePromptThroughTheChatTemplate) {
   ASSERT_EQ(file.exit_code, 0) << file.output;
   EXPECT_NE(file.output.find("chat template:"), std::string::npos) << file.output;
 }
+
+// `bench -d` (llama-bench's depth): each test after that many tokens of
+// context, named as llama-bench names it, with the K/V bytes it reads; a depth
+// past the model's context is a one-line error.
+TEST(Cli, BenchMeasuresAtADepth) {
+  TempFile model(".gguf");
+  ::kvserve::test_util::write_synth_model(model.path(), "tiny-llama");  // context 256
+  const auto r = run_kvserve("bench -m " + model.path() + " -p 8 -n 4 -d 0 100 -r 1 -t 1 --kv-type f16 -o csv");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* test : {",pp8,", ",tg4,", ",pp8 @ d100,", ",tg4 @ d100,"})
+    EXPECT_NE(r.output.find(test), std::string::npos) << test << "\n" << r.output;
+  EXPECT_NE(r.output.find("kv_gb_per_s"), std::string::npos) << r.output;
+  expect_one_line_error("bench -m " + model.path() + " -p 8 -n 0 -d 250 -r 1", "pp8 @ d250 needs 260 tokens of context");
+}

@@ -38,12 +38,7 @@ Tokenizer fim_tokenizer(bool with_fim = true, bool with_repo = true) {
       vocab.token_types.push_back(3);
     }
   GGUFWriter w;
-  w.set_string("tokenizer.ggml.model", "gpt2");
-  w.set_string("tokenizer.ggml.pre", "gpt2");
-  w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
-  w.set_i32_array("tokenizer.ggml.token_type", vocab.token_types);
-  w.set_string_array("tokenizer.ggml.merges", vocab.merges);
-  w.set_u32("tokenizer.ggml.eos_token_id", vocab.eos_id);
+  test_util::add_bpe_vocab(w, vocab);
   w.set_bool("tokenizer.ggml.add_bos_token", false);
   return test_util::tokenizer_from(w);
 }

@@ -19,6 +19,7 @@
 #include "kv/contiguous_kv_cache.h"
 #include "model/synth.h"
 #include "sampling/sampler.h"
+#include "isa_util.h"
 #include "test_util.h"
 
 using namespace kvserve;
@@ -31,16 +32,13 @@ namespace {
 
 constexpr KVType kAllTypes[] = {KVType::F32, KVType::F16, KVType::BF16, KVType::Q8_0, KVType::FP8, KVType::Q4_0};
 
-// Runs fn once per available kernel ISA, restoring the active one after.
+// Runs fn once per available kernel ISA (named in failures), restoring the active one after.
 template <typename Fn>
 void for_each_isa(Fn&& fn) {
-  const Isa saved = active_isa();
-  for (Isa isa : available_isas()) {
-    set_kernel_isa(isa);
-    SCOPED_TRACE(isa_name(isa));
+  test_util::for_each_isa([&] {
+    SCOPED_TRACE(isa_name(active_isa()));
     fn();
-  }
-  set_kernel_isa(saved);
+  });
 }
 
 // K or V rows of n_kv tokens quantized into one contiguous buffer.

@@ -71,7 +71,7 @@ std::vector<float> tensor_values(const TensorView& t) {
   return values;
 }
 
-struct Shape {
+struct CheckpointShape {
   int dim, hidden, layers, heads, kv_heads, vocab, seq;
   int kv_dim() const { return dim / heads * kv_heads; }
 };
@@ -92,7 +92,7 @@ std::string layer_name(const std::string& pattern, int layer) {
 }
 
 // The legacy (version 0) order from the models README.
-std::vector<RefTensor> legacy_order(const Shape& s) {
+std::vector<RefTensor> legacy_order(const CheckpointShape& s) {
   return {{"token_embd.weight", false, s.vocab, s.dim},        {"blk.%.attn_norm.weight", true, 1, s.dim},
           {"blk.%.attn_q.weight", true, s.dim, s.dim},         {"blk.%.attn_k.weight", true, s.kv_dim(), s.dim},
           {"blk.%.attn_v.weight", true, s.kv_dim(), s.dim},    {"blk.%.attn_output.weight", true, s.dim, s.dim},
@@ -102,7 +102,7 @@ std::vector<RefTensor> legacy_order(const Shape& s) {
 }
 
 // export.py's version 1/2 order (norms first, classifier last).
-std::vector<RefTensor> versioned_order(const Shape& s, bool shared) {
+std::vector<RefTensor> versioned_order(const CheckpointShape& s, bool shared) {
   std::vector<RefTensor> order = {
       {"blk.%.attn_norm.weight", true, 1, s.dim},        {"blk.%.ffn_norm.weight", true, 1, s.dim},
       {"output_norm.weight", false, 1, s.dim},           {"token_embd.weight", false, s.vocab, s.dim},
@@ -147,7 +147,7 @@ void expect_tensors_match(const GGUFFile& gguf, const Expected& expected, float 
   }
 }
 
-const Shape kStories{64, 172, 5, 8, 4, 512, 512};
+const CheckpointShape kStories{64, 172, 5, 8, 4, 512, 512};
 
 }  // namespace
 
@@ -299,14 +299,14 @@ TEST_F(Llama2cTest, PlaceholderVocabWhenNoTokenizerGiven) {
 
 namespace {
 
-const Shape kSmall{64, 96, 2, 4, 2, 40, 16};
+const CheckpointShape kSmall{64, 96, 2, 4, 2, 40, 16};
 
 struct BuiltCheckpoint {
   std::vector<uint8_t> bytes;
   Expected expected;
 };
 
-void append_header(std::vector<uint8_t>& out, const Shape& s, int version, bool shared, int group_size) {
+void append_header(std::vector<uint8_t>& out, const CheckpointShape& s, int version, bool shared, int group_size) {
   if (version > 0) {
     append<uint32_t>(out, 0x616b3432);
     append<int32_t>(out, version);
@@ -332,7 +332,7 @@ void append_grouped_q8(std::vector<uint8_t>& out, size_t numel, int group_size, 
   for (float s : scales) append<float>(out, s);
 }
 
-void append_tensors(BuiltCheckpoint& b, const Shape& s, const std::vector<RefTensor>& order, int version,
+void append_tensors(BuiltCheckpoint& b, const CheckpointShape& s, const std::vector<RefTensor>& order, int version,
                     int group_size, int& salt) {
   for (const RefTensor& t : order) {
     for (int l = 0; l < (t.per_layer ? s.layers : 1); ++l) {
@@ -351,7 +351,7 @@ void append_tensors(BuiltCheckpoint& b, const Shape& s, const std::vector<RefTen
   }
 }
 
-BuiltCheckpoint build_checkpoint(const Shape& s, int version, bool shared, int group_size = 32) {
+BuiltCheckpoint build_checkpoint(const CheckpointShape& s, int version, bool shared, int group_size = 32) {
   BuiltCheckpoint b;
   append_header(b.bytes, s, version, shared, group_size);
   int salt = 0;
@@ -432,7 +432,7 @@ TEST_F(Llama2cTest, LegacySeparateClassifierFollowsRopeTables) {
 }
 
 TEST_F(Llama2cTest, RejectsInvalidHeaders) {
-  Shape bad_heads = kSmall;
+  CheckpointShape bad_heads = kSmall;
   bad_heads.heads = 5;
   write_bytes(path("heads.bin"), build_checkpoint(bad_heads, 1, true).bytes);
   EXPECT_NE(convert_error(path("heads.bin"), path("o.gguf")).find("n_heads = 5"), std::string::npos);

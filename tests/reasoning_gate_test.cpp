@@ -30,12 +30,7 @@ Tokenizer tokenizer_with_think_tokens() {
     vocab.token_types.push_back(kUserDefined);
   }
   GGUFWriter w;
-  w.set_string("tokenizer.ggml.model", "gpt2");
-  w.set_string("tokenizer.ggml.pre", "gpt2");
-  w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
-  w.set_i32_array("tokenizer.ggml.token_type", vocab.token_types);
-  w.set_string_array("tokenizer.ggml.merges", vocab.merges);
-  w.set_u32("tokenizer.ggml.eos_token_id", vocab.eos_id);
+  test_util::add_bpe_vocab(w, vocab);
   return test_util::tokenizer_from(w);
 }
 

@@ -233,13 +233,25 @@ TEST_F(ReasoningRequest, StreamedAndWholeResponsesSplitAlike) {
 
 namespace {
 
-class ReasoningServer : public test_util::SynthModelSuite {
+// A synth qwen3 file carrying the Qwen3-like template, served with the
+// template read from the file (as `kvserve serve` reads it).
+class ReasoningServer : public ::testing::Test {
  protected:
-  void SetUp() override {
-    server_ = std::make_unique<test_util::TestServer>(*synth_->model, *synth_->tokenizer, EngineOptions{},
-                                                      std::vector<std::string>{}, ConnectionGateLimits{},
-                                                      std::vector<std::string>{}, ChatTemplate::parse(kQwen3LikeTemplate));
+  static void SetUpTestSuite() {
+    signal(SIGPIPE, SIG_IGN);
+    qwen3_ = new test_util::SynthModel("tiny-qwen3", 0, kQwen3LikeTemplate);
   }
+  static void TearDownTestSuite() {
+    delete qwen3_;
+    qwen3_ = nullptr;
+  }
+  void SetUp() override {
+    server_ = std::make_unique<test_util::TestServer>(*qwen3_->model, *qwen3_->tokenizer, EngineOptions{},
+                                                      std::vector<std::string>{}, ConnectionGateLimits{},
+                                                      std::vector<std::string>{},
+                                                      ChatTemplate::for_model(qwen3_->model->file()));
+  }
+  static inline test_util::SynthModel* qwen3_ = nullptr;
   // A random model made to write `text` (a one-choice constraint).
   json body(const std::string& text, bool stream) const {
     return {{"messages", {{{"role", "user"}, {"content", "Why?"}}}}, {"guided_choice", {text}},
@@ -280,6 +292,20 @@ TEST_F(ReasoningServer, ReasoningContentStreamedAndNot) {
   EXPECT_EQ(reasoning, "I think so.");
   EXPECT_EQ(content, "Hello world");
   EXPECT_EQ(usage["completion_tokens_details"]["reasoning_tokens"], reasoning_tokens);
+}
+
+// enable_thinking false (the template writes an empty block): the answer is
+// all content, and a constraint applies from the first token.
+TEST_F(ReasoningServer, ThinkingOffIsAllContent) {
+  json request = body("Hello world", false);
+  request["chat_template_kwargs"] = {{"enable_thinking", false}};
+  auto r = server_->client().Post("/v1/chat/completions", request.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json out = json::parse(r->body);
+  EXPECT_EQ(out["choices"][0]["message"]["content"], "Hello world");
+  EXPECT_TRUE(out["choices"][0]["message"]["reasoning_content"].is_null());
+  EXPECT_EQ(out["usage"]["completion_tokens_details"]["reasoning_tokens"], 0);
 }
 
 namespace {

@@ -40,16 +40,22 @@ class MemoryFile {
   int fd_;
 };
 
-// Tokenizer metadata of the synth byte-level BPE vocabulary (vocab_size >= 259).
-inline void add_bpe_vocab(GGUFWriter& w, int vocab_size) {
-  const ByteBpeVocab vocab = build_synth_vocab(vocab_size);
+// Tokenizer metadata of a byte-level BPE vocabulary (the synth one, maybe
+// with tokens appended): no BOS.
+inline void add_bpe_vocab(GGUFWriter& w, const ByteBpeVocab& vocab) {
   w.set_string("tokenizer.ggml.model", "gpt2");
   w.set_string("tokenizer.ggml.pre", "gpt2");
   w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
   w.set_i32_array("tokenizer.ggml.token_type", vocab.token_types);
   w.set_string_array("tokenizer.ggml.merges", vocab.merges);
-  w.set_u32("tokenizer.ggml.bos_token_id", vocab.eos_id);
   w.set_u32("tokenizer.ggml.eos_token_id", vocab.eos_id);
+}
+
+// Tokenizer metadata of the synth byte-level BPE vocabulary (vocab_size >= 259), its BOS the end token.
+inline void add_bpe_vocab(GGUFWriter& w, int vocab_size) {
+  const ByteBpeVocab vocab = build_synth_vocab(vocab_size);
+  add_bpe_vocab(w, vocab);
+  w.set_u32("tokenizer.ggml.bos_token_id", vocab.eos_id);
 }
 
 // A SentencePiece vocabulary: <unk>, <s>, </s>, the 256 byte pieces, then a

@@ -33,7 +33,7 @@ namespace exact_dq {
 // through the stack, which made the kernel twice as slow.
 
 // 32 signed bytes as four 8-float vectors, in element order.
-[[gnu::always_inline]] static inline void bytes_to_floats(__m256i v, __m256 q[4]) {
+static inline void bytes_to_floats(__m256i v, __m256 q[4]) {
   const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
   q[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
   q[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo)));
@@ -43,7 +43,7 @@ namespace exact_dq {
 
 // The 32 nibbles of a Q4 block: zero-extended bytes hold a low nibble
 // (elements 0..15) and a high nibble (16..31).
-[[gnu::always_inline]] static inline void nibbles_to_floats(const uint8_t* qs, __m256 q[4]) {
+static inline void nibbles_to_floats(const uint8_t* qs, __m256 q[4]) {
   const __m256i bytes0 = kquants_simd::widen8(qs), bytes8 = kquants_simd::widen8(qs + 8);
   const __m256i low = _mm256_set1_epi32(0x0f);
   q[0] = _mm256_cvtepi32_ps(_mm256_and_si256(bytes0, low));
@@ -258,7 +258,7 @@ struct DqQ2_K {
   }
 };
 
-[[gnu::always_inline]] static inline float horizontal_sum(__m256 v) { return kquants_simd::horizontal_sum(v); }
+static inline float horizontal_sum(__m256 v) { return kquants_simd::horizontal_sum(v); }
 
 // R rows x N tokens in kRegs vector registers (16 for AVX2, 32 for AVX-512).
 // Per 32 values the R rows' weights are dequantized (4 R vectors), then each

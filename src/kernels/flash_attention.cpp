@@ -42,6 +42,31 @@ void load_rows(const KVRows& rows, size_t offset, const AttentionVectorOps& ops,
   }
 }
 
+// f16 / bf16 rows the ISA widens as it loads: their addresses only.
+bool widened_as_loaded(const HeadSource& src) {
+  const KVType t = src.k->type;
+  return (t == KVType::F16 || t == KVType::BF16) && src.v->type == t && src.ops->dot_keys_half != nullptr;
+}
+
+void load_half_rows(const KVRows& rows, size_t offset, int64_t t0, int64_t from, int64_t t1, const uint16_t** out) {
+  for (int64_t t = from; t < t1; ++t) out[t - t0] = reinterpret_cast<const uint16_t*>(rows.token(t) + offset);
+}
+
+// A tile read by more rows than one call takes (prefill) is dequantized once
+// for all of them; a decode tile (one call) is widened as it loads. The same
+// bits either way: a speed choice only.
+void load_tile(const HeadSource& src, int64_t n_rows, int64_t t0, int64_t from, int64_t t1, KVTile& tile) {
+  tile.half = widened_as_loaded(src) && n_rows <= kAttentionRowsPerCall;
+  if (tile.half) {
+    tile.half_type = src.k->type;
+    load_half_rows(*src.k, src.k_offset, t0, from, t1, tile.k_half);
+    load_half_rows(*src.v, src.v_offset, t0, from, t1, tile.v_half);
+    return;
+  }
+  load_rows(*src.k, src.k_offset, *src.ops, src.head_dim, t0, from, t1, tile.k_buf, tile.k);
+  load_rows(*src.v, src.v_offset, *src.ops, src.head_dim, t0, from, t1, tile.v_buf, tile.v);
+}
+
 // Folds the tile's keys [begin, last) into the states of rows [r0, r0 + n)
 // (n <= kAttentionRowsPerCall rows that see the same keys; the tile starts at
 // t0). Each row's arithmetic is what it would be alone: the row ops take
@@ -58,25 +83,19 @@ void attend_tile_rows(RowBlock& rows, int64_t r0, int n, const KVTile& tile, con
     s[i] = scores[i];
     o[i] = rows.acc.data() + (r0 + i) * hd;
   }
-  src.ops->dot_keys(q, n, tile.k + (begin - t0), n_keys, hd, s);
+  if (tile.half) src.ops->dot_keys_half(tile.half_type, q, n, tile.k_half + (begin - t0), n_keys, hd, s);
+  else src.ops->dot_keys(q, n, tile.k + (begin - t0), n_keys, hd, s);
   for (int i = 0; i < n; ++i) {
-    float tile_max = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < n_keys; ++j) {
-      s[i][j] *= src.scale;
-      tile_max = std::max(tile_max, s[i][j]);
-    }
+    const float tile_max = src.ops->scale_max(s[i], n_keys, src.scale);
     OnlineSoftmax& st = rows.state[r0 + i];
     const float new_max = std::max(st.max, tile_max);
     const float rescale = st.max == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(st.max - new_max);
     if (rescale != 1.0f) src.ops->scale(rescale, o[i], hd);
-    st.sum *= rescale;
+    st.sum = st.sum * rescale + src.ops->exp_sum(s[i], n_keys, new_max);  // scores become the weights p
     st.max = new_max;
-    for (int64_t j = 0; j < n_keys; ++j) {  // scores become the weights p
-      s[i][j] = std::exp(s[i][j] - new_max);
-      st.sum += s[i][j];
-    }
   }
-  src.ops->axpy_keys(s, n, tile.v + (begin - t0), n_keys, o, hd);
+  if (tile.half) src.ops->axpy_keys_half(tile.half_type, s, n, tile.v_half + (begin - t0), n_keys, o, hd);
+  else src.ops->axpy_keys(s, n, tile.v + (begin - t0), n_keys, o, hd);
 }
 
 // Folds keys [j0, j1) of the source head into every row's state, one tile
@@ -95,8 +114,7 @@ void attend_tile_rows(RowBlock& rows, int64_t r0, int n, const KVTile& tile, con
   const int64_t start = min_first > j0 ? j0 + (min_first - j0) / kKeyTile * kKeyTile : j0;
   for (int64_t t0 = start; t0 < j1; t0 += kKeyTile) {
     const int64_t t1 = std::min(j1, t0 + kKeyTile), from = std::max(t0, min_first);
-    load_rows(*src.k, src.k_offset, *src.ops, src.head_dim, t0, from, t1, tile.k_buf, tile.k);
-    load_rows(*src.v, src.v_offset, *src.ops, src.head_dim, t0, from, t1, tile.v_buf, tile.v);
+    load_tile(src, rows.n_rows, t0, from, t1, tile);
     // Runs of consecutive rows that see the same keys of the tile (the query
     // heads of one position; every row of a tile wholly in view) go together.
     const auto range = [&](int64_t r) {
@@ -174,33 +192,38 @@ void flash_prefill(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, c
 }
 
 // Decode: the keys' fixed splits (kKeySplit) are work items spread over the
-// threads; each leaves its rows' partial (max, sum, output), and every row
-// then merges its splits in split order, as the prefill path does.
+// threads, each taking every K/V head of its keys in turn, so the heads of a
+// token row are read while its cache lines are still near (a work item per
+// head and split read a third of each row's lines, from memory, three times
+// over). Each leaves its rows' partial (max, sum, output), and every row then
+// merges its splits in split order, as the prefill path does.
 void flash_decode(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, const KVRows& v, int64_t n_kv,
                   const AttentionShape& s, float* out) {
   const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads, q_stride = s.n_heads * hd;
   const int64_t n_rows = n_q * group;
   const int64_t n_splits = (n_kv + kKeySplit - 1) / kKeySplit;
-  const int64_t n_items = s.n_kv_heads * n_splits;
-  std::vector<OnlineSoftmax> part_state(static_cast<size_t>(n_items * n_rows));
-  std::vector<float> part_acc(static_cast<size_t>(n_items * n_rows * hd));
+  const int64_t n_parts = s.n_kv_heads * n_splits;  // (head, split), head-major
+  std::vector<OnlineSoftmax> part_state(static_cast<size_t>(n_parts * n_rows));
+  std::vector<float> part_acc(static_cast<size_t>(n_parts * n_rows * hd));
 #pragma omp parallel
   {
     FlashScratch scratch;
     RowBlock& rows = scratch.rows;
 #pragma omp for schedule(dynamic)
-    for (int64_t item = 0; item < n_items; ++item) {
-      const int64_t kvh = item / n_splits, split = item % n_splits;
-      reset_rows(rows, n_rows, hd);
-      for (int64_t r = 0; r < n_rows; ++r) {
-        rows.q[r] = q + (r / group) * q_stride + (kvh * group + r % group) * hd;
-        rows.pos[r] = pos0 + r / group;
-        rows.first[r] = s.first_key(rows.pos[r]);
+    for (int64_t split = 0; split < n_splits; ++split) {
+      for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
+        const int64_t part = kvh * n_splits + split;
+        reset_rows(rows, n_rows, hd);
+        for (int64_t r = 0; r < n_rows; ++r) {
+          rows.q[r] = q + (r / group) * q_stride + (kvh * group + r % group) * hd;
+          rows.pos[r] = pos0 + r / group;
+          rows.first[r] = s.first_key(rows.pos[r]);
+        }
+        attend_keys(rows, head_source(k, v, kvh, s), split * kKeySplit, std::min(n_kv, (split + 1) * kKeySplit),
+                    scratch.tile);
+        std::copy(rows.state.begin(), rows.state.end(), part_state.begin() + part * n_rows);
+        std::copy(rows.acc.begin(), rows.acc.end(), part_acc.begin() + part * n_rows * hd);
       }
-      attend_keys(rows, head_source(k, v, kvh, s), split * kKeySplit, std::min(n_kv, (split + 1) * kKeySplit),
-                  scratch.tile);
-      std::copy(rows.state.begin(), rows.state.end(), part_state.begin() + item * n_rows);
-      std::copy(rows.acc.begin(), rows.acc.end(), part_acc.begin() + item * n_rows * hd);
     }
   }
   std::vector<float> acc(static_cast<size_t>(hd));

@@ -22,12 +22,18 @@ constexpr int64_t kQueryTile = 16;   // query positions per work item in prefill
 // chunk size, pos0, the threads, the other jobs, or which path ran).
 constexpr int64_t kKeySplit = 4 * kKeyTile;
 
-// One tile of keys of one head as f32 rows: pointers straight into the cache
-// for f32 storage, else into this thread's dequantization buffer.
+// One tile of keys of one head: f32 rows, pointers straight into the cache
+// for f32 storage, else into this thread's dequantization buffer; or, for
+// f16 / bf16 where the ISA widens them as it loads (AttentionVectorOps'
+// _half ops), pointers to the stored rows themselves.
 struct KVTile {
   std::vector<float> k_buf, v_buf;  // [kKeyTile][head_dim]
   const float* k[kKeyTile];
   const float* v[kKeyTile];
+  bool half = false;  // k_half / v_half hold the rows (of type half_type), not k / v
+  KVType half_type = KVType::F16;
+  const uint16_t* k_half[kKeyTile];
+  const uint16_t* v_half[kKeyTile];
 };
 
 // Query rows of one work item, all reading the same K/V head.

@@ -45,12 +45,12 @@ struct BF16Lanes {
 };
 
 template <typename F, int... I>
-[[gnu::always_inline]] static inline void unroll_impl(F&& f, std::integer_sequence<int, I...>) {
+static inline void unroll_impl(F&& f, std::integer_sequence<int, I...>) {
   (f(std::integral_constant<int, I>{}), ...);
 }
 // f(0), f(1), ..., f(N - 1) with compile-time indices.
 template <int N, typename F>
-[[gnu::always_inline]] static inline void unroll(F&& f) {
+static inline void unroll(F&& f) {
   unroll_impl(f, std::make_integer_sequence<int, N>{});
 }
 
@@ -63,17 +63,17 @@ constexpr int groups_for(int n) {
 }
 
 // The 8 lanes of y for group g, token t: rows 8g .. 8g + valid - 1.
-[[gnu::always_inline]] static inline float* y_at(const PackedJob& job, int64_t g, int64_t t) { return job.y + t * job.rows + 8 * g; }
-[[gnu::always_inline]] static inline int64_t valid_rows(const PackedJob& job, int64_t g) { return std::min<int64_t>(8, job.rows - 8 * g); }
+static inline float* y_at(const PackedJob& job, int64_t g, int64_t t) { return job.y + t * job.rows + 8 * g; }
+static inline int64_t valid_rows(const PackedJob& job, int64_t g) { return std::min<int64_t>(8, job.rows - 8 * g); }
 
-[[gnu::always_inline]] static inline __m256 load_partial_sums(const PackedJob& job, int64_t g, int64_t t) {
+static inline __m256 load_partial_sums(const PackedJob& job, int64_t g, int64_t t) {
   const int64_t valid = valid_rows(job, g);
   if (valid == 8) return _mm256_loadu_ps(y_at(job, g, t));
   float lanes[8] = {};  // padding rows: their sums are never stored
   std::memcpy(lanes, y_at(job, g, t), sizeof(float) * static_cast<size_t>(valid));
   return _mm256_loadu_ps(lanes);
 }
-[[gnu::always_inline]] static inline void store_sums(const PackedJob& job, int64_t g, int64_t t, __m256 v) {
+static inline void store_sums(const PackedJob& job, int64_t g, int64_t t, __m256 v) {
   const int64_t valid = valid_rows(job, g);
   if (valid == 8) return _mm256_storeu_ps(y_at(job, g, t), v);
   float lanes[8];

@@ -14,29 +14,29 @@
 namespace kvserve {
 namespace kquants_simd {
 
-[[gnu::always_inline]] static inline float horizontal_sum(__m256 v) {
+static inline float horizontal_sum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
 
-[[gnu::always_inline]] static inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-[[gnu::always_inline]] static inline __m256i load_act(const int8_t* qx) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(qx)); }
+static inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+static inline __m256i load_act(const int8_t* qx) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(qx)); }
 // Eight bytes zero-extended to eight int32 lanes.
-[[gnu::always_inline]] static inline __m256i widen8(const uint8_t* p) {
+static inline __m256i widen8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
-[[gnu::always_inline]] static inline __m256i mask_bytes(__m256i v, int m) { return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(m))); }
+static inline __m256i mask_bytes(__m256i v, int m) { return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(m))); }
 
 // sum over 32 bytes of unsigned w * signed a, as 8 int32 lanes.
-[[gnu::always_inline]] static inline __m256i dot_u8_s8(__m256i w, __m256i a) {
+static inline __m256i dot_u8_s8(__m256i w, __m256i a) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
 }
 
 // Bit j of `bits` (j < 32) as 0x10 in byte j: byte j takes input byte j / 8,
 // keeps bit j % 8, and compares.
-[[gnu::always_inline]] static inline __m256i bits_to_0x10_bytes(uint32_t bits) {
+static inline __m256i bits_to_0x10_bytes(uint32_t bits) {
   const __m256i spread = _mm256_shuffle_epi8(
       _mm256_set1_epi32(static_cast<int>(bits)),
       _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
@@ -46,7 +46,7 @@ namespace kquants_simd {
 
 // The 32 unsigned 5-bit q of a Q5_0 or Q5_1 block as bytes in element order.
 template <typename Block>
-[[gnu::always_inline]] static inline __m256i q5_bytes(const Block& b) {
+static inline __m256i q5_bytes(const Block& b) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
   const __m256i nibbles = mask_bytes(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), 0x0f);
   uint32_t qh;
@@ -56,7 +56,7 @@ template <typename Block>
 
 // The 32 signed levels of 16 bytes of IQ4 indices (Q4_0's nibble order:
 // element j < 16 low nibble of qs[j], j + 16 its high nibble) in element order.
-[[gnu::always_inline]] static inline __m256i iq4_levels(const uint8_t* qs) {
+static inline __m256i iq4_levels(const uint8_t* qs) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m256i index = mask_bytes(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), 0x0f);
   const __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
@@ -64,13 +64,13 @@ template <typename Block>
 }
 
 // The offset w = d q + offset adds: -16 d for Q5_0, m for Q5_1.
-[[gnu::always_inline]] static inline float q5_offset(const BlockQ5_0& b) { return -16.0f * _cvtsh_ss(b.d); }
-[[gnu::always_inline]] static inline float q5_offset(const BlockQ5_1& b) { return _cvtsh_ss(b.m); }
+static inline float q5_offset(const BlockQ5_0& b) { return -16.0f * _cvtsh_ss(b.d); }
+static inline float q5_offset(const BlockQ5_1& b) { return _cvtsh_ss(b.m); }
 
 // The fifth bits of Q5_K chunk k (values 64k .. 64k + 63), as 0x10 per byte:
 // qh[l] bit 2k for value 64k + l, bit 2k + 1 for 64k + 32 + l. Shifting 16-bit
 // lanes keeps bit 4 of each byte within its byte for these shift counts.
-[[gnu::always_inline]] static inline __m256i q5_k_high(__m256i qh, int bit) {
+static inline __m256i q5_k_high(__m256i qh, int bit) {
   const __m256i moved = bit <= 4 ? _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - bit))
                                  : _mm256_srl_epi16(qh, _mm_cvtsi32_si128(bit - 4));
   return mask_bytes(moved, 0x10);
@@ -80,7 +80,7 @@ template <typename Block>
 // q[0] the first 32 values (low nibbles, plus the fifth bit for Q5_K),
 // q[1] the next 32 (high nibbles).
 template <typename BlockT, int kBits>
-[[gnu::always_inline]] static inline void k_quant_chunk(const BlockT& b, int k, __m256i q[2]) {
+static inline void k_quant_chunk(const BlockT& b, int k, __m256i q[2]) {
   const __m256i bytes = load32(b.qs + 32 * k);
   q[0] = mask_bytes(bytes, 0x0f);
   q[1] = mask_bytes(_mm256_srli_epi16(bytes, 4), 0x0f);
@@ -93,7 +93,7 @@ template <typename BlockT, int kBits>
 
 // Half h (values 128h .. 128h + 127) of a Q6_K block as unsigned 6-bit bytes,
 // q[g] holding values 128h + 32g .. 128h + 32g + 31.
-[[gnu::always_inline]] static inline void q6_k_half(const BlockQ6_K& b, int h, __m256i q[4]) {
+static inline void q6_k_half(const BlockQ6_K& b, int h, __m256i q[4]) {
   const __m256i a = load32(b.ql + 64 * h), c = load32(b.ql + 64 * h + 32), qh = load32(b.qh + 32 * h);
   q[0] = _mm256_or_si256(mask_bytes(a, 0x0f), mask_bytes(_mm256_slli_epi16(qh, 4), 0x30));
   q[1] = _mm256_or_si256(mask_bytes(c, 0x0f), mask_bytes(_mm256_slli_epi16(qh, 2), 0x30));
@@ -103,13 +103,13 @@ template <typename BlockT, int kBits>
 
 // Values 32 j .. 32 j + 31 of a Q2_K / Q3_K block's low two bits as bytes:
 // bits 2 (j % 4), 2 (j % 4) + 1 of qs[32 (j / 4) .. + 31].
-[[gnu::always_inline]] static inline __m256i two_bit_values(const uint8_t* qs, int j) {
+static inline __m256i two_bit_values(const uint8_t* qs, int j) {
   return mask_bytes(_mm256_srl_epi16(load32(qs + 32 * (j / 4)), _mm_cvtsi32_si128(2 * (j % 4))), 3);
 }
 
 // Q3_K values 32 j .. 32 j + 31 as signed bytes (-4..3): the low two bits,
 // minus 4 where bit j of hmask[l] is clear.
-[[gnu::always_inline]] static inline __m256i q3_k_values(const BlockQ3_K& b, int j) {
+static inline __m256i q3_k_values(const BlockQ3_K& b, int j) {
   const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(load32(b.hmask), bit), bit);
   return _mm256_sub_epi8(two_bit_values(b.qs, j), _mm256_andnot_si256(set, _mm256_set1_epi8(4)));
@@ -126,14 +126,14 @@ template <typename BlockT, int kBits>
 // _mm256_hadd_epi32(u, v) for lanes within int16 range: pack, then add
 // pairs. Measured faster than hadd (several uops) on this Zen 4: the q8 Q4_K
 // pass, 1.12 vs 1.47 ms for 5 tokens on 8960x1536.
-[[gnu::always_inline]] static inline __m256i add_pairs(__m256i u, __m256i v) {
+static inline __m256i add_pairs(__m256i u, __m256i v) {
   return _mm256_madd_epi16(_mm256_packs_epi32(u, v), _mm256_set1_epi16(1));
 }
 
 // The sum of each of eight int32 vectors' lanes, in kSubBlockOrder. Every
 // lane and every pair sum of two lanes must fit int16: a 4-product lane of
 // the K-quants' dots is at most 4 * 32 * 127 = 16256.
-[[gnu::always_inline]] static inline __m256i sum_sub_blocks(const __m256i dot[8]) {
+static inline __m256i sum_sub_blocks(const __m256i dot[8]) {
   const __m256i a = add_pairs(add_pairs(dot[0], dot[1]), add_pairs(dot[4], dot[5]));
   const __m256i b = add_pairs(add_pairs(dot[2], dot[3]), add_pairs(dot[6], dot[7]));
   // a: [0, 1, 4, 5] per 128-bit half, b: [2, 3, 6, 7]; add the halves.
@@ -145,7 +145,7 @@ template <typename BlockT, int kBits>
 struct ActSubScales {
   __m256 d, s;
 };
-[[gnu::always_inline]] static inline ActSubScales act_sub_scales(const Q8ActScale* sc) {
+static inline ActSubScales act_sub_scales(const Q8ActScale* sc) {
   const __m256 first = _mm256_loadu_ps(&sc[0].d), second = _mm256_loadu_ps(&sc[4].d);
   return {_mm256_shuffle_ps(first, second, 0x88), _mm256_shuffle_ps(first, second, 0xdd)};
 }
@@ -155,7 +155,7 @@ struct ActSubScales {
 struct KSubScaleMins {
   __m256 scale, min;
 };
-[[gnu::always_inline]] static inline KSubScaleMins k_scale_mins(const uint8_t* packed) {
+static inline KSubScaleMins k_scale_mins(const uint8_t* packed) {
   uint32_t w[3];
   std::memcpy(w, packed, sizeof(w));
   constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kTop2 = 0x03030303;
@@ -208,9 +208,9 @@ struct Q8RowDot {
 // Token i's activations of values 32 j .. 32 j + 31 of weight block b (of
 // kValues values) and their scale.
 template <int kValues>
-[[gnu::always_inline]] static inline __m256i act_bytes(const Q8ActRow& a, int64_t b, int j) { return load_act(a.qs + b * kValues + 32 * j); }
+static inline __m256i act_bytes(const Q8ActRow& a, int64_t b, int j) { return load_act(a.qs + b * kValues + 32 * j); }
 template <int kValues>
-[[gnu::always_inline]] static inline Q8ActScale act_scale(const Q8ActRow& a, int64_t b, int j) { return a.scales[b * (kValues / 32) + j]; }
+static inline Q8ActScale act_scale(const Q8ActRow& a, int64_t b, int j) { return a.scales[b * (kValues / 32) + j]; }
 
 // ---- Q4_K / Q5_K / Q6_K with 8-bit activations, shared by both ISAs ----
 //
@@ -269,7 +269,7 @@ struct Q8IQ4_NL {
 // The sum of each of eight int32 vectors' lanes in kSubBlockOrder, as
 // sum_sub_blocks but with 32-bit adds (hadd): IQ4 dots (4 * 127 * 127 per
 // lane) do not fit the int16 packs.
-[[gnu::always_inline]] static inline __m256i sum_sub_blocks32(const __m256i dot[8]) {
+static inline __m256i sum_sub_blocks32(const __m256i dot[8]) {
   const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(dot[0], dot[1]), _mm256_hadd_epi32(dot[4], dot[5]));
   const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(dot[2], dot[3]), _mm256_hadd_epi32(dot[6], dot[7]));
   return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));

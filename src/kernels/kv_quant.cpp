@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/dispatch.h"
+#include "kernels/fast_exp.h"
 #include "kernels/quantize.h"
 
 namespace kvserve {
@@ -173,11 +174,28 @@ void scalar_axpy_keys(const float* const* p, int n_rows, const float* const* v, 
   for (int r = 0; r < n_rows; ++r)
     for (int64_t j = 0; j < n_keys; ++j) scalar_axpy(p[r][j], v[j], y[r], n);
 }
+float scalar_scale_max(float* x, int64_t n, float scale) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    x[j] *= scale;
+    max = std::max(max, x[j]);
+  }
+  return max;
+}
+float scalar_exp_sum(float* x, int64_t n, float shift) {
+  float sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    x[j] = fast_exp::exp_scalar(x[j] - shift);
+    sum += x[j];
+  }
+  return sum;
+}
 }  // namespace
 
 const AttentionVectorOps& scalar_attention_vector_ops() {
-  static const AttentionVectorOps ops{scalar_dot,      scalar_axpy,     scalar_scale, dequantize_kv_row_scalar,
-                                      scalar_dot_keys, scalar_axpy_keys};
+  static const AttentionVectorOps ops{scalar_dot,      scalar_axpy,      scalar_scale,    dequantize_kv_row_scalar,
+                                      scalar_dot_keys, scalar_axpy_keys, scalar_scale_max, scalar_exp_sum,
+                                      nullptr,         nullptr};
   return ops;
 }
 

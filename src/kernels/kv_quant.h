@@ -87,6 +87,18 @@ struct AttentionVectorOps {
   // outputs held in registers across the keys.
   void (*dot_keys)(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n, float* const* out);
   void (*axpy_keys)(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y, int64_t n);
+  // One row of a tile's scores: x[j] *= scale, returning the largest; then
+  // x[j] = exp(x[j] - shift) (fast_exp.h), returning their sum.
+  float (*scale_max)(float* x, int64_t n, float scale);
+  float (*exp_sum)(float* x, int64_t n, float shift);
+  // dot_keys / axpy_keys over f16 or bf16 rows (`type`), widened as they load:
+  // the bits of dequantizing the rows first and calling the f32 forms (the
+  // widening is exact), without the copy. Null where the ISA has none (the
+  // caller then dequantizes).
+  void (*dot_keys_half)(KVType type, const float* const* q, int n_rows, const uint16_t* const* k, int64_t n_keys,
+                        int64_t n, float* const* out) = nullptr;
+  void (*axpy_keys_half)(KVType type, const float* const* p, int n_rows, const uint16_t* const* v, int64_t n_keys,
+                         float* const* y, int64_t n) = nullptr;
 };
 constexpr int kAttentionRowsPerCall = 4;
 

@@ -4,9 +4,13 @@
 // quarter of a 256-token SmolLM2 prefill on a Zen 1 core.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "core/dtype.h"
+#include "core/half.h"
+#include "kernels/fast_exp.h"
 #include "kernels/kv_quant.h"
 
 namespace kvserve {
@@ -19,11 +23,32 @@ float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// K/V elements loaded 8 at a time as floats: f32 as stored, f16 and bf16
+// widened as they load (exactly: the same floats their dequantization gives).
+struct F32Elems {
+  using T = float;
+  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+  static float at(const float* p, int64_t i) { return p[i]; }
+};
+struct F16Elems {
+  using T = uint16_t;
+  static __m256 load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static float at(const uint16_t* p, int64_t i) { return fp16_to_f32(p[i]); }
+};
+struct BF16Elems {
+  using T = uint16_t;
+  static __m256 load(const uint16_t* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static float at(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
+};
+
 // y[r][i .. i + 8 kChunks) += p[r][j] v[j][..] over the keys in order, for
 // kRows rows at once (each v chunk loaded once, the rows' y in registers):
 // the same multiply-adds per element as axpy.
-template <int kRows, int kChunks>
-void axpy_keys_block(const float* const* p, const float* const* v, int64_t n_keys, float* const* y, int64_t i) {
+template <class E, int kRows, int kChunks>
+void axpy_keys_block(const float* const* p, const typename E::T* const* v, int64_t n_keys, float* const* y, int64_t i) {
   __m256 acc[kRows][kChunks];
   #pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r)
@@ -32,7 +57,7 @@ void axpy_keys_block(const float* const* p, const float* const* v, int64_t n_key
   for (int64_t j = 0; j < n_keys; ++j) {
     __m256 x[kChunks];
     #pragma GCC unroll 16
-    for (int c = 0; c < kChunks; ++c) x[c] = _mm256_loadu_ps(v[j] + i + 8 * c);
+    for (int c = 0; c < kChunks; ++c) x[c] = E::load(v[j] + i + 8 * c);
     #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) {
       const __m256 pr = _mm256_set1_ps(p[r][j]);
@@ -46,22 +71,25 @@ void axpy_keys_block(const float* const* p, const float* const* v, int64_t n_key
     for (int c = 0; c < kChunks; ++c) _mm256_storeu_ps(y[r] + i + 8 * c, acc[r][c]);
 }
 
-// The row kernels for kRows query rows at once, from which AttentionRowOps
-// (kv_quant.h) makes the table's dot, axpy, dot_keys and axpy_keys.
+// The row kernels for kRows query rows at once over keys of element type E,
+// from which AttentionRowOps (kv_quant.h) makes the table's dot, axpy,
+// dot_keys and axpy_keys (f32), and the f16 / bf16 ones their _half forms.
+template <class E>
 struct KeyKernels {
+  using T = typename E::T;
   // dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
   // the rows. A fixed summation order for a given n: two 8-wide chains, a fixed
   // reduction, then the tail in order (the same for every caller).
   template <int kRows>
-  static void dot_rows(const float* const* q, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
+  static void dot_rows(const float* const* q, const T* const* k, int64_t n_keys, int64_t n, float* const* out) {
     for (int64_t j = 0; j < n_keys; ++j) {
-      const float* kj = k[j];
+      const T* kj = k[j];
       __m256 acc0[kRows], acc1[kRows];
       #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
       int64_t i = 0;
       for (; i + 16 <= n; i += 16) {
-        const __m256 k0 = _mm256_loadu_ps(kj + i), k1 = _mm256_loadu_ps(kj + i + 8);
+        const __m256 k0 = E::load(kj + i), k1 = E::load(kj + i + 8);
         #pragma GCC unroll 16
         for (int r = 0; r < kRows; ++r) {
           acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, acc0[r]);
@@ -69,7 +97,7 @@ struct KeyKernels {
         }
       }
       if (i + 8 <= n) {
-        const __m256 k0 = _mm256_loadu_ps(kj + i);
+        const __m256 k0 = E::load(kj + i);
         #pragma GCC unroll 16
         for (int r = 0; r < kRows; ++r) acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, acc0[r]);
         i += 8;
@@ -77,7 +105,7 @@ struct KeyKernels {
       #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) {
         float sum = horizontal_sum(_mm256_add_ps(acc0[r], acc1[r]));
-        for (int64_t t = i; t < n; ++t) sum += q[r][t] * kj[t];
+        for (int64_t t = i; t < n; ++t) sum += q[r][t] * E::at(kj, t);
         out[r][j] = sum;
       }
     }
@@ -85,16 +113,86 @@ struct KeyKernels {
 
   // y[r] += p[r][j] v[j] for every key in order, kRows rows at once.
   template <int kRows>
-  static void axpy_rows(const float* const* p, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
+  static void axpy_rows(const float* const* p, const T* const* v, int64_t n_keys, float* const* y, int64_t n) {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) axpy_keys_block<kRows, 2>(p, v, n_keys, y, i);
-    for (; i + 8 <= n; i += 8) axpy_keys_block<kRows, 1>(p, v, n_keys, y, i);
+    for (; i + 16 <= n; i += 16) axpy_keys_block<E, kRows, 2>(p, v, n_keys, y, i);
+    for (; i + 8 <= n; i += 8) axpy_keys_block<E, kRows, 1>(p, v, n_keys, y, i);
     for (int r = 0; r < kRows && i < n; ++r)  // the tail as axpy's, key by key
       for (int64_t j = 0; j < n_keys; ++j)
-        for (int64_t t = i; t < n; ++t) y[r][t] += p[r][j] * v[j][t];
+        for (int64_t t = i; t < n; ++t) y[r][t] += p[r][j] * E::at(v[j], t);
   }
 };
-using RowOps = AttentionRowOps<KeyKernels>;
+using RowOps = AttentionRowOps<KeyKernels<F32Elems>>;
+
+void dot_keys_half(KVType type, const float* const* q, int n_rows, const uint16_t* const* k, int64_t n_keys,
+                   int64_t n, float* const* out) {
+  with_attention_rows(n_rows, [&](auto rows) {
+    constexpr int kRows = decltype(rows)::value;
+    if (type == KVType::BF16) KeyKernels<BF16Elems>::dot_rows<kRows>(q, k, n_keys, n, out);
+    else KeyKernels<F16Elems>::dot_rows<kRows>(q, k, n_keys, n, out);
+  });
+}
+
+void axpy_keys_half(KVType type, const float* const* p, int n_rows, const uint16_t* const* v, int64_t n_keys,
+                    float* const* y, int64_t n) {
+  with_attention_rows(n_rows, [&](auto rows) {
+    constexpr int kRows = decltype(rows)::value;
+    if (type == KVType::BF16) KeyKernels<BF16Elems>::axpy_rows<kRows>(p, v, n_keys, y, n);
+    else KeyKernels<F16Elems>::axpy_rows<kRows>(p, v, n_keys, y, n);
+  });
+}
+
+// fast_exp::exp_scalar on 8 lanes: the same operations in the same order.
+__m256 exp_lanes(__m256 x) {
+  using namespace fast_exp;
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Hi), x);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kPoly[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kPoly[i]));
+  const __m256 e_r = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  __m256 out = _mm256_mul_ps(e_r, _mm256_castsi256_ps(bits));
+  out = _mm256_blendv_ps(out, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(kMinInput), _CMP_LT_OQ));
+  return _mm256_blendv_ps(out, _mm256_set1_ps(std::numeric_limits<float>::infinity()),
+                          _mm256_cmp_ps(x, _mm256_set1_ps(kMaxInput), _CMP_GT_OQ));
+}
+
+float scale_max(float* x, int64_t n, float scale) {
+  const __m256 s = _mm256_set1_ps(scale);
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j), s);
+    _mm256_storeu_ps(x + j, v);
+    m = _mm256_max_ps(m, v);
+  }
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  float max = std::max(_mm_cvtss_f32(h), _mm_cvtss_f32(_mm_movehdup_ps(h)));
+  for (; j < n; ++j) {
+    x[j] *= scale;
+    max = std::max(max, x[j]);
+  }
+  return max;
+}
+
+float exp_sum(float* x, int64_t n, float shift) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp_lanes(_mm256_sub_ps(_mm256_loadu_ps(x + j), s));
+    _mm256_storeu_ps(x + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = horizontal_sum(acc);
+  for (; j < n; ++j) {
+    x[j] = fast_exp::exp_scalar(x[j] - shift);
+    sum += x[j];
+  }
+  return sum;
+}
 
 void scale(float a, float* y, int64_t n) {
   const __m256 va = _mm256_set1_ps(a);
@@ -139,8 +237,9 @@ void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
 }  // namespace
 
 const AttentionVectorOps& avx2_attention_vector_ops() {
-  static const AttentionVectorOps ops{RowOps::dot, RowOps::axpy, scale, dequantize, RowOps::dot_keys,
-                                      RowOps::axpy_keys};
+  static const AttentionVectorOps ops{RowOps::dot,       RowOps::axpy,      scale,     dequantize,
+                                      RowOps::dot_keys,  RowOps::axpy_keys, scale_max, exp_sum,
+                                      dot_keys_half,     axpy_keys_half};
   return ops;
 }
 

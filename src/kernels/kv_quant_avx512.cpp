@@ -7,9 +7,12 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "core/dtype.h"
+#include "kernels/fast_exp.h"
 #include "kernels/kv_quant.h"
 
 namespace kvserve {
@@ -100,6 +103,56 @@ void scale(float a, float* y, int64_t n) {
   }
 }
 
+// fast_exp::exp_scalar on 16 lanes: the same operations in the same order.
+__m512 exp_lanes(__m512 x) {
+  using namespace fast_exp;
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Hi), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kPoly[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kPoly[i]));
+  const __m512 e_r = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  __m512 out = _mm512_mul_ps(e_r, _mm512_castsi512_ps(bits));
+  out = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(kMinInput), _CMP_LT_OQ), out, _mm512_setzero_ps());
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(kMaxInput), _CMP_GT_OQ), out,
+                              _mm512_set1_ps(std::numeric_limits<float>::infinity()));
+}
+
+float scale_max(float* x, int64_t n, float scale) {
+  const __m512 s = _mm512_set1_ps(scale);
+  __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + j), s);
+    _mm512_storeu_ps(x + j, v);
+    m = _mm512_max_ps(m, v);
+  }
+  float max = _mm512_reduce_max_ps(m);
+  for (; j < n; ++j) {
+    x[j] *= scale;
+    max = std::max(max, x[j]);
+  }
+  return max;
+}
+
+float exp_sum(float* x, int64_t n, float shift) {
+  const __m512 s = _mm512_set1_ps(shift);
+  __m512 acc = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 e = exp_lanes(_mm512_sub_ps(_mm512_loadu_ps(x + j), s));
+    _mm512_storeu_ps(x + j, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  float sum = _mm512_reduce_add_ps(acc);
+  for (; j < n; ++j) {
+    x[j] = fast_exp::exp_scalar(x[j] - shift);
+    sum += x[j];
+  }
+  return sum;
+}
+
 // 16 half-precision bit patterns -> floats.
 __m512 widen_f16(__m256i h) { return _mm512_cvtph_ps(h); }
 __m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
@@ -164,8 +217,9 @@ void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
 }  // namespace
 
 const AttentionVectorOps& avx512_attention_vector_ops() {
-  static const AttentionVectorOps ops{RowOps::dot, RowOps::axpy, scale, dequantize, RowOps::dot_keys,
-                                      RowOps::axpy_keys};
+  static const AttentionVectorOps ops{RowOps::dot,       RowOps::axpy,      scale,     dequantize,
+                                      RowOps::dot_keys,  RowOps::axpy_keys, scale_max, exp_sum,
+                                      nullptr,           nullptr};  // f16 / bf16: dequantized per tile (not measured here yet)
   return ops;
 }
 

@@ -47,43 +47,43 @@ constexpr bool vnni_dots(DType t) { return kVnni && t != DType::Q4_K; }
 // fold() multiplies by: lane r = (s_r, s_r) as two s16 for madd, or s_r as
 // one s32 for VNNI's 32-bit multiply.
 template <typename V, bool kDp>
-[[gnu::always_inline]] static inline typename V::I scale_pairs_u8(Rows p) {
+static inline typename V::I scale_pairs_u8(Rows p) {
   const auto v = V::u8_lanes(p);
   if constexpr (kDp) return v;
   return or_(v, shl32<16>(v));
 }
 template <typename V, bool kDp>
-[[gnu::always_inline]] static inline typename V::I scale_pairs_i8(Rows p) {
+static inline typename V::I scale_pairs_i8(Rows p) {
   const auto v = V::i8_lanes(p);
   if constexpr (kDp) return v;
   return or_(and_(v, V::set32(0xffff)), shl32<16>(v));
 }
 // The same from the low nibbles of 8 bytes (Q2_K scales).
 template <typename V, bool kDp>
-[[gnu::always_inline]] static inline typename V::I scale_pairs_low4(Rows p) {
+static inline typename V::I scale_pairs_low4(Rows p) {
   const auto v = and_(V::u8_lanes(p), V::set32(15));
   if constexpr (kDp) return v;
   return or_(v, shl32<16>(v));
 }
-[[gnu::always_inline]] static inline __m128i same(__m128i v) { return v; }
-[[gnu::always_inline]] static inline __m128i high4(__m128i v) { return _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15)); }
+static inline __m128i same(__m128i v) { return v; }
+static inline __m128i high4(__m128i v) { return _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15)); }
 
 // h shifted by kLeft bits within each 16-bit lane (right for a negative kLeft).
 template <int kLeft, typename I>
-[[gnu::always_inline]] static inline I shift16(I h) {
+static inline I shift16(I h) {
   if constexpr (kLeft > 0) return shl16<kLeft>(h);
   else if constexpr (kLeft < 0) return shr16<-kLeft>(h);
   else return h;
 }
 // Bit kBit of every byte moved to bit 4 (the Q5 fifth bits).
 template <int kBit, typename I>
-[[gnu::always_inline]] static inline I fifth_bit(I h, I mask) { return and_(shift16<4 - kBit>(h), mask); }
+static inline I fifth_bit(I h, I mask) { return and_(shift16<4 - kBit>(h), mask); }
 // Bits 2k, 2k + 1 of every byte moved to bits 4, 5 (the Q6_K top bits).
 template <int kPair, typename I>
-[[gnu::always_inline]] static inline I top_bits(I h, I mask) { return and_(shift16<4 - 2 * kPair>(h), mask); }
+static inline I top_bits(I h, I mask) { return and_(shift16<4 - 2 * kPair>(h), mask); }
 // Bit kBit of every byte moved to bit 2 (the Q3_K high bits).
 template <int kBit, typename I>
-[[gnu::always_inline]] static inline I third_bit(I h, I mask) { return and_(shift16<2 - kBit>(h), mask); }
+static inline I third_bit(I h, I mask) { return and_(shift16<2 - kBit>(h), mask); }
 
 constexpr bool is_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 // Q2_K / Q3_K: 2-bit planes (and Q3_K's third bit).
@@ -111,7 +111,7 @@ struct Layout {
 // sums with maddubs + add (each pair <= 2 x 63 x 127 for the callers), or s32
 // sums with VNNI's vpdpbusd.
 template <bool kDp, typename I>
-[[gnu::always_inline]] static inline I dot4(I acc, I u, I s) {
+static inline I dot4(I acc, I u, I s) {
 #ifdef __AVX512VNNI__
   if constexpr (kDp) return dpbusd(acc, u, s);
 #endif
@@ -121,7 +121,7 @@ template <bool kDp, typename I>
 // Adds chunk p's two weight registers (chunks 2p, 2p + 1 of sub-block q) times
 // each token's activations x[t] (that sub-block's 32 bytes) into acc16[t].
 template <DType T, typename V, int N, int kP>
-[[gnu::always_inline]] static inline void chunk_pair(Rows q, const int8_t* const (&x)[N], typename V::I (&acc16)[N]) {
+static inline void chunk_pair(Rows q, const int8_t* const (&x)[N], typename V::I (&acc16)[N]) {
   using I = typename V::I;
   const I nibbles = V::set8(0x0f);
   const I packed = V::load(q + 32 * kP);
@@ -148,7 +148,7 @@ template <DType T, typename V, int N, int kP>
 // acc32[t] += acc16[t] x scale (madd of s16 pairs; VNNI: s32 sums times s32
 // scales); acc16[t] = 0.
 template <typename V, int N, bool kDp>
-[[gnu::always_inline]] static inline void fold(typename V::I (&acc16)[N], typename V::I scale, typename V::I (&acc32)[N]) {
+static inline void fold(typename V::I (&acc16)[N], typename V::I scale, typename V::I (&acc32)[N]) {
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
     if constexpr (kDp) acc32[t] = add32(acc32[t], mullo32(acc16[t], scale));
@@ -161,7 +161,7 @@ template <typename V, int N, bool kDp>
 // token's 4 activation bytes at x[t] + 4c, signs moved onto the activations,
 // scaled by `scale` into acc32[t] (one chunk per fold).
 template <typename V, int N>
-[[gnu::always_inline]] static inline void signed_chunk(typename V::I w, const int8_t* const (&x)[N], int c, typename V::I scale,
+static inline void signed_chunk(typename V::I w, const int8_t* const (&x)[N], int c, typename V::I scale,
                                 typename V::I (&acc32)[N]) {
   const auto w_abs = abs8(w);
   #pragma GCC unroll 16
@@ -175,7 +175,7 @@ template <typename V, int N>
 // activation bytes at x[t] + 4c, unscaled, into acc32[t]; the caller takes
 // 128 sum(q) off.
 template <typename V, int N>
-[[gnu::always_inline]] static inline void biased_chunk(typename V::I w, const int8_t* const (&x)[N], int c, typename V::I (&acc32)[N]) {
+static inline void biased_chunk(typename V::I w, const int8_t* const (&x)[N], int c, typename V::I (&acc32)[N]) {
 #ifdef __AVX512VNNI__
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) acc32[t] = dpbusd(acc32[t], w, V::broadcast4(x[t] + 4 * c));
@@ -187,7 +187,7 @@ template <typename V, int N>
 // IQ4 sub-block: each 4-bit plane register's nibbles (chunks 2p, 2p + 1)
 // looked up in kIQ4NLValues (VNNI: biased by 128, unscaled sums).
 template <typename V, int N>
-[[gnu::always_inline]] static inline void level_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I (&acc32)[N]) {
+static inline void level_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I (&acc32)[N]) {
   using I = typename V::I;
   const I levels = kVnni ? V::biased_levels() : V::levels();
   const I nibbles = V::set8(0x0f);
@@ -209,7 +209,7 @@ template <typename V, int N>
 // unsigned q + 4 in 0..7). Chunks 0..3 are one 16-value group (scale), 4..7
 // the next (scale_hi); pairs <= 2 x 7 x 127, four of them fit s16.
 template <DType T, typename V, int N>
-[[gnu::always_inline]] static inline void two_bit_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I scale_hi,
+static inline void two_bit_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I scale_hi,
                                 typename V::I (&acc32)[N]) {
   using I = typename V::I;
   I acc16[N];
@@ -234,7 +234,7 @@ template <DType T, typename V, int N>
 // The integer dots of one 32-value sub-block (the whole block for the
 // 32-value types), scaled by `scale` (Q6_K: scale_hi for chunks 4..7).
 template <DType T, typename V, int N>
-[[gnu::always_inline]] static inline void sub_block_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I scale_hi,
+static inline void sub_block_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I scale_hi,
                                   typename V::I (&acc32)[N]) {
   using I = typename V::I;
   if constexpr (T == DType::Q8_0) {  // stored as w + 128 (w xor 0x80)
@@ -268,7 +268,7 @@ template <DType T, typename V, int N>
 
 // One 32-value super-block of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL for N tokens.
 template <DType T, typename V, int N>
-[[gnu::always_inline]] static inline void block32(Rows sb, const int8_t* const (&x)[N], const PackedAct32* const (&a)[N],
+static inline void block32(Rows sb, const int8_t* const (&x)[N], const PackedAct32* const (&a)[N],
                            typename V::F (&acc)[N]) {
   const auto ones = V::set16(1);
   typename V::I isum[N];
@@ -288,7 +288,7 @@ template <DType T, typename V, int N>
 
 // bias[t] += sum over k of madd(pair(k), the token's 2 s16 sums at sums[t] + 2k).
 template <typename V, int N, int kPairs, typename PairFn>
-[[gnu::always_inline]] static inline void bias_dots(PairFn pair, const int16_t* const (&sums)[N], typename V::I (&bias)[N]) {
+static inline void bias_dots(PairFn pair, const int16_t* const (&sums)[N], typename V::I (&bias)[N]) {
   #pragma GCC unroll 16
   for (int k = 0; k < kPairs; ++k) {
     const auto p = pair(k);
@@ -301,7 +301,7 @@ template <typename V, int N, int kPairs, typename PairFn>
 // One 256-value super-block of Q2_K..Q6_K / IQ4_XS for N tokens; x[t] points
 // at the super-block's activations.
 template <DType T, typename V, int N>
-[[gnu::always_inline]] static inline void block256(Rows sb, const int8_t* const (&x)[N], const PackedAct256* const (&a)[N],
+static inline void block256(Rows sb, const int8_t* const (&x)[N], const PackedAct256* const (&a)[N],
                             typename V::F (&acc)[N]) {
   using L = Layout<T>;
   typename V::I dots[N], bias[N];

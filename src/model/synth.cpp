@@ -450,6 +450,7 @@ void synthesize_model(const SynthOptions& options) {
   GGUFWriter writer;
   write_model_metadata(writer, preset, preset.n_layers, options.seed);
   write_vocab_metadata(writer, build_synth_vocab(preset.vocab_size, preset.arch == "phi3"));
+  if (!options.chat_template.empty()) writer.set_string("tokenizer.chat_template", options.chat_template);
 
   ModelSynthesizer synth(writer, options.type, options.seed);
   synth.matrix("token_embd.weight", preset.dim, preset.vocab_size);

@@ -63,6 +63,7 @@ struct SynthOptions {
   uint64_t seed = 1;
   int layers = 0;  // 0: the preset's layer count
   int context = 0;  // 0: the preset's context length
+  std::string chat_template = {};  // written as tokenizer.chat_template when given (tests of template-driven features)
 };
 
 // Writes the model to options.output_path. Throws kvserve::Error on an
