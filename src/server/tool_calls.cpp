@@ -84,10 +84,17 @@ JsonExtent json_extent(std::string_view text) {
 Match json_string_at(std::string_view text, std::string* value, size_t* length) {
   if (text.empty()) return Match::kPartial;
   if (text[0] != '"') return Match::kNo;
+  bool escaped = false;
   for (size_t i = 1; i < text.size(); ++i) {
     if (text[i] == '\\') {
+      escaped = true;
       ++i;
     } else if (text[i] == '"') {
+      if (!escaped) {  // the common case, asked again at every piece while a call opens: no parse
+        value->assign(text.substr(1, i - 1));
+        *length = i + 1;
+        return Match::kFull;
+      }
       const std::optional<json> parsed = parse_bounded_json<json>(text.substr(0, i + 1));
       if (!parsed || !parsed->is_string()) return Match::kNo;
       *value = parsed->get<std::string>();
