@@ -24,11 +24,13 @@ namespace kvserve::test_util {
 // A random-weight model of a `kvserve synth` preset (layers 0: the preset's),
 // written to a temporary file and loaded with its tokenizer.
 struct SynthModel {
-  explicit SynthModel(const std::string& preset = "tiny-llama", int layers = 0, const std::string& chat_template = "") {
+  explicit SynthModel(const std::string& preset = "tiny-llama", int layers = 0, const std::string& chat_template = "",
+                      int context = 0) {
     SynthOptions o;
     o.preset = preset;
     o.layers = layers;
     o.chat_template = chat_template;
+    o.context = context;
     o.output_path = file.path();
     synthesize_model(o);
     model = Model::load(file.path());
