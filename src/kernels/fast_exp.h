@@ -11,6 +11,7 @@
 // (kv_quant_avx2.cpp, kv_quant_avx512.cpp) run the same operations in the
 // same order (fused multiply-adds, round to nearest even) and give the same
 // bits.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -40,6 +41,24 @@ inline float exp_scalar(float x) {
   float two_n;
   std::memcpy(&two_n, &bits, sizeof(two_n));
   return e_r * two_n;
+}
+
+// One row of scores, in order, as the attention ops' scale_max and exp_sum
+// (kv_quant.h) define them: the scalar table's ops, and the SIMD ops' tails,
+// which pass in what their lanes found so far.
+inline float scale_max_scalar(float* x, int64_t n, float scale, float max = -std::numeric_limits<float>::infinity()) {
+  for (int64_t j = 0; j < n; ++j) {
+    x[j] *= scale;
+    max = std::max(max, x[j]);
+  }
+  return max;
+}
+inline float exp_sum_scalar(float* x, int64_t n, float shift, float sum = 0.0f) {
+  for (int64_t j = 0; j < n; ++j) {
+    x[j] = exp_scalar(x[j] - shift);
+    sum += x[j];
+  }
+  return sum;
 }
 
 }  // namespace kvserve::fast_exp

@@ -28,12 +28,15 @@ struct HeadSource {
 // Loads keys [from, t1) of the tile that starts at t0 into out[t - t0]. Keys
 // before `from` are left alone: no row sees them, and in the paged cache their
 // block may have been freed (a sliding layer's keys that left every window).
+// Pointers to the stored rows themselves (f32, or f16 / bf16 widened as they load).
+template <typename T>
+void stored_rows(const KVRows& rows, size_t offset, int64_t t0, int64_t from, int64_t t1, const T** out) {
+  for (int64_t t = from; t < t1; ++t) out[t - t0] = reinterpret_cast<const T*>(rows.token(t) + offset);
+}
+
 void load_rows(const KVRows& rows, size_t offset, const AttentionVectorOps& ops, int64_t head_dim, int64_t t0,
                int64_t from, int64_t t1, std::vector<float>& buf, const float** out) {
-  if (rows.type == KVType::F32) {
-    for (int64_t t = from; t < t1; ++t) out[t - t0] = reinterpret_cast<const float*>(rows.token(t) + offset);
-    return;
-  }
+  if (rows.type == KVType::F32) return stored_rows(rows, offset, t0, from, t1, out);
   buf.resize(static_cast<size_t>(kKeyTile * head_dim));
   for (int64_t t = from; t < t1; ++t) {
     float* dst = buf.data() + (t - t0) * head_dim;
@@ -48,10 +51,6 @@ bool widened_as_loaded(const HeadSource& src) {
   return (t == KVType::F16 || t == KVType::BF16) && src.v->type == t && src.ops->dot_keys_half != nullptr;
 }
 
-void load_half_rows(const KVRows& rows, size_t offset, int64_t t0, int64_t from, int64_t t1, const uint16_t** out) {
-  for (int64_t t = from; t < t1; ++t) out[t - t0] = reinterpret_cast<const uint16_t*>(rows.token(t) + offset);
-}
-
 // A tile read by more rows than one call takes (prefill) is dequantized once
 // for all of them; a decode tile (one call) is widened as it loads. The same
 // bits either way: a speed choice only.
@@ -59,8 +58,8 @@ void load_tile(const HeadSource& src, int64_t n_rows, int64_t t0, int64_t from, 
   tile.half = widened_as_loaded(src) && n_rows <= kAttentionRowsPerCall;
   if (tile.half) {
     tile.half_type = src.k->type;
-    load_half_rows(*src.k, src.k_offset, t0, from, t1, tile.k_half);
-    load_half_rows(*src.v, src.v_offset, t0, from, t1, tile.v_half);
+    stored_rows(*src.k, src.k_offset, t0, from, t1, tile.k_half);
+    stored_rows(*src.v, src.v_offset, t0, from, t1, tile.v_half);
     return;
   }
   load_rows(*src.k, src.k_offset, *src.ops, src.head_dim, t0, from, t1, tile.k_buf, tile.k);

@@ -174,22 +174,8 @@ void scalar_axpy_keys(const float* const* p, int n_rows, const float* const* v, 
   for (int r = 0; r < n_rows; ++r)
     for (int64_t j = 0; j < n_keys; ++j) scalar_axpy(p[r][j], v[j], y[r], n);
 }
-float scalar_scale_max(float* x, int64_t n, float scale) {
-  float max = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) {
-    x[j] *= scale;
-    max = std::max(max, x[j]);
-  }
-  return max;
-}
-float scalar_exp_sum(float* x, int64_t n, float shift) {
-  float sum = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    x[j] = fast_exp::exp_scalar(x[j] - shift);
-    sum += x[j];
-  }
-  return sum;
-}
+float scalar_scale_max(float* x, int64_t n, float scale) { return fast_exp::scale_max_scalar(x, n, scale); }
+float scalar_exp_sum(float* x, int64_t n, float shift) { return fast_exp::exp_sum_scalar(x, n, shift); }
 }  // namespace
 
 const AttentionVectorOps& scalar_attention_vector_ops() {

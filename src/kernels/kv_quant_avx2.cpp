@@ -169,12 +169,8 @@ float scale_max(float* x, int64_t n, float scale) {
   }
   __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  float max = std::max(_mm_cvtss_f32(h), _mm_cvtss_f32(_mm_movehdup_ps(h)));
-  for (; j < n; ++j) {
-    x[j] *= scale;
-    max = std::max(max, x[j]);
-  }
-  return max;
+  const float max = std::max(_mm_cvtss_f32(h), _mm_cvtss_f32(_mm_movehdup_ps(h)));
+  return fast_exp::scale_max_scalar(x + j, n - j, scale, max);
 }
 
 float exp_sum(float* x, int64_t n, float shift) {
@@ -186,12 +182,8 @@ float exp_sum(float* x, int64_t n, float shift) {
     _mm256_storeu_ps(x + j, e);
     acc = _mm256_add_ps(acc, e);
   }
-  float sum = horizontal_sum(acc);
-  for (; j < n; ++j) {
-    x[j] = fast_exp::exp_scalar(x[j] - shift);
-    sum += x[j];
-  }
-  return sum;
+  const float sum = horizontal_sum(acc);
+  return fast_exp::exp_sum_scalar(x + j, n - j, shift, sum);
 }
 
 void scale(float a, float* y, int64_t n) {
@@ -201,15 +193,11 @@ void scale(float a, float* y, int64_t n) {
   for (; i < n; ++i) y[i] *= a;
 }
 
-template <bool kBf16>
-void dequantize_half_row(const uint16_t* src, float* dst, int64_t n) {
+template <class E>
+void dequantize_half_row(KVType type, const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m256 v = kBf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
-    _mm256_storeu_ps(dst + i, v);
-  }
-  if (i < n) dequantize_kv_row_scalar(kBf16 ? KVType::BF16 : KVType::F16, reinterpret_cast<const uint8_t*>(src + i), dst + i, n - i);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, E::load(src + i));
+  if (i < n) dequantize_kv_row_scalar(type, reinterpret_cast<const uint8_t*>(src + i), dst + i, n - i);
 }
 
 void dequantize_q8_0_row(const uint8_t* src, float* dst, int64_t n) {
@@ -226,8 +214,8 @@ void dequantize_q8_0_row(const uint8_t* src, float* dst, int64_t n) {
 void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
   switch (type) {
     case KVType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
-    case KVType::F16: return dequantize_half_row<false>(reinterpret_cast<const uint16_t*>(src), dst, n);
-    case KVType::BF16: return dequantize_half_row<true>(reinterpret_cast<const uint16_t*>(src), dst, n);
+    case KVType::F16: return dequantize_half_row<F16Elems>(type, reinterpret_cast<const uint16_t*>(src), dst, n);
+    case KVType::BF16: return dequantize_half_row<BF16Elems>(type, reinterpret_cast<const uint16_t*>(src), dst, n);
     case KVType::Q8_0: return dequantize_q8_0_row(src, dst, n);
     default: break;
   }

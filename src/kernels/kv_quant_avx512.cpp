@@ -128,12 +128,8 @@ float scale_max(float* x, int64_t n, float scale) {
     _mm512_storeu_ps(x + j, v);
     m = _mm512_max_ps(m, v);
   }
-  float max = _mm512_reduce_max_ps(m);
-  for (; j < n; ++j) {
-    x[j] *= scale;
-    max = std::max(max, x[j]);
-  }
-  return max;
+  const float max = _mm512_reduce_max_ps(m);
+  return fast_exp::scale_max_scalar(x + j, n - j, scale, max);
 }
 
 float exp_sum(float* x, int64_t n, float shift) {
@@ -145,12 +141,8 @@ float exp_sum(float* x, int64_t n, float shift) {
     _mm512_storeu_ps(x + j, e);
     acc = _mm512_add_ps(acc, e);
   }
-  float sum = _mm512_reduce_add_ps(acc);
-  for (; j < n; ++j) {
-    x[j] = fast_exp::exp_scalar(x[j] - shift);
-    sum += x[j];
-  }
-  return sum;
+  const float sum = _mm512_reduce_add_ps(acc);
+  return fast_exp::exp_sum_scalar(x + j, n - j, shift, sum);
 }
 
 // 16 half-precision bit patterns -> floats.
