@@ -38,4 +38,26 @@ inline int64_t json_nesting_depth(std::string_view text) {
   return static_cast<int64_t>(deepest);
 }
 
+// Brackets outside strings, a byte at a time (the state carries from one
+// piece of a text to the next: tool calls found as model output streams).
+struct JsonBrackets {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  // Takes the next byte: true when it is part of a string (its quotes
+  // included); else the depth follows the byte's bracket, if it is one.
+  bool take(char c) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      return true;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') ++depth;
+    else if (c == '}' || c == ']') --depth;
+    return c == '"';
+  }
+};
+
 }  // namespace kvserve

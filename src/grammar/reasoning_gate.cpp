@@ -69,6 +69,7 @@ class ReasoningGateMatcher final : public TokenMatcher {
     return state_.forced > 0 || state_.waited >= kUtf8Completion || !ends_mid_character(state_.text);
   }
   Phase answer_phase() const { return inner_ ? Phase::kAnswerStart : Phase::kAnswer; }
+  void mask_inner_beside(std::span<float> logits, std::span<const int32_t> allowed);
   bool accept_before(int32_t token, Step& step);
   bool accept_thinking(int32_t token);
   bool accept_answer(int32_t token, Step& step);
@@ -86,14 +87,18 @@ class ReasoningGateMatcher final : public TokenMatcher {
   std::vector<float> kept_;    // mask(): logits the inner constraint must not hide
 };
 
+// The inner constraint's mask, `allowed` ids left as they were beside it.
+void ReasoningGateMatcher::mask_inner_beside(std::span<float> logits, std::span<const int32_t> allowed) {
+  kept_.clear();
+  for (int32_t id : allowed) kept_.push_back(logits[static_cast<size_t>(id)]);
+  inner_->mask(logits);
+  for (size_t i = 0; i < kept_.size(); ++i) logits[static_cast<size_t>(allowed[i])] = kept_[i];
+}
+
 void ReasoningGateMatcher::mask(std::span<float> logits) {
   switch (state_.phase) {
     case Phase::kBefore:
-      if (inner_) {  // the answer's first token, or the start tag
-        const float start = logits[static_cast<size_t>(tags_.start_id)];
-        inner_->mask(logits);
-        logits[static_cast<size_t>(tags_.start_id)] = start;
-      }
+      if (inner_) mask_inner_beside(logits, std::span(&tags_.start_id, 1));  // the answer's first token, or the start tag
       return;
     case Phase::kThinking:
       if (forcing()) {
@@ -104,14 +109,8 @@ void ReasoningGateMatcher::mask(std::span<float> logits) {
       }
       return;
     case Phase::kAnswerStart:
-      if (state_.whitespace_left > 0) {
-        kept_.clear();
-        for (int32_t id : tags_.whitespace_ids) kept_.push_back(logits[static_cast<size_t>(id)]);
-        inner_->mask(logits);
-        for (size_t i = 0; i < kept_.size(); ++i) logits[static_cast<size_t>(tags_.whitespace_ids[i])] = kept_[i];
-      } else {
-        inner_->mask(logits);
-      }
+      mask_inner_beside(logits, state_.whitespace_left > 0 ? std::span<const int32_t>(tags_.whitespace_ids)
+                                                           : std::span<const int32_t>());
       return;
     case Phase::kAnswer:
       if (inner_) inner_->mask(logits);

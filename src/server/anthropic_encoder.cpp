@@ -9,8 +9,8 @@ namespace {
 using json = nlohmann::json;
 
 // Anthropic's tool_use ids read "toolu_...".
-std::string tool_use_id(const ToolCall& call) {
-  return "toolu_" + (call.id.starts_with("call_") ? call.id.substr(5) : call.id);
+std::string tool_use_id(const std::string& call_id) {
+  return "toolu_" + (call_id.starts_with("call_") ? call_id.substr(5) : call_id);
 }
 
 // The call's arguments as an object (they are compact JSON by construction).
@@ -50,7 +50,7 @@ json AnthropicEncoder::whole(const std::vector<ChoiceResult>& choices) {
   if (!delta.content.empty()) content.push_back({{"type", "text"}, {"text", delta.content}});
   const std::vector<ToolCall> calls = delta.whole_calls();
   for (const ToolCall& call : calls)
-    content.push_back({{"type", "tool_use"}, {"id", tool_use_id(call)}, {"name", call.name}, {"input", tool_input(call)}});
+    content.push_back({{"type", "tool_use"}, {"id", tool_use_id(call.id)}, {"name", call.name}, {"input", tool_input(call)}});
   return {{"id", id_},
           {"type", "message"},
           {"role", "assistant"},
@@ -93,7 +93,7 @@ std::string AnthropicEncoder::tool_use_blocks(const std::vector<ToolCallDelta>& 
   for (const ToolCallDelta& piece : pieces) {
     if (piece.first) {
       out += close_block();
-      const json start = {{"type", "tool_use"}, {"id", tool_use_id(ToolCall{piece.id, piece.name, ""})},
+      const json start = {{"type", "tool_use"}, {"id", tool_use_id(piece.id)},
                           {"name", piece.name}, {"input", json::object()}};
       out += sse_event({{"type", "content_block_start"}, {"index", next_index_}, {"content_block", start}},
                        "content_block_start");

@@ -23,8 +23,11 @@ json message_item(const std::string& id, const std::string& text, const char* st
   return {{"type", "message"}, {"id", id}, {"status", status}, {"role", "assistant"}, {"content", content}};
 }
 
+// A function_call item's id: "fc_" and the call's own characters.
+std::string function_call_item_id(const ToolCall& call) { return "fc_" + call.id.substr(call.id.starts_with("call_") ? 5 : 0); }
+
 json function_call_item(const ToolCall& call, const std::string& arguments, const char* status) {
-  return {{"type", "function_call"}, {"id", "fc_" + call.id.substr(call.id.starts_with("call_") ? 5 : 0)},
+  return {{"type", "function_call"}, {"id", function_call_item_id(call)},
           {"call_id", call.id}, {"name", call.name}, {"arguments", arguments}, {"status", status}};
 }
 
@@ -122,7 +125,7 @@ std::string ResponsesEncoder::function_calls(const std::vector<ToolCallDelta>& p
       }
     }
     open_call_.arguments += piece.arguments;
-    const std::string item_id = function_call_item(open_call_, "", "in_progress")["id"];
+    const std::string item_id = function_call_item_id(open_call_);
     if (streaming && !piece.arguments.empty())
       out += event({{"item_id", item_id}, {"output_index", index}, {"delta", piece.arguments}},
                    "response.function_call_arguments.delta");

@@ -61,21 +61,12 @@ struct JsonExtent {
 };
 
 JsonExtent json_extent(std::string_view text) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
+  JsonBrackets brackets;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxCallDepth) return {JsonExtent::kTooDeep, i};
-    } else if (c == '}' || c == ']') {
-      if (--depth == 0) return {JsonExtent::kClosed, i + 1};
-    }
+    if (brackets.take(c)) continue;
+    if ((c == '{' || c == '[') && brackets.depth > kMaxCallDepth) return {JsonExtent::kTooDeep, i};
+    if ((c == '}' || c == ']') && brackets.depth == 0) return {JsonExtent::kClosed, i + 1};
   }
   return {JsonExtent::kOpen, text.size()};
 }
@@ -267,11 +258,8 @@ std::optional<size_t> ToolCallStream::open_call_step(std::string_view rest, bool
   while (i < rest.size() && !closed && call.stage != OpenCall::Stage::kClosingTag) {
     const char c = rest[i++];
     const bool in_arguments = call.stage == OpenCall::Stage::kArguments;
-    if (call.in_string) {
+    if (call.brackets.take(c)) {
       if (in_arguments) arguments += c;
-      if (call.escaped) call.escaped = false;
-      else if (c == '\\') call.escaped = true;
-      else if (c == '"') call.in_string = false;
       continue;
     }
     if (is_space(c)) continue;
@@ -288,14 +276,10 @@ std::optional<size_t> ToolCallStream::open_call_step(std::string_view rest, bool
       }
     }
     if (in_arguments) arguments += c;
-    if (c == '"') {
-      call.in_string = true;
-    } else if (c == '{' || c == '[') {
-      ++call.depth;
-    } else if ((c == '}' || c == ']') && --call.depth <= 0) {
+    if ((c == '}' || c == ']') && call.brackets.depth <= 0) {
       if (in_arguments) {
         call.stage = OpenCall::Stage::kCallObject;
-        call.depth = 1;  // the call object's own brace
+        call.brackets.depth = 1;  // the call object's own brace
       } else if (call.hermes) {
         call.stage = OpenCall::Stage::kClosingTag;
       } else {

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_scan.h"
 #include "server/tool_request.h"
 
 namespace kvserve::server {
@@ -117,9 +118,7 @@ class ToolCallStream {
     size_t index = 0;
     bool hermes = false;  // closes with </tool_call>
     bool kept = true;     // false: a call past the first with parallel_tool_calls false (its text is dropped)
-    int depth = 0;        // brackets open in the part scanned (the arguments, then the rest of the call object)
-    bool in_string = false;
-    bool escaped = false;
+    JsonBrackets brackets;  // over the part scanned: the arguments, then the rest of the call object
   };
   std::optional<OpenCall> open_;
 };
