@@ -127,7 +127,8 @@ TEST(GrammarLimits, LargeSchemaTextIsParsedInLinearTime) {
   ConstraintLimits roomy;
   roomy.max_spec_bytes = 4 << 20;
   EXPECT_EQ(refusal(ConstraintKind::kJsonSchema, schema, roomy), "/properties: the schema has more than 5000 properties in all");
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));  // 3.4 s on a loaded 2-core host
+  // 3.4 s on a loaded 2-core host, 25 s unoptimized under ASan beside two other tests; quadratic took many minutes.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(150));
 }
 
 namespace {
