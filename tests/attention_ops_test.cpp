@@ -128,37 +128,3 @@ TEST(HalfKeyOps, WidenedAsLoadedEqualsDequantizedFirst) {
     }
   }
 }
-
-// dot_keys_cached (several keys per step, for tiles in cache) gives dot_keys'
-// bits for every row count, key count and head size, on every ISA.
-TEST(CachedKeyOps, BlockedKeysGiveTheOneKeyAtATimeBits) {
-  std::mt19937 rng(14);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t n : {5, 8, 13, 16, 24, 64, 100, 128}) {
-    for (int64_t n_keys : {1, 2, 3, 7, 8, 9, 37, 64}) {
-      std::vector<std::vector<float>> keys(static_cast<size_t>(n_keys), std::vector<float>(static_cast<size_t>(n)));
-      std::vector<const float*> k;
-      for (auto& row : keys) {
-        for (float& v : row) v = normal(rng);
-        k.push_back(row.data());
-      }
-      std::vector<std::vector<float>> q(4, std::vector<float>(static_cast<size_t>(n)));
-      for (auto& row : q) for (float& v : row) v = normal(rng);
-      const float* qs[4] = {q[0].data(), q[1].data(), q[2].data(), q[3].data()};
-      for (int n_rows = 1; n_rows <= kAttentionRowsPerCall; ++n_rows) {
-        test_util::for_each_isa([&] {
-          const AttentionVectorOps& ops = attention_vector_ops();
-          std::vector<std::vector<float>> a(4, std::vector<float>(static_cast<size_t>(n_keys))), b = a;
-          float* as[4] = {a[0].data(), a[1].data(), a[2].data(), a[3].data()};
-          float* bs[4] = {b[0].data(), b[1].data(), b[2].data(), b[3].data()};
-          ops.dot_keys_cached(qs, n_rows, k.data(), n_keys, n, as);
-          ops.dot_keys(qs, n_rows, k.data(), n_keys, n, bs);
-          for (int r = 0; r < n_rows; ++r)
-            for (int64_t j = 0; j < n_keys; ++j)
-              ASSERT_EQ(std::bit_cast<uint32_t>(a[r][j]), std::bit_cast<uint32_t>(b[r][j]))
-                  << isa_name(active_isa()) << " n " << n << " keys " << n_keys << " rows " << n_rows << " r " << r;
-        });
-      }
-    }
-  }
-}

@@ -83,8 +83,7 @@ void attend_tile_rows(RowBlock& rows, int64_t r0, int n, const KVTile& tile, con
     o[i] = rows.acc.data() + (r0 + i) * hd;
   }
   if (tile.half) src.ops->dot_keys_half(tile.half_type, q, n, tile.k_half + (begin - t0), n_keys, hd, s);
-  else if (rows.n_rows > kAttentionRowsPerCall) src.ops->dot_keys_cached(q, n, tile.k + (begin - t0), n_keys, hd, s);
-  else src.ops->dot_keys(q, n, tile.k + (begin - t0), n_keys, hd, s);  // one call per tile: keys from memory
+  else src.ops->dot_keys(q, n, tile.k + (begin - t0), n_keys, hd, s);
   for (int i = 0; i < n; ++i) {
     const float tile_max = src.ops->scale_max(s[i], n_keys, src.scale);
     OnlineSoftmax& st = rows.state[r0 + i];

@@ -86,12 +86,6 @@ struct AttentionVectorOps {
   // the call), with each key's vector loaded once for all rows and the rows'
   // outputs held in registers across the keys.
   void (*dot_keys)(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n, float* const* out);
-  // dot_keys for keys already in cache (a tile the caller reads with several
-  // calls): several keys per step share each query load. The same bits as
-  // dot_keys; slower than it on keys streamed from memory (decode: -8% on a
-  // Zen 1), faster on cached ones (docs/attention.md).
-  void (*dot_keys_cached)(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n,
-                          float* const* out);
   void (*axpy_keys)(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y, int64_t n);
   // One row of a tile's scores: x[j] *= scale, returning the largest; then
   // x[j] = exp(x[j] - shift) (fast_exp.h), returning their sum.
@@ -121,22 +115,15 @@ void with_attention_rows(int n_rows, F&& f) {
   }
 }
 // The row-count dispatch and the one-row cases a SIMD table builds on: K has
-// static member templates dot_rows<kRows, kCached>(q, k, n_keys, n, out) and
-// axpy_rows<kRows>(p, v, n_keys, y, n) (AttentionVectorOps' dot_keys /
-// dot_keys_cached and axpy_keys for a fixed row count). dot and axpy are their
-// one-row, one-key calls, so dot_keys / axpy_keys give the same bits per row
-// by construction.
+// static member templates dot_rows<kRows>(q, k, n_keys, n, out) and
+// axpy_rows<kRows>(p, v, n_keys, y, n) (AttentionVectorOps' dot_keys and
+// axpy_keys for a fixed row count). dot and axpy are their one-row, one-key
+// calls, so dot_keys / axpy_keys give the same bits per row by construction.
 template <typename K>
 struct AttentionRowOps {
   static void dot_keys(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n,
                        float* const* out) {
-    with_attention_rows(n_rows,
-                        [&](auto rows) { K::template dot_rows<decltype(rows)::value, false>(q, k, n_keys, n, out); });
-  }
-  static void dot_keys_cached(const float* const* q, int n_rows, const float* const* k, int64_t n_keys, int64_t n,
-                              float* const* out) {
-    with_attention_rows(n_rows,
-                        [&](auto rows) { K::template dot_rows<decltype(rows)::value, true>(q, k, n_keys, n, out); });
+    with_attention_rows(n_rows, [&](auto rows) { K::template dot_rows<decltype(rows)::value>(q, k, n_keys, n, out); });
   }
   static void axpy_keys(const float* const* p, int n_rows, const float* const* v, int64_t n_keys, float* const* y,
                         int64_t n) {
@@ -145,7 +132,7 @@ struct AttentionRowOps {
   static float dot(const float* a, const float* b, int64_t n) {
     float out;
     float* const o = &out;
-    K::template dot_rows<1, false>(&a, &b, 1, n, &o);
+    K::template dot_rows<1>(&a, &b, 1, n, &o);
     return out;
   }
   static void axpy(float a, const float* x, float* y, int64_t n) {

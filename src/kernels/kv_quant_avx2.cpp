@@ -78,46 +78,37 @@ template <class E>
 struct KeyKernels {
   using T = typename E::T;
   // dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
-  // the rows; kCached: in blocks of keys, each query chunk loaded once for the
-  // block's keys too (kRows x kKeys chains in registers: at 4 rows, 6 loads per
-  // 8 multiply-adds instead of 10). Every (row, key) product has one fixed
-  // summation order whichever block computes it: one 8-wide chain over the
-  // whole chunks, horizontal_sum's reduction, then the tail in order.
-  template <int kRows, bool kCached>
+  // the rows. A fixed summation order for a given n: two 8-wide chains, a fixed
+  // reduction, then the tail in order (the same for every caller).
+  template <int kRows>
   static void dot_rows(const float* const* q, const T* const* k, int64_t n_keys, int64_t n, float* const* out) {
-    constexpr int kKeys = !kCached ? 1 : kRows >= 3 ? 2 : 8 / kRows;  // at most 8 chains
-    int64_t j = 0;
-    for (; j + kKeys <= n_keys; j += kKeys) dot_block<kRows, kKeys>(q, k + j, n, out, j);
-    for (; j < n_keys; ++j) dot_block<kRows, 1>(q, k + j, n, out, j);
-  }
-
-  template <int kRows, int kKeys>
-  static void dot_block(const float* const* q, const T* const* k, int64_t n, float* const* out, int64_t j) {
-    __m256 acc[kRows][kKeys];
-    #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r)
+    for (int64_t j = 0; j < n_keys; ++j) {
+      const T* kj = k[j];
+      __m256 acc0[kRows], acc1[kRows];
       #pragma GCC unroll 16
-      for (int c = 0; c < kKeys; ++c) acc[r][c] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      __m256 keys[kKeys];
-      #pragma GCC unroll 16
-      for (int c = 0; c < kKeys; ++c) keys[c] = E::load(k[c] + i);
+      for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+      int64_t i = 0;
+      for (; i + 16 <= n; i += 16) {
+        const __m256 k0 = E::load(kj + i), k1 = E::load(kj + i + 8);
+        #pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) {
+          acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, acc0[r]);
+          acc1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i + 8), k1, acc1[r]);
+        }
+      }
+      if (i + 8 <= n) {
+        const __m256 k0 = E::load(kj + i);
+        #pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, acc0[r]);
+        i += 8;
+      }
       #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) {
-        const __m256 qr = _mm256_loadu_ps(q[r] + i);
-        #pragma GCC unroll 16
-        for (int c = 0; c < kKeys; ++c) acc[r][c] = _mm256_fmadd_ps(qr, keys[c], acc[r][c]);
+        float sum = horizontal_sum(_mm256_add_ps(acc0[r], acc1[r]));
+        for (int64_t t = i; t < n; ++t) sum += q[r][t] * E::at(kj, t);
+        out[r][j] = sum;
       }
     }
-    #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r)
-      #pragma GCC unroll 16
-      for (int c = 0; c < kKeys; ++c) {
-        float sum = horizontal_sum(acc[r][c]);
-        for (int64_t t = i; t < n; ++t) sum += q[r][t] * E::at(k[c], t);
-        out[r][j + c] = sum;
-      }
   }
 
   // y[r] += p[r][j] v[j] for every key in order, kRows rows at once.
@@ -137,8 +128,8 @@ void dot_keys_half(KVType type, const float* const* q, int n_rows, const uint16_
                    int64_t n, float* const* out) {
   with_attention_rows(n_rows, [&](auto rows) {
     constexpr int kRows = decltype(rows)::value;
-    if (type == KVType::BF16) KeyKernels<BF16Elems>::dot_rows<kRows, false>(q, k, n_keys, n, out);
-    else KeyKernels<F16Elems>::dot_rows<kRows, false>(q, k, n_keys, n, out);
+    if (type == KVType::BF16) KeyKernels<BF16Elems>::dot_rows<kRows>(q, k, n_keys, n, out);
+    else KeyKernels<F16Elems>::dot_rows<kRows>(q, k, n_keys, n, out);
   });
 }
 
@@ -235,8 +226,8 @@ void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
 
 const AttentionVectorOps& avx2_attention_vector_ops() {
   static const AttentionVectorOps ops{RowOps::dot,       RowOps::axpy,      scale,     dequantize,
-                                      RowOps::dot_keys,  RowOps::dot_keys_cached, RowOps::axpy_keys, scale_max,
-                                      exp_sum,           dot_keys_half,           axpy_keys_half};
+                                      RowOps::dot_keys,  RowOps::axpy_keys, scale_max, exp_sum,
+                                      dot_keys_half,     axpy_keys_half};
   return ops;
 }
 

@@ -55,8 +55,7 @@ void axpy_keys_block(const float* const* p, const float* const* v, int64_t n_key
 struct KeyKernels {
   // dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
   // the rows: two 16-wide chains, the masked tail into the first, one reduction.
-  // (kCached: the same here; the AVX2 form blocks the keys.)
-  template <int kRows, bool kCached>
+  template <int kRows>
   static void dot_rows(const float* const* q, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
     for (int64_t j = 0; j < n_keys; ++j) {
       const float* kj = k[j];
@@ -211,8 +210,7 @@ void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
 
 const AttentionVectorOps& avx512_attention_vector_ops() {
   static const AttentionVectorOps ops{RowOps::dot,       RowOps::axpy,      scale,     dequantize,
-                                      RowOps::dot_keys,  RowOps::dot_keys_cached, RowOps::axpy_keys, scale_max,
-                                      exp_sum,
+                                      RowOps::dot_keys,  RowOps::axpy_keys, scale_max, exp_sum,
                                       nullptr,           nullptr};  // f16 / bf16: dequantized per tile (not measured here yet)
   return ops;
 }
