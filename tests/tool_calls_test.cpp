@@ -199,8 +199,10 @@ TEST(ToolCalls, CallIdsLookLikeOpenAIs) {
     ASSERT_EQ(call.id.size(), 29u);
     EXPECT_EQ(call.id.substr(0, 5), "call_");
     for (char c : call.id.substr(5)) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c))) << call.id;
+    EXPECT_EQ(call_id_as("toolu_", call.id), "toolu_" + call.id.substr(5));  // Anthropic's form, same characters
   }
   EXPECT_NE(out.calls[0].id, out.calls[1].id);
+  EXPECT_EQ(call_id_as("fc_", "abc"), "fc_abc");  // a client's own id without the prefix: kept whole
 }
 
 TEST(ToolCalls, Llama3JsonAtTheStart) {
@@ -268,6 +270,10 @@ std::vector<std::pair<ToolCallFormat, std::string>> stream_cases() {
       {ToolCallFormat::kHermes, "<tool_call> {\"name\" : \"get_weather\",\"arguments\":{\"q\": \"a \\\"b\\\" {c}\", \"n\": [1, {\"x\": 2}]},"
                                 " \"extra\": {\"y\": \"}\"}} </tool_call>x<tool_call>{\"name\": \"get_time\", \"arguments\": {}} then"},
       {ToolCallFormat::kGenericJson, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Par"},
+      // Names: an escape (parsed), a raw control byte and a byte that is not UTF-8 (not JSON strings).
+      {ToolCallFormat::kHermes, "<tool_call>{\"name\": \"get_\\u0074ime\", \"arguments\": {}}</tool_call>"},
+      {ToolCallFormat::kHermes, "<tool_call>{\"name\": \"get\ttime\", \"arguments\": {}}</tool_call> ok"},
+      {ToolCallFormat::kGenericJson, "{\"name\": \"get_time\xff\", \"arguments\": {}} ok"},
   };
 }
 

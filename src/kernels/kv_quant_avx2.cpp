@@ -32,11 +32,13 @@ struct F32Elems {
 };
 struct F16Elems {
   using T = uint16_t;
+  static constexpr KVType kType = KVType::F16;
   static __m256 load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static float at(const uint16_t* p, int64_t i) { return fp16_to_f32(p[i]); }
 };
 struct BF16Elems {
   using T = uint16_t;
+  static constexpr KVType kType = KVType::BF16;
   static __m256 load(const uint16_t* p) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -194,10 +196,10 @@ void scale(float a, float* y, int64_t n) {
 }
 
 template <class E>
-void dequantize_half_row(KVType type, const uint16_t* src, float* dst, int64_t n) {
+void dequantize_half_row(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, E::load(src + i));
-  if (i < n) dequantize_kv_row_scalar(type, reinterpret_cast<const uint8_t*>(src + i), dst + i, n - i);
+  if (i < n) dequantize_kv_row_scalar(E::kType, reinterpret_cast<const uint8_t*>(src + i), dst + i, n - i);
 }
 
 void dequantize_q8_0_row(const uint8_t* src, float* dst, int64_t n) {
@@ -214,8 +216,8 @@ void dequantize_q8_0_row(const uint8_t* src, float* dst, int64_t n) {
 void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
   switch (type) {
     case KVType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
-    case KVType::F16: return dequantize_half_row<F16Elems>(type, reinterpret_cast<const uint16_t*>(src), dst, n);
-    case KVType::BF16: return dequantize_half_row<BF16Elems>(type, reinterpret_cast<const uint16_t*>(src), dst, n);
+    case KVType::F16: return dequantize_half_row<F16Elems>(reinterpret_cast<const uint16_t*>(src), dst, n);
+    case KVType::BF16: return dequantize_half_row<BF16Elems>(reinterpret_cast<const uint16_t*>(src), dst, n);
     case KVType::Q8_0: return dequantize_q8_0_row(src, dst, n);
     default: break;
   }

@@ -9,9 +9,7 @@ namespace {
 using json = nlohmann::json;
 
 // Anthropic's tool_use ids read "toolu_...".
-std::string tool_use_id(const std::string& call_id) {
-  return "toolu_" + (call_id.starts_with("call_") ? call_id.substr(5) : call_id);
-}
+std::string tool_use_id(const std::string& call_id) { return call_id_as("toolu_", call_id); }
 
 // The call's arguments as an object (they are compact JSON by construction).
 json tool_input(const ToolCall& call) {

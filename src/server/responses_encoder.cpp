@@ -24,7 +24,7 @@ json message_item(const std::string& id, const std::string& text, const char* st
 }
 
 // A function_call item's id: "fc_" and the call's own characters.
-std::string function_call_item_id(const ToolCall& call) { return "fc_" + call.id.substr(call.id.starts_with("call_") ? 5 : 0); }
+std::string function_call_item_id(const ToolCall& call) { return call_id_as("fc_", call.id); }
 
 json function_call_item(const ToolCall& call, const std::string& arguments, const char* status) {
   return {{"type", "function_call"}, {"id", function_call_item_id(call)},

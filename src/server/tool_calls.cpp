@@ -17,6 +17,7 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kJsonTrigger = "{\"name\"";
 constexpr std::string_view kFence = "```";
 constexpr std::string_view kSpace = " \t\n\r";
+constexpr std::string_view kCallIdPrefix = "call_";
 constexpr size_t kCallIdChars = 24;
 // Calls nest no deeper than request bodies may (parsing and printing JSON recurse).
 constexpr int kMaxCallDepth = 64;
@@ -134,7 +135,7 @@ std::string new_call_id() {
   static constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 rng{std::random_device{}()};
   std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
-  std::string id = "call_";
+  std::string id(kCallIdPrefix);
   for (size_t i = 0; i < kCallIdChars; ++i) id += kAlphabet[pick(rng)];
   return id;
 }
@@ -165,6 +166,11 @@ std::pair<std::string, std::string> call_frame(const std::string& name, ToolCall
 }
 
 }  // namespace
+
+std::string call_id_as(std::string_view prefix, const std::string& call_id) {
+  const size_t own = call_id.starts_with(kCallIdPrefix) ? kCallIdPrefix.size() : 0;
+  return std::string(prefix) + call_id.substr(own);
+}
 
 ToolCallFormat tool_call_format_for(const std::string& source) {
   if (source.find(kHermesOpen) != std::string::npos) return ToolCallFormat::kHermes;

@@ -36,6 +36,11 @@ struct ToolCall {
   std::string arguments;  // a JSON object, compact, keys in the model's order
 };
 
+// A call id under another API's prefix ("toolu_" for Anthropic's tool_use
+// ids, "fc_" for a Responses function_call item): "call_" replaced, the
+// random characters kept.
+std::string call_id_as(std::string_view prefix, const std::string& call_id);
+
 // A piece of a call as it streams: the first piece names it (id, name), the
 // next ones add bytes of its arguments, the last closes it. A call found
 // whole comes as one piece, first and last.
