@@ -84,7 +84,7 @@ TEST(HalfKeyOps, WidenedAsLoadedEqualsDequantizedFirst) {
   std::mt19937 rng(13);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (KVType type : {KVType::F16, KVType::BF16}) {
-    for (int64_t n : {8, 13, 16, 24, 64, 100}) {
+    for (int64_t n : {8, 13, 16, 24, 48, 64, 80, 100}) {
       for (int n_rows = 1; n_rows <= kAttentionRowsPerCall; ++n_rows) {
         const int64_t n_keys = 37;
         std::vector<std::vector<uint8_t>> stored(static_cast<size_t>(n_keys), std::vector<uint8_t>(kv_head_bytes(type, n)));

@@ -78,6 +78,10 @@ TEST(ToolRequest, ParsesToolsChoiceAndParallelCalls) {
 
   EXPECT_EQ(parse_tool_request({{"tools", {time_tool()}}})->choice.kind, ToolChoice::kAuto);  // the default
   EXPECT_TRUE(parse_tool_request({{"tools", {time_tool()}}})->parallel_tool_calls);
+  // A named function is called once, whatever parallel_tool_calls says (vLLM's named function calling).
+  json named_parallel = body;
+  named_parallel["parallel_tool_calls"] = true;
+  EXPECT_FALSE(parse_tool_request(named_parallel)->parallel_tool_calls);
   for (const auto& [value, kind] : std::vector<std::pair<std::string, ToolChoice::Kind>>{
            {"none", ToolChoice::kNone}, {"auto", ToolChoice::kAuto}, {"required", ToolChoice::kRequired}}) {
     const std::optional<ToolRequest> r2 = parse_tool_request({{"tools", {time_tool()}}, {"tool_choice", value}});

@@ -20,12 +20,30 @@ namespace {
 
 __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 
+// K/V elements loaded 16 at a time as floats (masked lanes read as 0): f32 as
+// stored, f16 and bf16 widened as they load (exactly: the same floats their
+// dequantization gives, so the _half ops give the f32 ops' bits).
+struct F32Elems {
+  using T = float;
+  static __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+};
+struct F16Elems {
+  using T = uint16_t;
+  static __m512 load(const uint16_t* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+};
+struct BF16Elems {
+  using T = uint16_t;
+  static __m512 load(const uint16_t* p, __mmask16 m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+  }
+};
+
 // y[r][i .. i + 16 kChunks) += p[r][j] v[j][..] over the keys in order, for
 // kRows rows at once: each v chunk loaded once, kRows x kChunks registers of
 // y held across the keys. The same multiply-adds per element as axpy; `tail`
 // masks the last chunk (all lanes but at the row's end).
-template <int kRows, int kChunks>
-void axpy_keys_block(const float* const* p, const float* const* v, int64_t n_keys, float* const* y, int64_t i,
+template <class E, int kRows, int kChunks>
+void axpy_keys_block(const float* const* p, const typename E::T* const* v, int64_t n_keys, float* const* y, int64_t i,
                      __mmask16 tail) {
   const auto mask = [tail](int c) { return c == kChunks - 1 ? tail : __mmask16(0xffff); };
   __m512 acc[kRows][kChunks];
@@ -36,7 +54,7 @@ void axpy_keys_block(const float* const* p, const float* const* v, int64_t n_key
   for (int64_t j = 0; j < n_keys; ++j) {
     __m512 x[kChunks];
     #pragma GCC unroll 16
-    for (int c = 0; c < kChunks; ++c) x[c] = _mm512_maskz_loadu_ps(mask(c), v[j] + i + 16 * c);
+    for (int c = 0; c < kChunks; ++c) x[c] = E::load(v[j] + i + 16 * c, mask(c));
     #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) {
       const __m512 pr = _mm512_set1_ps(p[r][j]);
@@ -50,21 +68,24 @@ void axpy_keys_block(const float* const* p, const float* const* v, int64_t n_key
     for (int c = 0; c < kChunks; ++c) _mm512_mask_storeu_ps(y[r] + i + 16 * c, mask(c), acc[r][c]);
 }
 
-// The row kernels for kRows query rows at once, from which AttentionRowOps
-// (kv_quant.h) makes the table's dot, axpy, dot_keys and axpy_keys.
+// The row kernels for kRows query rows at once over keys of element type E,
+// from which AttentionRowOps (kv_quant.h) makes the table's dot, axpy,
+// dot_keys and axpy_keys (f32), and the f16 / bf16 ones their _half forms.
+template <class E>
 struct KeyKernels {
+  using T = typename E::T;
   // dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
   // the rows: two 16-wide chains, the masked tail into the first, one reduction.
   template <int kRows>
-  static void dot_rows(const float* const* q, const float* const* k, int64_t n_keys, int64_t n, float* const* out) {
+  static void dot_rows(const float* const* q, const T* const* k, int64_t n_keys, int64_t n, float* const* out) {
     for (int64_t j = 0; j < n_keys; ++j) {
-      const float* kj = k[j];
+      const T* kj = k[j];
       __m512 acc0[kRows], acc1[kRows];
       #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
       int64_t i = 0;
       for (; i + 32 <= n; i += 32) {
-        const __m512 k0 = _mm512_loadu_ps(kj + i), k1 = _mm512_loadu_ps(kj + i + 16);
+        const __m512 k0 = E::load(kj + i, 0xffff), k1 = E::load(kj + i + 16, 0xffff);
         #pragma GCC unroll 16
         for (int r = 0; r < kRows; ++r) {
           acc0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + i), k0, acc0[r]);
@@ -73,7 +94,7 @@ struct KeyKernels {
       }
       for (; i < n; i += 16) {
         const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
-        const __m512 k0 = _mm512_maskz_loadu_ps(m, kj + i);
+        const __m512 k0 = E::load(kj + i, m);
         #pragma GCC unroll 16
         for (int r = 0; r < kRows; ++r) acc0[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[r] + i), k0, acc0[r]);
       }
@@ -84,14 +105,32 @@ struct KeyKernels {
 
   // y[r] += p[r][j] v[j] for every key in order, kRows rows at once.
   template <int kRows>
-  static void axpy_rows(const float* const* p, const float* const* v, int64_t n_keys, float* const* y, int64_t n) {
+  static void axpy_rows(const float* const* p, const T* const* v, int64_t n_keys, float* const* y, int64_t n) {
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64) axpy_keys_block<kRows, 4>(p, v, n_keys, y, i, 0xffff);
-    for (; i + 16 <= n; i += 16) axpy_keys_block<kRows, 1>(p, v, n_keys, y, i, 0xffff);
-    if (i < n) axpy_keys_block<kRows, 1>(p, v, n_keys, y, i, tail_mask(n - i));
+    for (; i + 64 <= n; i += 64) axpy_keys_block<E, kRows, 4>(p, v, n_keys, y, i, 0xffff);
+    for (; i + 16 <= n; i += 16) axpy_keys_block<E, kRows, 1>(p, v, n_keys, y, i, 0xffff);
+    if (i < n) axpy_keys_block<E, kRows, 1>(p, v, n_keys, y, i, tail_mask(n - i));
   }
 };
-using RowOps = AttentionRowOps<KeyKernels>;
+using RowOps = AttentionRowOps<KeyKernels<F32Elems>>;
+
+void dot_keys_half(KVType type, const float* const* q, int n_rows, const uint16_t* const* k, int64_t n_keys,
+                   int64_t n, float* const* out) {
+  with_attention_rows(n_rows, [&](auto rows) {
+    constexpr int kRows = decltype(rows)::value;
+    if (type == KVType::BF16) KeyKernels<BF16Elems>::dot_rows<kRows>(q, k, n_keys, n, out);
+    else KeyKernels<F16Elems>::dot_rows<kRows>(q, k, n_keys, n, out);
+  });
+}
+
+void axpy_keys_half(KVType type, const float* const* p, int n_rows, const uint16_t* const* v, int64_t n_keys,
+                    float* const* y, int64_t n) {
+  with_attention_rows(n_rows, [&](auto rows) {
+    constexpr int kRows = decltype(rows)::value;
+    if (type == KVType::BF16) KeyKernels<BF16Elems>::axpy_rows<kRows>(p, v, n_keys, y, n);
+    else KeyKernels<F16Elems>::axpy_rows<kRows>(p, v, n_keys, y, n);
+  });
+}
 
 void scale(float a, float* y, int64_t n) {
   const __m512 va = _mm512_set1_ps(a);
@@ -145,17 +184,11 @@ float exp_sum(float* x, int64_t n, float shift) {
   return fast_exp::exp_sum_scalar(x + j, n - j, shift, sum);
 }
 
-// 16 half-precision bit patterns -> floats.
-__m512 widen_f16(__m256i h) { return _mm512_cvtph_ps(h); }
-__m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
-
-template <bool kBf16>
+template <class E>
 void dequantize_half_row(const uint16_t* src, float* dst, int64_t n) {
-  int64_t i = 0;
-  for (; i < n; i += 16) {
+  for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
-    const __m256i h = _mm256_maskz_loadu_epi16(m, src + i);
-    _mm512_mask_storeu_ps(dst + i, m, kBf16 ? widen_bf16(h) : widen_f16(h));
+    _mm512_mask_storeu_ps(dst + i, m, E::load(src + i, m));
   }
 }
 
@@ -197,8 +230,8 @@ void dequantize_fp8_row(const uint8_t* src, float* dst, int64_t n) {
 void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
   switch (type) {
     case KVType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
-    case KVType::F16: return dequantize_half_row<false>(reinterpret_cast<const uint16_t*>(src), dst, n);
-    case KVType::BF16: return dequantize_half_row<true>(reinterpret_cast<const uint16_t*>(src), dst, n);
+    case KVType::F16: return dequantize_half_row<F16Elems>(reinterpret_cast<const uint16_t*>(src), dst, n);
+    case KVType::BF16: return dequantize_half_row<BF16Elems>(reinterpret_cast<const uint16_t*>(src), dst, n);
     case KVType::Q8_0: return dequantize_q8_0_row(src, dst, n);
     case KVType::FP8: return dequantize_fp8_row(src, dst, n);
     case KVType::Q4_0: break;
@@ -211,7 +244,7 @@ void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
 const AttentionVectorOps& avx512_attention_vector_ops() {
   static const AttentionVectorOps ops{RowOps::dot,       RowOps::axpy,      scale,     dequantize,
                                       RowOps::dot_keys,  RowOps::axpy_keys, scale_max, exp_sum,
-                                      nullptr,           nullptr};  // f16 / bf16: dequantized per tile (not measured here yet)
+                                      dot_keys_half,     axpy_keys_half};
   return ops;
 }
 

@@ -114,6 +114,10 @@ std::optional<ToolRequest> parse_tool_request(const json& body) {
     if (!parallel->is_boolean()) throw invalid("parallel_tool_calls", "parallel_tool_calls must be true or false");
     out.parallel_tool_calls = parallel->get<bool>();
   }
+  // A named function is called once (vLLM's named function calling): a small
+  // model forced into calls would otherwise repeat the same call until its
+  // token budget ran out.
+  if (out.choice.kind == ToolChoice::kNamed) out.parallel_tool_calls = false;
   if (out.tools.empty()) {
     if (out.choice.kind == ToolChoice::kRequired || out.choice.kind == ToolChoice::kNamed)
       throw invalid("tool_choice", "tool_choice asks for a tool call, but the request has no tools");
