@@ -128,3 +128,38 @@ TEST(HalfKeyOps, WidenedAsLoadedEqualsDequantizedFirst) {
     }
   }
 }
+
+// dot_keys reduces several keys at once (8 on AVX2, 16 on AVX-512) where a
+// lone key has a reduction of its own: every key must get the bits of dot on
+// that key alone, or a row's scores would depend on the tile's key count
+// (prefill against decode, batch invariance).
+TEST(KeyOps, ManyKeysAtOnceGiveEachKeysOwnBits) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t n : {8, 13, 16, 24, 48, 64, 80, 100, 128}) {
+    for (int64_t n_keys : {5, 16, 37, 64}) {
+      std::vector<std::vector<float>> keys(static_cast<size_t>(n_keys), std::vector<float>(static_cast<size_t>(n)));
+      std::vector<const float*> k(static_cast<size_t>(n_keys));
+      for (int64_t j = 0; j < n_keys; ++j) {
+        for (float& v : keys[j]) v = normal(rng);
+        k[j] = keys[j].data();
+      }
+      std::vector<std::vector<float>> q(4, std::vector<float>(static_cast<size_t>(n)));
+      for (auto& row : q) for (float& v : row) v = normal(rng);
+      const float* qs[4] = {q[0].data(), q[1].data(), q[2].data(), q[3].data()};
+      test_util::for_each_isa([&] {
+        const AttentionVectorOps& ops = attention_vector_ops();
+        for (int n_rows = 1; n_rows <= kAttentionRowsPerCall; ++n_rows) {
+          std::vector<std::vector<float>> got(4, std::vector<float>(static_cast<size_t>(n_keys)));
+          float* outs[4] = {got[0].data(), got[1].data(), got[2].data(), got[3].data()};
+          ops.dot_keys(qs, n_rows, k.data(), n_keys, n, outs);
+          for (int r = 0; r < n_rows; ++r)
+            for (int64_t j = 0; j < n_keys; ++j)
+              ASSERT_EQ(std::bit_cast<uint32_t>(got[r][j]), std::bit_cast<uint32_t>(ops.dot(qs[r], k[j], n)))
+                  << isa_name(active_isa()) << " n " << n << " keys " << n_keys << " rows " << n_rows << " row " << r
+                  << " key " << j;
+        }
+      });
+    }
+  }
+}

@@ -23,6 +23,26 @@ float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// horizontal_sum's first step for two keys at once: [x_l + x_{l+4} | y_l + y_{l+4}], l < 4.
+__m256 fold_pair(__m256 x, __m256 y) {
+  return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+}
+
+// The rest of horizontal_sum's tree for 8 keys: pairs[p] = fold_pair of keys
+// 2p and 2p + 1; lane j of the result is key j's sum. Each addition is one of
+// horizontal_sum's (the same two operands), so the bits are its bits.
+__m256 reduce_8_keys(const __m256* pairs) {
+  __m256 twos[2];  // 128-bit half i: keys 4t + i and 4t + 2 + i, their lanes (0 + 2) and (1 + 3)
+  for (int t = 0; t < 2; ++t) {
+    const __m256 a = pairs[2 * t], b = pairs[2 * t + 1];
+    twos[t] = _mm256_add_ps(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // half i, lane m: key i + 2m.
+  const __m256 sums = _mm256_add_ps(_mm256_shuffle_ps(twos[0], twos[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm256_shuffle_ps(twos[0], twos[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm256_permutevar8x32_ps(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 // K/V elements loaded 8 at a time as floats: f32 as stored, f16 and bf16
 // widened as they load (exactly: the same floats their dequantization gives).
 struct F32Elems {
@@ -79,38 +99,61 @@ void axpy_keys_block(const float* const* p, const typename E::T* const* v, int64
 template <class E>
 struct KeyKernels {
   using T = typename E::T;
-  // dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
-  // the rows. A fixed summation order for a given n: two 8-wide chains, a fixed
-  // reduction, then the tail in order (the same for every caller).
+  // The 8 lanes of key kj's dot with each of kRows rows over its first
+  // n / 8 * 8 elements, before the reduction: two 8-wide chains, an odd
+  // 8-element chunk into the first, added.
   template <int kRows>
-  static void dot_rows(const float* const* q, const T* const* k, int64_t n_keys, int64_t n, float* const* out) {
-    for (int64_t j = 0; j < n_keys; ++j) {
-      const T* kj = k[j];
-      __m256 acc0[kRows], acc1[kRows];
-      #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
-      int64_t i = 0;
-      for (; i + 16 <= n; i += 16) {
-        const __m256 k0 = E::load(kj + i), k1 = E::load(kj + i + 8);
-        #pragma GCC unroll 16
-        for (int r = 0; r < kRows; ++r) {
-          acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, acc0[r]);
-          acc1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i + 8), k1, acc1[r]);
-        }
-      }
-      if (i + 8 <= n) {
-        const __m256 k0 = E::load(kj + i);
-        #pragma GCC unroll 16
-        for (int r = 0; r < kRows; ++r) acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, acc0[r]);
-        i += 8;
-      }
+  static void lane_sums(const float* const* q, const T* kj, int64_t n, __m256* sums) {
+    __m256 acc0[kRows], acc1[kRows];
+    #pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m256 k0 = E::load(kj + i), k1 = E::load(kj + i + 8);
       #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) {
-        float sum = horizontal_sum(_mm256_add_ps(acc0[r], acc1[r]));
-        for (int64_t t = i; t < n; ++t) sum += q[r][t] * E::at(kj, t);
-        out[r][j] = sum;
+        acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, acc0[r]);
+        acc1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i + 8), k1, acc1[r]);
       }
     }
+    if (i + 8 <= n) {
+      const __m256 k0 = E::load(kj + i);
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) acc0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, acc0[r]);
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) sums[r] = _mm256_add_ps(acc0[r], acc1[r]);
+  }
+
+  // dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
+  // the rows. A fixed summation order for a given n: lane_sums, the
+  // horizontal_sum tree (eight keys at a time by reduce_8_keys: the same
+  // additions), then the n % 8 tail in order.
+  template <int kRows>
+  static void dot_rows(const float* const* q, const T* const* k, int64_t n_keys, int64_t n, float* const* out) {
+    int64_t j = 0;
+    for (; j + 8 <= n_keys; j += 8) {
+      __m256 pairs[kRows][4];
+      for (int p = 0; p < 4; ++p) {
+        __m256 x[kRows], y[kRows];
+        lane_sums<kRows>(q, k[j + 2 * p], n, x);
+        lane_sums<kRows>(q, k[j + 2 * p + 1], n, y);
+        #pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) pairs[r][p] = fold_pair(x[r], y[r]);
+      }
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) _mm256_storeu_ps(out[r] + j, reduce_8_keys(pairs[r]));
+    }
+    for (; j < n_keys; ++j) {
+      __m256 sums[kRows];
+      lane_sums<kRows>(q, k[j], n, sums);
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) out[r][j] = horizontal_sum(sums[r]);
+    }
+    if (n % 8 != 0)  // the tail, in order, after each key's sum
+      for (int r = 0; r < kRows; ++r)
+        for (int64_t jj = 0; jj < n_keys; ++jj)
+          for (int64_t t = n / 8 * 8; t < n; ++t) out[r][jj] += q[r][t] * E::at(k[jj], t);
   }
 
   // y[r] += p[r][j] v[j] for every key in order, kRows rows at once.

@@ -20,6 +20,43 @@ namespace {
 
 __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 
+// The sum of v's 16 lanes by a fixed tree: lanes l + 8, then l + 4, then
+// l + 2, then l + 1 (the tree of GCC's and clang's _mm512_reduce_add_ps).
+float reduce_add(__m512 v) {
+  const __m256 t3 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  const __m128 t6 = _mm_add_ps(_mm256_castps256_ps128(t3), _mm256_extractf128_ps(t3, 1));
+  const __m128 t8 = _mm_add_ps(t6, _mm_movehl_ps(t6, t6));
+  return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_movehdup_ps(t8));
+}
+
+// reduce_add's first step for two keys at once: [x_l + x_{l+8} | y_l + y_{l+8}], l < 8.
+__m512 fold_pair(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+// The rest of reduce_add's tree for 16 keys: pairs[p] = fold_pair of keys 2p
+// and 2p + 1; lane j of the result is key j's sum. Each addition is one of
+// reduce_add's (the same two operands), so the bits are reduce_add's.
+__m512 reduce_16_keys(const __m512* pairs) {
+  __m512 fours[4];  // 128-bit quarter i: key 4f + i's lanes l + (l + 4), l < 4
+  for (int f = 0; f < 4; ++f) {
+    const __m512 a = pairs[2 * f], b = pairs[2 * f + 1];
+    fours[f] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  __m512 twos[2];  // quarter i: keys 8t + i and 8t + 4 + i, their lanes (0 + 2) and (1 + 3)
+  for (int t = 0; t < 2; ++t) {
+    const __m512 a = fours[2 * t], b = fours[2 * t + 1];
+    twos[t] = _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // quarter i, lane m: key i + 4m.
+  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(twos[0], twos[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_ps(twos[0], twos[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i key_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(key_order, sums);
+}
+
 // K/V elements loaded 16 at a time as floats (masked lanes read as 0): f32 as
 // stored, f16 and bf16 widened as they load (exactly: the same floats their
 // dequantization gives, so the _half ops give the f32 ops' bits).
@@ -74,32 +111,55 @@ void axpy_keys_block(const float* const* p, const typename E::T* const* v, int64
 template <class E>
 struct KeyKernels {
   using T = typename E::T;
+  // The 16 lanes of key kj's dot with each of kRows rows, before the
+  // reduction: two 16-wide chains, the masked tail into the first, added.
+  template <int kRows>
+  static void lane_sums(const float* const* q, const T* kj, int64_t n, __m512* sums) {
+    __m512 acc0[kRows], acc1[kRows];
+    #pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m512 k0 = E::load(kj + i, 0xffff), k1 = E::load(kj + i + 16, 0xffff);
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) {
+        acc0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + i), k0, acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + i + 16), k1, acc1[r]);
+      }
+    }
+    for (; i < n; i += 16) {
+      const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
+      const __m512 k0 = E::load(kj + i, m);
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) acc0[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[r] + i), k0, acc0[r]);
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) sums[r] = _mm512_add_ps(acc0[r], acc1[r]);
+  }
+
   // dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
-  // the rows: two 16-wide chains, the masked tail into the first, one reduction.
+  // the rows. Sixteen keys at a time reduce together (reduce_16_keys), a lone
+  // key by reduce_add: the same tree, so the same bits for every key.
   template <int kRows>
   static void dot_rows(const float* const* q, const T* const* k, int64_t n_keys, int64_t n, float* const* out) {
-    for (int64_t j = 0; j < n_keys; ++j) {
-      const T* kj = k[j];
-      __m512 acc0[kRows], acc1[kRows];
-      #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
-      int64_t i = 0;
-      for (; i + 32 <= n; i += 32) {
-        const __m512 k0 = E::load(kj + i, 0xffff), k1 = E::load(kj + i + 16, 0xffff);
+    int64_t j = 0;
+    for (; j + 16 <= n_keys; j += 16) {
+      __m512 pairs[kRows][8];
+      for (int p = 0; p < 8; ++p) {
+        __m512 x[kRows], y[kRows];
+        lane_sums<kRows>(q, k[j + 2 * p], n, x);
+        lane_sums<kRows>(q, k[j + 2 * p + 1], n, y);
         #pragma GCC unroll 16
-        for (int r = 0; r < kRows; ++r) {
-          acc0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + i), k0, acc0[r]);
-          acc1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + i + 16), k1, acc1[r]);
-        }
-      }
-      for (; i < n; i += 16) {
-        const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
-        const __m512 k0 = E::load(kj + i, m);
-        #pragma GCC unroll 16
-        for (int r = 0; r < kRows; ++r) acc0[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[r] + i), k0, acc0[r]);
+        for (int r = 0; r < kRows; ++r) pairs[r][p] = fold_pair(x[r], y[r]);
       }
       #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) out[r][j] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+      for (int r = 0; r < kRows; ++r) _mm512_storeu_ps(out[r] + j, reduce_16_keys(pairs[r]));
+    }
+    for (; j < n_keys; ++j) {
+      __m512 sums[kRows];
+      lane_sums<kRows>(q, k[j], n, sums);
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) out[r][j] = reduce_add(sums[r]);
     }
   }
 
