@@ -12,7 +12,7 @@
 namespace kvserve::flash_detail {
 
 constexpr int64_t kKeyTile = 64;     // keys per tile: a 64 x head_dim K tile stays in L1/L2
-constexpr int64_t kQueryTile = 16;   // query positions per work item in prefill
+constexpr int64_t kQueryTile = 32;   // query positions per work item in prefill
 // Keys per split, at fixed absolute positions [s * kKeySplit, (s + 1) * kKeySplit):
 // every path computes a row's attention split by split, each from a fresh
 // online-softmax state, and merges the splits' partial states in split order.

@@ -38,7 +38,7 @@ __m512 fold_pair(__m512 x, __m512 y) {
 // The rest of reduce_add's tree for 16 keys: pairs[p] = fold_pair of keys 2p
 // and 2p + 1; lane j of the result is key j's sum. Each addition is one of
 // reduce_add's (the same two operands), so the bits are reduce_add's.
-__m512 reduce_16_keys(const __m512* pairs) {
+[[gnu::always_inline]] inline __m512 reduce_16_keys(const __m512* pairs) {
   __m512 fours[4];  // 128-bit quarter i: key 4f + i's lanes l + (l + 4), l < 4
   for (int f = 0; f < 4; ++f) {
     const __m512 a = pairs[2 * f], b = pairs[2 * f + 1];
@@ -111,30 +111,49 @@ void axpy_keys_block(const float* const* p, const typename E::T* const* v, int64
 template <class E>
 struct KeyKernels {
   using T = typename E::T;
-  // The 16 lanes of key kj's dot with each of kRows rows, before the
-  // reduction: two 16-wide chains, the masked tail into the first, added.
-  template <int kRows>
-  static void lane_sums(const float* const* q, const T* kj, int64_t n, __m512* sums) {
-    __m512 acc0[kRows], acc1[kRows];
+  // The 16 lanes of the dot of each of kKeys keys with each of kRows rows,
+  // before the reduction: two 16-wide chains, the masked tail into the first,
+  // added. Each query chunk is loaded once for the keys, each key chunk once
+  // for the rows; every (row, key) has its own chains, so the bits are those
+  // of one row and one key alone.
+  template <int kRows, int kKeys>
+  static void lane_sums(const float* const* q, const T* const* k, int64_t n, __m512 (*sums)[kKeys]) {
+    __m512 acc0[kRows][kKeys], acc1[kRows][kKeys];
     #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+    for (int r = 0; r < kRows; ++r)
+      #pragma GCC unroll 16
+      for (int c = 0; c < kKeys; ++c) acc0[r][c] = acc1[r][c] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-      const __m512 k0 = E::load(kj + i, 0xffff), k1 = E::load(kj + i + 16, 0xffff);
+      __m512 k0[kKeys], k1[kKeys];
+      #pragma GCC unroll 16
+      for (int c = 0; c < kKeys; ++c) k0[c] = E::load(k[c] + i, 0xffff), k1[c] = E::load(k[c] + i + 16, 0xffff);
       #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) {
-        acc0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + i), k0, acc0[r]);
-        acc1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q[r] + i + 16), k1, acc1[r]);
+        const __m512 q0 = _mm512_loadu_ps(q[r] + i), q1 = _mm512_loadu_ps(q[r] + i + 16);
+        #pragma GCC unroll 16
+        for (int c = 0; c < kKeys; ++c) {
+          acc0[r][c] = _mm512_fmadd_ps(q0, k0[c], acc0[r][c]);
+          acc1[r][c] = _mm512_fmadd_ps(q1, k1[c], acc1[r][c]);
+        }
       }
     }
     for (; i < n; i += 16) {
       const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
-      const __m512 k0 = E::load(kj + i, m);
+      __m512 k0[kKeys];
       #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) acc0[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[r] + i), k0, acc0[r]);
+      for (int c = 0; c < kKeys; ++c) k0[c] = E::load(k[c] + i, m);
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) {
+        const __m512 q0 = _mm512_maskz_loadu_ps(m, q[r] + i);
+        #pragma GCC unroll 16
+        for (int c = 0; c < kKeys; ++c) acc0[r][c] = _mm512_fmadd_ps(q0, k0[c], acc0[r][c]);
+      }
     }
     #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) sums[r] = _mm512_add_ps(acc0[r], acc1[r]);
+    for (int r = 0; r < kRows; ++r)
+      #pragma GCC unroll 16
+      for (int c = 0; c < kKeys; ++c) sums[r][c] = _mm512_add_ps(acc0[r][c], acc1[r][c]);
   }
 
   // dot(q[r], k[j], n) for kRows rows at once, each key chunk loaded once for
@@ -146,20 +165,19 @@ struct KeyKernels {
     for (; j + 16 <= n_keys; j += 16) {
       __m512 pairs[kRows][8];
       for (int p = 0; p < 8; ++p) {
-        __m512 x[kRows], y[kRows];
-        lane_sums<kRows>(q, k[j + 2 * p], n, x);
-        lane_sums<kRows>(q, k[j + 2 * p + 1], n, y);
+        __m512 xy[kRows][2];
+        lane_sums<kRows, 2>(q, k + j + 2 * p, n, xy);
         #pragma GCC unroll 16
-        for (int r = 0; r < kRows; ++r) pairs[r][p] = fold_pair(x[r], y[r]);
+        for (int r = 0; r < kRows; ++r) pairs[r][p] = fold_pair(xy[r][0], xy[r][1]);
       }
       #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) _mm512_storeu_ps(out[r] + j, reduce_16_keys(pairs[r]));
     }
     for (; j < n_keys; ++j) {
-      __m512 sums[kRows];
-      lane_sums<kRows>(q, k[j], n, sums);
+      __m512 sums[kRows][1];
+      lane_sums<kRows, 1>(q, k + j, n, sums);
       #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) out[r][j] = reduce_add(sums[r]);
+      for (int r = 0; r < kRows; ++r) out[r][j] = reduce_add(sums[r][0]);
     }
   }
 
