@@ -51,11 +51,13 @@ bool widened_as_loaded(const HeadSource& src) {
   return (t == KVType::F16 || t == KVType::BF16) && src.v->type == t && src.ops->dot_keys_half != nullptr;
 }
 
-// A tile read by more rows than one call takes (prefill) is dequantized once
-// for all of them; a decode tile (one call) is widened as it loads. The same
-// bits either way: a speed choice only.
+// A tile read by many rows (prefill) is dequantized once for all of them; a
+// decode tile (one or two calls: a GQA group of up to 8 query heads, as
+// Qwen2.5's 7) is widened as it loads, straight from memory. The same bits
+// either way: a speed choice only.
+constexpr int64_t kMaxRowsWidenedAsLoaded = 2 * kAttentionRowsPerCall;
 void load_tile(const HeadSource& src, int64_t n_rows, int64_t t0, int64_t from, int64_t t1, KVTile& tile) {
-  tile.half = widened_as_loaded(src) && n_rows <= kAttentionRowsPerCall;
+  tile.half = widened_as_loaded(src) && n_rows <= kMaxRowsWidenedAsLoaded;
   if (tile.half) {
     tile.half_type = src.k->type;
     stored_rows(*src.k, src.k_offset, t0, from, t1, tile.k_half);
@@ -178,14 +180,15 @@ HeadSource head_source(const KVRows& k, const KVRows& v, int64_t kv_head, const 
 // head of the group joins the item, so each K/V tile is read once per item.
 void flash_prefill(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, const KVRows& v,
                    const AttentionShape& s, float* out) {
-  const int64_t n_tiles = (n_q + kQueryTile - 1) / kQueryTile;
+  const int64_t tile = query_tile(n_q, s.n_kv_heads, omp_get_max_threads());
+  const int64_t n_tiles = (n_q + tile - 1) / tile;
 #pragma omp parallel
   {
     FlashScratch scratch;
 #pragma omp for schedule(dynamic)
     for (int64_t item = 0; item < s.n_kv_heads * n_tiles; ++item) {
-      const int64_t kvh = item / n_tiles, i0 = (item % n_tiles) * kQueryTile;
-      flash_query_tile(q, i0, std::min(n_q, i0 + kQueryTile), pos0, k, v, kvh, s, scratch, out);
+      const int64_t kvh = item / n_tiles, i0 = (item % n_tiles) * tile;
+      flash_query_tile(q, i0, std::min(n_q, i0 + tile), pos0, k, v, kvh, s, scratch, out);
     }
   }
 }
@@ -242,6 +245,12 @@ void flash_decode(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, co
 }  // namespace
 
 namespace flash_detail {
+
+int64_t query_tile(int64_t n_q, int64_t n_kv_heads, int64_t threads) {
+  int64_t tile = kMaxQueryTile;
+  while (tile > kMinQueryTile && n_kv_heads * ((n_q + tile - 1) / tile) < 4 * threads) tile /= 2;
+  return tile;
+}
 
 void flash_query_tile(const float* q, int64_t i0, int64_t i1, int64_t pos0, const KVRows& k, const KVRows& v,
                       int64_t kv_head, const AttentionShape& s, FlashScratch& scratch, float* out) {
@@ -317,7 +326,7 @@ void flash_attention(const float* q, int64_t n_q, int64_t pos0, const KVRows& k,
   const int64_t threads = omp_get_max_threads();
   // Few query rows against a long context: not enough (head, tile) items to
   // keep every thread busy, so split the keys instead.
-  const int64_t prefill_items = shape.n_kv_heads * ((n_q + kQueryTile - 1) / kQueryTile);
+  const int64_t prefill_items = shape.n_kv_heads * ((n_q + kMinQueryTile - 1) / kMinQueryTile);
   // Either path gives the same bits (fixed key splits merged in order), so
   // this choice, which depends on the threads, is a speed choice only.
   if (n_q <= 4 && prefill_items < threads * 2 && n_kv >= 2 * kKeySplit) {

@@ -12,7 +12,14 @@
 namespace kvserve::flash_detail {
 
 constexpr int64_t kKeyTile = 64;     // keys per tile: a 64 x head_dim K tile stays in L1/L2
-constexpr int64_t kQueryTile = 32;   // query positions per work item in prefill
+// Query positions per prefill work item: each item dequantizes (f16, bf16,
+// q8_0, ...) every key tile it reads once for all its rows, so bigger items
+// dequantize less per row; smaller ones keep the threads busy on short chunks.
+constexpr int64_t kMinQueryTile = 16, kMaxQueryTile = 64;
+// The largest tile in [kMinQueryTile, kMaxQueryTile] (halving) that still
+// gives every thread 4 items; any choice gives the same bits (rows are
+// independent), so it is a speed choice only.
+int64_t query_tile(int64_t n_q, int64_t n_kv_heads, int64_t threads);
 // Keys per split, at fixed absolute positions [s * kKeySplit, (s + 1) * kKeySplit):
 // every path computes a row's attention split by split, each from a fresh
 // online-softmax state, and merges the splits' partial states in split order.

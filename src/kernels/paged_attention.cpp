@@ -1,5 +1,7 @@
 #include "kernels/paged_attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -16,12 +18,13 @@ struct WorkItem {
 };
 
 std::vector<WorkItem> work_items(std::span<const PagedAttentionJob> jobs, const AttentionShape& shape) {
-  using flash_detail::kQueryTile;
   std::vector<WorkItem> items;
-  for (size_t j = 0; j < jobs.size(); ++j)
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const int64_t tile = flash_detail::query_tile(jobs[j].n_q, shape.n_kv_heads, omp_get_max_threads());
     for (int64_t h = 0; h < shape.n_kv_heads; ++h)
-      for (int64_t i0 = 0; i0 < jobs[j].n_q; i0 += kQueryTile)
-        items.push_back({static_cast<int64_t>(j), h, i0, std::min(jobs[j].n_q, i0 + kQueryTile)});
+      for (int64_t i0 = 0; i0 < jobs[j].n_q; i0 += tile)
+        items.push_back({static_cast<int64_t>(j), h, i0, std::min(jobs[j].n_q, i0 + tile)});
+  }
   return items;
 }
 
