@@ -42,7 +42,7 @@ struct BenchOptions {
   int64_t shared_prefix = 0;               // tokens of system prompt shared by every request
   int prefix_groups = 1;                   // distinct shared prefixes, each request draws one
   std::string schema;                      // a JSON schema file every request follows ("builtin": an order list)
-  std::string kv_type = "f32";             // KV pool element type
+  std::string kv_type = "f16";             // KV pool element type
   int64_t kv_mem_mib = 0;                  // KV pool budget (0: room for every running sequence at its longest)
   uint64_t seed = 1;
   PipelineFlags pipeline;                  // --pipeline-parallel: the in-process --serving engine over mpirun's ranks

@@ -32,7 +32,7 @@ struct PerplexityOptions {
   std::string model = "models/smollm2-135m-instruct-q4_1.gguf";
   std::string file;
   int64_t context = 512;
-  std::string kv_type = "f32";
+  std::string kv_type = "f16";
   int64_t chunks = 0;  // 0: every whole window in the file
   int threads = 0;
 };

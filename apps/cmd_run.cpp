@@ -42,7 +42,7 @@ struct RunOptions {
   int64_t context = 4096;
   int threads = 0;
   std::string decoder = "cached";
-  std::string kv_type = "f32";
+  std::string kv_type = "f16";
   bool ignore_eos = false;
   bool no_echo = false;
   bool chat = false;  // --chat: each prompt as one user turn through the model's chat template

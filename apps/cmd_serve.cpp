@@ -53,7 +53,7 @@ struct ServeOptions {
   int64_t max_body_bytes = 16 << 20;    // a larger request body gets 413
   double grammar_timeout_seconds = 10;  // a request waits this long for its grammar to compile (then 400)
   int64_t max_grammar_bytes = 256 * 1024;
-  std::string kv_type = "f32";
+  std::string kv_type = "f16";
   // Requests' default speculation (none | ngram | draft | auto); a request's "speculative" overrides it. auto
   // drafts only where it expects >= 1.05x, and measured no row below 0.99x (docs/speculative.md, issue 19).
   std::string spec = "auto";
