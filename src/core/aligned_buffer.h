@@ -44,6 +44,7 @@ class AlignedBuffer {
     if (bytes >= kMapBytes) {
       void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED) throw std::bad_alloc();
+      ::madvise(p, bytes, MADV_HUGEPAGE);
       data_ = static_cast<T*>(p);
       mapped_bytes_ = bytes;
       return;
