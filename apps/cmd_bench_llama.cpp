@@ -59,7 +59,8 @@ struct BenchTest {
 
 // A decoder holding `depth` tokens of context, prefilled in chunks of 512 (as llama-bench's batches).
 std::unique_ptr<Decoder> decoder_at_depth(const Model& m, KVType kv, const BenchTest& t, std::span<const int32_t> tokens) {
-  const int64_t context = t.depth + t.n + 2;
+  // tg from depth 0 decodes after a one-token prompt; pp needs exactly depth + n (pp8192 on an 8K model).
+  const int64_t context = t.depth + t.n + (!t.prompt && t.depth == 0 ? 1 : 0);
   if (context > m.config().context_length)
     throw Error(t.name() + " needs " + std::to_string(context) + " tokens of context; " + m.config().name + " has " +
                 std::to_string(m.config().context_length));
