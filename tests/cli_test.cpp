@@ -139,5 +139,5 @@ TEST(Cli, BenchMeasuresAtADepth) {
   for (const char* test : {",pp8,", ",tg4,", ",pp8 @ d100,", ",tg4 @ d100,"})
     EXPECT_NE(r.output.find(test), std::string::npos) << test << "\n" << r.output;
   EXPECT_NE(r.output.find("kv_gb_per_s"), std::string::npos) << r.output;
-  expect_one_line_error("bench -m " + model.path() + " -p 8 -n 0 -d 250 -r 1", "pp8 @ d250 needs 260 tokens of context");
+  expect_one_line_error("bench -m " + model.path() + " -p 8 -n 0 -d 250 -r 1", "pp8 @ d250 needs 258 tokens of context");
 }
