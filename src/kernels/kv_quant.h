@@ -141,6 +141,29 @@ struct AttentionRowOps {
   }
 };
 
+// AttentionVectorOps' dot_keys_half / axpy_keys_half for a SIMD table:
+// F16 and BF16 are its row kernels (dot_rows / axpy_rows, as AttentionRowOps'
+// K) over f16 and bf16 rows, picked by the rows' type.
+template <typename F16, typename BF16>
+struct HalfAttentionRowOps {
+  static void dot_keys_half(KVType type, const float* const* q, int n_rows, const uint16_t* const* k, int64_t n_keys,
+                            int64_t n, float* const* out) {
+    with_attention_rows(n_rows, [&](auto rows) {
+      constexpr int kRows = decltype(rows)::value;
+      if (type == KVType::BF16) BF16::template dot_rows<kRows>(q, k, n_keys, n, out);
+      else F16::template dot_rows<kRows>(q, k, n_keys, n, out);
+    });
+  }
+  static void axpy_keys_half(KVType type, const float* const* p, int n_rows, const uint16_t* const* v,
+                             int64_t n_keys, float* const* y, int64_t n) {
+    with_attention_rows(n_rows, [&](auto rows) {
+      constexpr int kRows = decltype(rows)::value;
+      if (type == KVType::BF16) BF16::template axpy_rows<kRows>(p, v, n_keys, y, n);
+      else F16::template axpy_rows<kRows>(p, v, n_keys, y, n);
+    });
+  }
+};
+
 // The ops for the active kernel ISA (kernels/dispatch.h).
 const AttentionVectorOps& attention_vector_ops();
 const AttentionVectorOps& scalar_attention_vector_ops();

@@ -169,23 +169,7 @@ struct KeyKernels {
 };
 using RowOps = AttentionRowOps<KeyKernels<F32Elems>>;
 
-void dot_keys_half(KVType type, const float* const* q, int n_rows, const uint16_t* const* k, int64_t n_keys,
-                   int64_t n, float* const* out) {
-  with_attention_rows(n_rows, [&](auto rows) {
-    constexpr int kRows = decltype(rows)::value;
-    if (type == KVType::BF16) KeyKernels<BF16Elems>::dot_rows<kRows>(q, k, n_keys, n, out);
-    else KeyKernels<F16Elems>::dot_rows<kRows>(q, k, n_keys, n, out);
-  });
-}
-
-void axpy_keys_half(KVType type, const float* const* p, int n_rows, const uint16_t* const* v, int64_t n_keys,
-                    float* const* y, int64_t n) {
-  with_attention_rows(n_rows, [&](auto rows) {
-    constexpr int kRows = decltype(rows)::value;
-    if (type == KVType::BF16) KeyKernels<BF16Elems>::axpy_rows<kRows>(p, v, n_keys, y, n);
-    else KeyKernels<F16Elems>::axpy_rows<kRows>(p, v, n_keys, y, n);
-  });
-}
+using HalfRowOps = HalfAttentionRowOps<KeyKernels<F16Elems>, KeyKernels<BF16Elems>>;
 
 // fast_exp::exp_scalar on 8 lanes: the same operations in the same order.
 __m256 exp_lanes(__m256 x) {
@@ -272,7 +256,7 @@ void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
 const AttentionVectorOps& avx2_attention_vector_ops() {
   static const AttentionVectorOps ops{RowOps::dot,       RowOps::axpy,      scale,     dequantize,
                                       RowOps::dot_keys,  RowOps::axpy_keys, scale_max, exp_sum,
-                                      dot_keys_half,     axpy_keys_half};
+                                      HalfRowOps::dot_keys_half,     HalfRowOps::axpy_keys_half};
   return ops;
 }
 
