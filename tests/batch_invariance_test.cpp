@@ -284,8 +284,9 @@ TEST(BatchInvariance, SlidingWindowRowDoesNotDependOnChunkThreadsOrBatch) {
 // Long contexts: the decode path's key splits used to be n_kv / 256 capped at
 // 4 x threads, so past 2048 keys 2 and 3 threads merged different splits.
 TEST(BatchInvariance, LongContextDecodeDoesNotDependOnThreads) {
-  for (KVType type : {KVType::F32, KVType::Q8_0}) {
-    if (test_util::skip_slow() && type == KVType::F32) continue;  // the sanitizer build: the dequantizing path only
+  // f16 / bf16 (the CLI's default KV type): rows widened as loaded in decode, a dequantized tile in prefill.
+  for (KVType type : {KVType::F32, KVType::Q8_0, KVType::F16, KVType::BF16}) {
+    if (test_util::skip_slow() && type != KVType::Q8_0) continue;  // the sanitizer build: the dequantizing path only
     const int64_t len = 2500;
     AttentionFixture f(type, len);
     const int64_t from = len - 48;  // reference: the last 48 rows, one call (prefill path), one thread
@@ -363,10 +364,10 @@ class Runner {
   // free_sliding: a model's sliding-window layers get their own pool, which
   // frees the blocks behind the window (the engine's default), else every
   // layer keeps every position.
-  Runner(const Model& m, int64_t n_blocks, bool free_sliding)
+  Runner(const Model& m, int64_t n_blocks, bool free_sliding, KVType kv_type)
       : model_(m),
         kv_(manager(m.config(), n_blocks, free_sliding)),
-        storage_(storage(m.config(), n_blocks, free_sliding)),
+        storage_(storage(m.config(), n_blocks, free_sliding, kv_type)),
         t_(m, AttentionKernel::kFlash) {}
 
   // One forward_batch over the shares, in this order.
@@ -407,10 +408,10 @@ class Runner {
     if (!free_sliding || c.sliding_window == 0) return KVCacheManager(n_blocks, kBlockSize, false);
     return KVCacheManager(n_blocks, kBlockSize, false, SlidingKVGroup{c.sliding_window, n_blocks});
   }
-  static PagedKVStorage storage(const ModelConfig& c, int64_t n_blocks, bool free_sliding) {
+  static PagedKVStorage storage(const ModelConfig& c, int64_t n_blocks, bool free_sliding, KVType type) {
     if (!free_sliding || c.sliding_window == 0)
-      return PagedKVStorage(c.n_layers, n_blocks, kBlockSize, c.n_kv_heads, c.head_dim);
-    return PagedKVStorage(c.layer_is_sliding, n_blocks, n_blocks, kBlockSize, c.n_kv_heads, c.head_dim);
+      return PagedKVStorage(c.n_layers, n_blocks, kBlockSize, c.n_kv_heads, c.head_dim, type);
+    return PagedKVStorage(c.layer_is_sliding, n_blocks, n_blocks, kBlockSize, c.n_kv_heads, c.head_dim, type);
   }
 
   const Model& model_;
@@ -439,6 +440,7 @@ struct Schedule {
   bool batch = false;          // among 15 other sequences
   bool prompt_logits = true;   // logits for every prompt row (else the last one only)
   bool free_sliding = true;    // sliding-window layers free the blocks behind the window (Runner)
+  KVType kv_type = KVType::F32;
 };
 
 class BatchInvarianceModel : public ::testing::Test {
@@ -474,7 +476,7 @@ class BatchInvarianceModel : public ::testing::Test {
         blocks += n / Runner::kBlockSize + 2;
       }
     auto prompt_of = [](const Seq& o) { return static_cast<int64_t>(o.tokens.size()) - kVerify - 1; };
-    auto r = std::make_unique<Runner>(*model_, blocks, s.free_sliding);
+    auto r = std::make_unique<Runner>(*model_, blocks, s.free_sliding, s.kv_type);
     const int64_t chunk = s.chunk > 0 ? s.chunk : s.prompt;
     if (s.batch) {
       std::vector<Share> step1, step2;
@@ -597,7 +599,34 @@ void long_context_alone_vs_batch(ActivationPrecision p) {
                                            "512-token context in a batch of 16");
 }
 
+// The CLI's default KV type (f16) at long context: 2100 tokens (9 key splits)
+// (Gemma: 800, past its 512-key window) alone vs among 15 others, and in one
+// prefill on 1 thread vs chunks of 512 on 2.
+void f16_long_context(int64_t prompt) {
+  const ScopedActivationPrecision precision(ActivationPrecision::kQ8);
+  Schedule alone{prompt, 0, false, 2, false, false};
+  alone.kv_type = KVType::F16;
+  Schedule batch = alone;
+  batch.batch = true;
+  BatchInvarianceModel::expect_same_logits(alone, batch, std::to_string(prompt) + "-token f16 context in a batch of 16");
+  if (::testing::Test::HasFatalFailure()) return;
+  Schedule one_thread = alone, chunked = alone;
+  one_thread.threads = 1;
+  chunked.chunk = 512;
+  BatchInvarianceModel::expect_same_logits(one_thread, chunked,
+                                           std::to_string(prompt) + "-token f16 context in chunks of 512 on 2 threads");
+}
+
 }  // namespace
+
+TEST_F(BatchInvarianceModel, RealModelQ8F16LongContext) {
+  if (test_util::skip_slow()) GTEST_SKIP() << "slow without optimization";
+  f16_long_context(2100);
+}
+TEST_F(Gemma3BatchInvariance, RealModelQ8F16LongContext) {
+  if (test_util::skip_slow()) GTEST_SKIP() << "slow without optimization";
+  f16_long_context(800);
+}
 
 // 8-bit activations (--activations q8, about to become the default): the
 // mode issue #15 makes batch-invariant. Needs the q8 matmuls over repacked
