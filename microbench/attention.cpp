@@ -60,26 +60,26 @@ Inputs make_inputs(int64_t n) {
   return in;
 }
 
-// K and V of one layer stored as `type`, contiguous.
+// K and V of one layer stored as `type`, contiguous and head-major, as the caches store them.
 struct TypedCache {
   std::vector<uint8_t> k, v;
   const uint8_t *k_base, *v_base;
   KVRows k_rows, v_rows;
   TypedCache(KVType type, const Inputs& in) {
     const int64_t hd = kShape.head_dim, heads = kShape.n_kv_heads;
-    const size_t head_bytes = kv_head_bytes(type, hd), row = static_cast<size_t>(heads) * head_bytes;
-    k.resize(row * static_cast<size_t>(in.n));
-    v.resize(row * static_cast<size_t>(in.n));
+    const size_t head_bytes = kv_head_bytes(type, hd), head_stride = static_cast<size_t>(in.n) * head_bytes;
+    k.resize(static_cast<size_t>(heads) * head_stride);
+    v.resize(static_cast<size_t>(heads) * head_stride);
     for (int64_t p = 0; p < in.n; ++p)
       for (int64_t h = 0; h < heads; ++h) {
-        const size_t at = static_cast<size_t>(p) * row + static_cast<size_t>(h) * head_bytes;
+        const size_t at = static_cast<size_t>(h) * head_stride + static_cast<size_t>(p) * head_bytes;
         quantize_kv_row(type, in.k.data() + (p * heads + h) * hd, k.data() + at, hd);
         quantize_kv_row(type, in.v.data() + (p * heads + h) * hd, v.data() + at, hd);
       }
     k_base = k.data();
     v_base = v.data();
-    k_rows = {type, in.n, row, &k_base};
-    v_rows = {type, in.n, row, &v_base};
+    k_rows = {type, in.n, head_bytes, &k_base, head_stride};
+    v_rows = {type, in.n, head_bytes, &v_base, head_stride};
   }
   double kv_bytes() const { return static_cast<double>(k.size() + v.size()); }
 };

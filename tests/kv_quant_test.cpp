@@ -41,24 +41,26 @@ void for_each_isa(Fn&& fn) {
   });
 }
 
-// K or V rows of n_kv tokens quantized into one contiguous buffer.
+// K or V rows of n_kv tokens quantized into one contiguous buffer, token-major
+// (a token's heads one after the other; the caches store head-major blocks:
+// the kernels take either through KVRows' strides).
 struct TypedRows {
   KVType type;
-  size_t row_bytes;
+  size_t row_bytes, head_bytes;
   std::vector<uint8_t> bytes;
   const uint8_t* base;
 
   TypedRows(KVType t, const std::vector<float>& values, int64_t n_kv, int64_t n_kv_heads, int64_t head_dim)
       : type(t), row_bytes(static_cast<size_t>(n_kv_heads) * kv_head_bytes(t, head_dim)),
+        head_bytes(kv_head_bytes(t, head_dim)),
         bytes(row_bytes * static_cast<size_t>(std::max<int64_t>(n_kv, 1))), base(bytes.data()) {
-    const size_t head_bytes = kv_head_bytes(t, head_dim);
     for (int64_t p = 0; p < n_kv; ++p)
       for (int64_t h = 0; h < n_kv_heads; ++h)
         quantize_kv_row(t, values.data() + (p * n_kv_heads + h) * head_dim,
                         bytes.data() + static_cast<size_t>(p) * row_bytes + static_cast<size_t>(h) * head_bytes,
                         head_dim);
   }
-  KVRows rows(int64_t n_kv) const { return {type, std::max<int64_t>(n_kv, 1), row_bytes, &base}; }
+  KVRows rows(int64_t n_kv) const { return {type, std::max<int64_t>(n_kv, 1), row_bytes, &base, head_bytes}; }
 };
 
 // The same rows copied into separately allocated blocks of block_size tokens,
@@ -79,7 +81,7 @@ struct BlockTableRows {
       std::copy_n(src.bytes.data() + static_cast<size_t>(p) * src.row_bytes, src.row_bytes,
                   storage[static_cast<size_t>(p / block_size)].data() + static_cast<size_t>(p % block_size) * stride);
     for (auto& block : storage) table.push_back(block.data());
-    rows = {src.type, block_size, stride, table.data()};
+    rows = {src.type, block_size, stride, table.data(), src.head_bytes};
   }
 };
 
@@ -205,7 +207,7 @@ TEST(KvQuant, BlockTypesRejectHeadsThatAreNotWholeBlocks) {
     std::vector<float> q(8), out(8);
     std::vector<uint8_t> row(64);
     const uint8_t* base = row.data();
-    const KVRows rows{type, 1, 64, &base};
+    const KVRows rows{type, 1, 64, &base, 64};
     EXPECT_THROW(flash_attention(q.data(), 1, 0, rows, rows, 1, {1, 1, 8}, out.data()), Error);
   }
   EXPECT_NO_THROW(ContiguousKVCache(1, 4, 1, 8, KVType::BF16));

@@ -19,7 +19,7 @@ namespace {
 struct HeadSource {
   const KVRows* k;
   const KVRows* v;
-  size_t k_offset, v_offset;  // bytes of the head inside a token row
+  size_t k_offset, v_offset;  // bytes from a token's first head to this one (KVRows::head)
   int64_t head_dim;
   float scale;                // of q.k (AttentionShape::score_scale)
   const AttentionVectorOps* ops;
@@ -169,8 +169,8 @@ void finish_row(const OnlineSoftmax& total, const float* acc, int64_t head_dim, 
 HeadSource head_source(const KVRows& k, const KVRows& v, int64_t kv_head, const AttentionShape& s) {
   return {&k,
           &v,
-          static_cast<size_t>(kv_head) * kv_head_bytes(k.type, s.head_dim),
-          static_cast<size_t>(kv_head) * kv_head_bytes(v.type, s.head_dim),
+          static_cast<size_t>(kv_head) * k.head_stride,
+          static_cast<size_t>(kv_head) * v.head_stride,
           s.head_dim,
           s.score_scale(),
           &attention_vector_ops()};
@@ -194,11 +194,10 @@ void flash_prefill(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, c
 }
 
 // Decode: the keys' fixed splits (kKeySplit) are work items spread over the
-// threads, each taking every K/V head of its keys in turn, so the heads of a
-// token row are read while its cache lines are still near (a work item per
-// head and split read a third of each row's lines, from memory, three times
-// over). Each leaves its rows' partial (max, sum, output), and every row then
-// merges its splits in split order, as the prefill path does.
+// threads, each taking every K/V head of its keys in turn (with head-major
+// blocks each head's keys are one contiguous run). Each leaves its rows'
+// partial (max, sum, output), and every row then merges its splits in split
+// order, as the prefill path does.
 void flash_decode(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, const KVRows& v, int64_t n_kv,
                   const AttentionShape& s, float* out) {
   const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads, q_stride = s.n_heads * hd;
@@ -342,8 +341,9 @@ void flash_attention(const float* q, int64_t n_q, int64_t pos0, const float* k, 
   const auto* v_base = reinterpret_cast<const uint8_t*>(v);
   const size_t stride = static_cast<size_t>(kv_stride) * sizeof(float);
   const int64_t one_block = std::max<int64_t>(n_kv, 1);
-  const KVRows k_rows{KVType::F32, one_block, stride, &k_base};
-  const KVRows v_rows{KVType::F32, one_block, stride, &v_base};
+  const size_t head_stride = static_cast<size_t>(shape.head_dim) * sizeof(float);  // token-major rows
+  const KVRows k_rows{KVType::F32, one_block, stride, &k_base, head_stride};
+  const KVRows v_rows{KVType::F32, one_block, stride, &v_base, head_stride};
   flash_attention(q, n_q, pos0, k_rows, v_rows, n_kv, shape, out);
 }
 

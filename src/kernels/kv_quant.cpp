@@ -141,9 +141,10 @@ void quantize_kv_row(KVType type, const float* src, uint8_t* dst, int64_t n) {
   quantize_row(weight_dtype(type), src, dst, n);
 }
 
-void quantize_kv_token(KVType type, int64_t n_heads, int64_t head_dim, const float* src, uint8_t* dst) {
-  const size_t head_bytes = kv_head_bytes(type, head_dim);
-  for (int64_t h = 0; h < n_heads; ++h) quantize_kv_row(type, src + h * head_dim, dst + h * head_bytes, head_dim);
+void quantize_kv_token(KVType type, int64_t n_heads, int64_t head_dim, const float* src, uint8_t* dst,
+                       size_t head_stride) {
+  for (int64_t h = 0; h < n_heads; ++h)
+    quantize_kv_row(type, src + h * head_dim, dst + static_cast<size_t>(h) * head_stride, head_dim);
 }
 
 void dequantize_kv_row_scalar(KVType type, const uint8_t* src, float* dst, int64_t n) {
@@ -157,10 +158,9 @@ void dequantize_kv_row(KVType type, const uint8_t* src, float* dst, int64_t n) {
 }
 
 void dequantize_kv_rows(const KVRows& rows, int64_t n_kv, int64_t n_kv_heads, int64_t head_dim, float* out) {
-  const size_t head_bytes = kv_head_bytes(rows.type, head_dim);
   for (int64_t pos = 0; pos < n_kv; ++pos)
     for (int64_t h = 0; h < n_kv_heads; ++h)
-      dequantize_kv_row(rows.type, rows.token(pos) + h * head_bytes, out + (pos * n_kv_heads + h) * head_dim, head_dim);
+      dequantize_kv_row(rows.type, rows.head(pos, h), out + (pos * n_kv_heads + h) * head_dim, head_dim);
 }
 
 namespace {

@@ -44,9 +44,10 @@ void require_kv_type_fits(KVType type, int64_t head_dim);
 
 // Encodes n floats (n a multiple of the type's block) into dst.
 void quantize_kv_row(KVType type, const float* src, uint8_t* dst, int64_t n);
-// Encodes one token's row of n_heads head vectors ([n_heads * head_dim]
-// floats), each head on its own, into dst (n_heads * kv_head_bytes bytes).
-void quantize_kv_token(KVType type, int64_t n_heads, int64_t head_dim, const float* src, uint8_t* dst);
+// Encodes one token's n_heads head vectors ([n_heads * head_dim] floats),
+// each head on its own, head h at dst + h * head_stride (KVRows' layout).
+void quantize_kv_token(KVType type, int64_t n_heads, int64_t head_dim, const float* src, uint8_t* dst,
+                       size_t head_stride);
 // dst[0..n) = the values in src: the scalar reference.
 void dequantize_kv_row_scalar(KVType type, const uint8_t* src, float* dst, int64_t n);
 // Same result, on the fastest path this CPU and the active kernel ISA allow.
@@ -54,18 +55,24 @@ void dequantize_kv_row(KVType type, const uint8_t* src, float* dst, int64_t n);
 
 // K or V rows of one layer of one sequence, stored in blocks of block_size
 // tokens (a contiguous cache is one block of its whole capacity; a paged cache
-// passes its block table). Each token row holds n_kv_heads head vectors, head
-// h at byte h * kv_head_bytes(type, head_dim) of the row.
+// passes its block table). Head h of the token at `pos` is at
+// head(pos, h). The caches store a block head-major ([head][token][head
+// bytes]: token_stride one head vector, head_stride block_size of them), so
+// decode attention, which reads one head's keys in order, streams contiguous
+// memory (a token-major row made it stride over the other heads' bytes:
+// 30% slower at 4096 keys, docs/attention.md).
 struct KVRows {
   KVType type = KVType::F32;
   int64_t block_size = 0;           // tokens per block
-  size_t token_stride = 0;          // bytes from one token's row to the next inside a block; a
+  size_t token_stride = 0;          // bytes from one token's head vector to the next token's inside a block; a
                                     // multiple of 4 (blocks 4-byte aligned) so f32 / fp16 fields load aligned
   const uint8_t* const* blocks = nullptr;  // block base addresses in position order
+  size_t head_stride = 0;           // bytes from head h's vector of a token to head h + 1's
 
   const uint8_t* token(int64_t pos) const {
     return blocks[pos / block_size] + static_cast<size_t>(pos % block_size) * token_stride;
   }
+  const uint8_t* head(int64_t pos, int64_t h) const { return token(pos) + static_cast<size_t>(h) * head_stride; }
 };
 
 // Materializes rows [0, n_kv) as f32 [n_kv][n_kv_heads * head_dim] (for the

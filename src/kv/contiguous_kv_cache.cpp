@@ -9,8 +9,8 @@ ContiguousKVCache::ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t
     : capacity_(capacity), n_kv_heads_(n_kv_heads), head_dim_(head_dim), type_(type) {
   check(n_layers > 0 && capacity > 0 && n_kv_heads > 0 && head_dim > 0, "KV cache dimensions are positive");
   require_kv_type_fits(type, head_dim);
-  row_bytes_ = static_cast<size_t>(n_kv_heads) * kv_head_bytes(type, head_dim);
-  const size_t layer_bytes = static_cast<size_t>(capacity) * row_bytes_;
+  head_bytes_ = kv_head_bytes(type, head_dim);
+  const size_t layer_bytes = static_cast<size_t>(n_kv_heads * capacity) * head_bytes_;
   k_.resize(static_cast<size_t>(n_layers) * layer_bytes);
   v_.resize(static_cast<size_t>(n_layers) * layer_bytes);
   for (int64_t l = 0; l < n_layers; ++l) {
@@ -26,8 +26,8 @@ void ContiguousKVCache::set_size(int64_t n) {
 
 void ContiguousKVCache::write(int64_t layer, int64_t pos, const float* k, const float* v) {
   check(pos >= 0 && pos < capacity_, "KV write within capacity");
-  quantize_kv_token(type_, n_kv_heads_, head_dim_, k, row(k_, layer, pos));
-  quantize_kv_token(type_, n_kv_heads_, head_dim_, v, row(v_, layer, pos));
+  quantize_kv_token(type_, n_kv_heads_, head_dim_, k, token(k_, layer, pos), head_stride());
+  quantize_kv_token(type_, n_kv_heads_, head_dim_, v, token(v_, layer, pos), head_stride());
 }
 
 }  // namespace kvserve

@@ -1,8 +1,8 @@
 #pragma once
-// The simplest KV storage: per layer, one contiguous array of K rows and one
-// of V rows, indexed by position, in any KV element type (kernels/kv_quant.h).
-// A token's row holds its n_kv_heads head vectors one after the other, each
-// quantized on its own. One sequence; capacity fixed at creation.
+// The simplest KV storage: per layer, one contiguous array of K and one of V,
+// in any KV element type (kernels/kv_quant.h), head-major: head h's vectors of
+// positions 0 .. capacity - 1 one after the other (KVRows' layout with one
+// block), each quantized on its own. One sequence; capacity fixed at creation.
 #include <cstdint>
 #include <vector>
 
@@ -33,23 +33,23 @@ class ContiguousKVCache {
   // `capacity` tokens). Valid while the cache lives.
   KVRows k_rows(int64_t layer) const { return rows(k_bases_, layer); }
   KVRows v_rows(int64_t layer) const { return rows(v_bases_, layer); }
-  // Bytes of one token's K (or V) row in one layer.
-  size_t row_bytes() const { return row_bytes_; }
   size_t bytes() const { return k_.size() + v_.size(); }
 
  private:
   KVRows rows(const std::vector<const uint8_t*>& bases, int64_t layer) const {
-    return {type_, capacity_, row_bytes_, &bases[static_cast<size_t>(layer)]};
+    return {type_, capacity_, head_bytes_, &bases[static_cast<size_t>(layer)], head_stride()};
   }
-  uint8_t* row(AlignedBuffer<uint8_t>& buf, int64_t layer, int64_t pos) {
-    return buf.data() + static_cast<size_t>(layer * capacity_ + pos) * row_bytes_;
+  size_t head_stride() const { return static_cast<size_t>(capacity_) * head_bytes_; }
+  // Head 0's vector of `pos` in the layer (head h at + h * head_stride()).
+  uint8_t* token(AlignedBuffer<uint8_t>& buf, int64_t layer, int64_t pos) {
+    return buf.data() + static_cast<size_t>(layer * n_kv_heads_ * capacity_ + pos) * head_bytes_;
   }
   int64_t capacity_, n_kv_heads_, head_dim_;
   KVType type_;
-  size_t row_bytes_;
+  size_t head_bytes_;
   int64_t size_ = 0;
-  AlignedBuffer<uint8_t> k_;  // [n_layers][capacity][row_bytes]
-  AlignedBuffer<uint8_t> v_;  // [n_layers][capacity][row_bytes]
+  AlignedBuffer<uint8_t> k_;  // [n_layers][n_kv_heads][capacity][head_bytes]
+  AlignedBuffer<uint8_t> v_;  // [n_layers][n_kv_heads][capacity][head_bytes]
   std::vector<const uint8_t*> k_bases_, v_bases_;  // [n_layers] each layer's first row
 };
 

@@ -29,6 +29,7 @@ PagedKVStorage::PagedKVStorage(const std::vector<bool>& layer_is_sliding, int64_
   check(n_layers_ > 0 && n_blocks > 0 && n_sliding_blocks >= 0 && block_size > 0 && n_kv_heads > 0 && head_dim > 0,
         "paged KV dimensions are positive");
   row_bytes_ = token_row_bytes(n_kv_heads, head_dim, type);
+  head_bytes_ = kv_head_bytes(type, head_dim);
   for (bool sliding : layer_is_sliding) {
     const KVGroup g = sliding && n_sliding_blocks > 0 ? KVGroup::kSliding : KVGroup::kFull;
     group_.push_back(g);
@@ -60,9 +61,9 @@ size_t PagedKVStorage::offset(int64_t layer, BlockId b) const {
 
 void PagedKVStorage::write(int64_t layer, BlockId b, int64_t slot, const float* k, const float* v) {
   check(slot >= 0 && slot < block_size_, "paged KV row inside its block");
-  const size_t at = offset(layer, b) + static_cast<size_t>(slot) * row_bytes_;
-  quantize_kv_token(type_, n_kv_heads_, head_dim_, k, k_.data() + at);
-  quantize_kv_token(type_, n_kv_heads_, head_dim_, v, v_.data() + at);
+  const size_t at = offset(layer, b) + static_cast<size_t>(slot) * head_bytes_;
+  quantize_kv_token(type_, n_kv_heads_, head_dim_, k, k_.data() + at, head_stride());
+  quantize_kv_token(type_, n_kv_heads_, head_dim_, v, v_.data() + at, head_stride());
 }
 
 void PagedKVStorage::append_block_bases(int64_t layer, std::span<const BlockId> table,

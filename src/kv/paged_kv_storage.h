@@ -55,9 +55,10 @@ class PagedKVStorage {
   void append_block_bases(int64_t layer, std::span<const BlockId> table, std::vector<const uint8_t*>& k_bases,
                           std::vector<const uint8_t*>& v_bases) const;
   // Rows through block base addresses in position order, which must outlive the result.
-  KVRows rows(const uint8_t* const* bases) const { return {type_, block_size_, row_bytes_, bases}; }
-  const uint8_t* k_block(int64_t layer, BlockId b) const { return k_.data() + offset(layer, b); }  // [block_size][row_bytes]
-  const uint8_t* v_block(int64_t layer, BlockId b) const { return v_.data() + offset(layer, b); }  // [block_size][row_bytes]
+  // A block is head-major: [n_kv_heads][block_size][head bytes] (KVRows).
+  KVRows rows(const uint8_t* const* bases) const { return {type_, block_size_, head_bytes_, bases, head_stride()}; }
+  const uint8_t* k_block(int64_t layer, BlockId b) const { return k_.data() + offset(layer, b); }
+  const uint8_t* v_block(int64_t layer, BlockId b) const { return v_.data() + offset(layer, b); }
   // Copies block src's rows into block dst in every layer of the group, byte for byte (copy-on-write).
   void copy_block(BlockId src, BlockId dst, KVGroup group = KVGroup::kFull);
   size_t bytes() const { return k_.size() + v_.size(); }
@@ -69,12 +70,14 @@ class PagedKVStorage {
   int64_t n_layers_, block_size_, n_kv_heads_, head_dim_;
   std::array<int64_t, 2> n_blocks_ = {0, 0};  // per group (KVGroup order); 0 sliding blocks: no sliding group
   KVType type_;
-  size_t row_bytes_;
+  size_t row_bytes_;   // one token's K (or V) in one layer, all heads
+  size_t head_bytes_;  // one head vector
+  size_t head_stride() const { return static_cast<size_t>(block_size_) * head_bytes_; }
   std::vector<KVGroup> group_;          // [n_layers] each layer's group
   std::vector<int64_t> index_in_group_; // [n_layers] the layer's index among its group's layers
   std::array<int64_t, 2> layers_in_group_ = {0, 0};
   std::array<size_t, 2> group_offset_ = {0, 0};  // bytes before each group's rows
-  // Each group's layers one after the other: [group][layer in group][block][block_size][row_bytes]
+  // Each group's layers one after the other: [group][layer in group][block][n_kv_heads][block_size][head bytes]
   AlignedBuffer<uint8_t> k_;
   AlignedBuffer<uint8_t> v_;
 };

@@ -115,20 +115,15 @@ void Transformer::attend(int64_t layer, int64_t n, int64_t pos0, const Contiguou
   const KVRows k = cache.k_rows(layer), v = cache.v_rows(layer);
   const int64_t n_kv = pos0 + n;
   if (attention_ == AttentionKernel::kFlash) return flash_attention(q_.data(), n, pos0, k, v, n_kv, shape, attn_.data());
-  // The reference reads f32 rows: a quantized cache is materialized first
-  // (what the reference is for: the plain algorithm, not speed).
+  // The reference reads token-major f32 rows: the cache (head-major, maybe
+  // quantized) is materialized first (what the reference is for: the plain
+  // algorithm, not speed).
   const int64_t kvd = cfg_.kv_dim();
-  const float* k_f32 = reinterpret_cast<const float*>(k.blocks[0]);
-  const float* v_f32 = reinterpret_cast<const float*>(v.blocks[0]);
-  if (cache.type() != KVType::F32) {
-    reference_k_.resize(static_cast<size_t>(n_kv * kvd));
-    reference_v_.resize(static_cast<size_t>(n_kv * kvd));
-    dequantize_kv_rows(k, n_kv, cfg_.n_kv_heads, cfg_.head_dim, reference_k_.data());
-    dequantize_kv_rows(v, n_kv, cfg_.n_kv_heads, cfg_.head_dim, reference_v_.data());
-    k_f32 = reference_k_.data();
-    v_f32 = reference_v_.data();
-  }
-  attention_reference(q_.data(), n, pos0, k_f32, v_f32, n_kv, kvd, shape, attn_.data());
+  reference_k_.resize(static_cast<size_t>(n_kv * kvd));
+  reference_v_.resize(static_cast<size_t>(n_kv * kvd));
+  dequantize_kv_rows(k, n_kv, cfg_.n_kv_heads, cfg_.head_dim, reference_k_.data());
+  dequantize_kv_rows(v, n_kv, cfg_.n_kv_heads, cfg_.head_dim, reference_v_.data());
+  attention_reference(q_.data(), n, pos0, reference_k_.data(), reference_v_.data(), n_kv, kvd, shape, attn_.data());
 }
 
 void Transformer::ffn_block(int64_t layer, int64_t n) {
