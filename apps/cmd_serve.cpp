@@ -54,6 +54,7 @@ struct ServeOptions {
   double grammar_timeout_seconds = 10;  // a request waits this long for its grammar to compile (then 400)
   int64_t max_grammar_bytes = 256 * 1024;
   std::string kv_type = "f16";
+  int64_t kv_mem_mib = 0;  // --kv-mem: the KV pool; 0: room for max-running full contexts, at most 1 GiB
   // Requests' default speculation (none | ngram | draft | auto); a request's "speculative" overrides it. auto
   // drafts only where it expects >= 1.05x, and measured no row below 0.99x (docs/speculative.md, issue 19).
   std::string spec = "auto";
@@ -113,6 +114,7 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
   engine_options.max_queue = opt.max_queue;
   engine_options.max_running = opt.max_running;
   engine_options.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
+  engine_options.kv_memory_bytes = opt.kv_mem_mib << 20;
   engine_options.threads = opt.threads;
   engine_options.draft_model = draft.get();
   engine_options.measure_step_cost = spec_default.mode == SpeculativeMode::kAuto;
@@ -224,6 +226,10 @@ void register_serve(CLI::App& app) {
   cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
   cmd->add_option("--kv-type", opt->kv_type, "KV cache element type: f32, f16, bf16, q8_0, fp8, q4_0")
       ->capture_default_str();
+  cmd->add_option("--kv-mem", opt->kv_mem_mib,
+                  "KV pool MiB, shared by every sequence through paged blocks (0: room for --max-running full "
+                  "contexts, at most 1 GiB); `kvserve kv-size` says what fits")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->capture_default_str();
   cmd->add_option("--shutdown-grace", opt->grace_seconds, "Seconds requests may run on after SIGINT/SIGTERM")
       ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
   cmd->add_option("--request-timeout", opt->request_timeout_seconds,

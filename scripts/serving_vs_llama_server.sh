@@ -4,6 +4,10 @@
 # test: CI never calls it. Build llama.cpp first with ../shared/peers/llama-cpp.sh (it prints BIN_DIR).
 #   scripts/serving_vs_llama_server.sh BIN_DIR [WORKLOAD FLAGS]
 # Default workload: --requests 32 --concurrency 16 -p 512 -n 128 --seed 1 (all requests at once).
+# Long prompts sharing prefixes (issue #34):
+#   scripts/serving_vs_llama_server.sh BIN_DIR --requests 8 --concurrency 4 -p 4096 -n 128 --shared-prefix 4096 --prefix-groups 2
+# Both servers get the same KV memory: llama-server's -c (every slot room for the shared prefix, a whole prompt
+# and its output) and kvserve's --kv-mem of the same bytes (f16 K/V on both sides).
 # Environment: MODEL (models/qwen2.5-coder-0.5b-instruct.gguf), THREADS (2), KVSERVE (./build/kvserve),
 # KVSERVE_FIRST=1 runs kvserve first (to see what the order does), SERVE_ARGS (extra `kvserve serve` flags).
 set -euo pipefail
@@ -15,12 +19,13 @@ MODEL=${MODEL:-models/qwen2.5-coder-0.5b-instruct.gguf}
 THREADS=${THREADS:-2}
 WORKLOAD=("$@")
 [ ${#WORKLOAD[@]} -gt 0 ] || WORKLOAD=(--requests 32 --concurrency 16 -p 512 -n 128 --seed 1)
-CONCURRENCY=16 PROMPT=512 OUTPUT=128
+CONCURRENCY=16 PROMPT=512 OUTPUT=128 PREFIX=0
 for ((i = 0; i < ${#WORKLOAD[@]} - 1; i++)); do
   case "${WORKLOAD[$i]}" in
     --concurrency) CONCURRENCY=${WORKLOAD[$((i + 1))]} ;;
     -p) PROMPT=${WORKLOAD[$((i + 1))]} ;;
     -n) OUTPUT=${WORKLOAD[$((i + 1))]} ;;
+    --shared-prefix) PREFIX=${WORKLOAD[$((i + 1))]} ;;
   esac
 done
 PORT_LLAMA=${PORT_LLAMA:-18080} PORT_KVSERVE=${PORT_KVSERVE:-18081}
@@ -52,8 +57,12 @@ run_against() {
   echo
 }
 
-# Every slot gets room for a whole prompt and its output (llama-server splits -c evenly over its -np slots).
-CTX=$(( CONCURRENCY * (PROMPT + OUTPUT + 64) ))
+# Every slot gets room for a whole prompt and its output (llama-server splits -c evenly over its -np slots);
+# kvserve's pool gets the bytes llama-server's f16 cache of CTX tokens takes.
+CTX=$(( CONCURRENCY * (PREFIX + PROMPT + OUTPUT + 64) ))
+KV_BYTES=$("$KVSERVE" kv-size "$MODEL" --ctx "$CTX" --kv-type f16 --json | sed -n 's/.*"bytes_per_token": \([0-9]*\).*/\1/p')
+KV_MIB=$(( (CTX * KV_BYTES + (1 << 20) - 1) >> 20 ))
+CTX_SEQ=$(( PREFIX + PROMPT + OUTPUT + 64 ))
 llama() {
   run_against llama-server "http://127.0.0.1:$PORT_LLAMA" "$BIN/llama-server" -m "$MODEL" --port "$PORT_LLAMA" \
     -np "$CONCURRENCY" -c "$CTX" -fa on -t "$THREADS" -tb "$THREADS"
@@ -61,7 +70,8 @@ llama() {
 ours() {
   # shellcheck disable=SC2086 # SERVE_ARGS is a list of words
   run_against kvserve "http://127.0.0.1:$PORT_KVSERVE" "$KVSERVE" serve -m "$MODEL" --port "$PORT_KVSERVE" \
-    --max-running "$CONCURRENCY" -t "$THREADS" ${SERVE_ARGS:-}
+    --max-running "$CONCURRENCY" -t "$THREADS" -c "$CTX_SEQ" --kv-mem "$KV_MIB" ${SERVE_ARGS:-}
 }
 echo "- CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; model $MODEL; workload ${WORKLOAD[*]}"
+echo "- KV memory on both sides: $CTX tokens of f16 K/V, $KV_MIB MiB (llama-server -c $CTX; kvserve --kv-mem $KV_MIB)"
 if [ "${KVSERVE_FIRST:-0}" = 1 ]; then ours; llama; else llama; ours; fi
