@@ -64,7 +64,8 @@ std::unique_ptr<Decoder> decoder_at_depth(const Model& m, KVType kv, const Bench
   if (context > m.config().context_length)
     throw Error(t.name() + " needs " + std::to_string(context) + " tokens of context; " + m.config().name + " has " +
                 std::to_string(m.config().context_length));
-  auto d = make_decoder("cached", m, context, kv);
+  // Each repetition rolls back t.n tokens: a sliding layers' ring must hold them too.
+  auto d = make_decoder("cached", m, context, kv, std::max<int64_t>(512, t.n));
   for (int64_t at = 0; at < t.depth; at += 512)
     d->append(tokens.subspan(static_cast<size_t>(at), static_cast<size_t>(std::min<int64_t>(512, t.depth - at))));
   return d;

@@ -176,3 +176,38 @@ TEST(Decoder, TruncateRollsBack) {
     EXPECT_THROW(d->truncate(13), Error);
   }
 }
+
+// Sliding-window layers in a ring (CachedDecoder with a short prefill chunk
+// and rewind: tiny-gemma3's five sliding layers keep 3 x 64 of 256 positions):
+// every logit the same bits as keeping every position, prompt in chunks of 16
+// then decoding past the ring twice over; a rollback the
+// ring still holds works, one past it is refused with an error.
+TEST(Decoder, SlidingRingGivesTheFullCachesBits) {
+  TempFile file(".gguf");
+  ::kvserve::test_util::write_synth_model(file.path(), "tiny-gemma3", DType::Q8_0, 7);
+  const auto m = Model::load(file.path());
+  ASSERT_GT(m->config().sliding_window, 0);
+  CachedDecoder ring(*m, 256, 16, AttentionKernel::kFlash, KVType::F16, 8);
+  CachedDecoder full(*m, 256, 16, AttentionKernel::kFlash, KVType::F16, 1000);
+  const int64_t vocab = m->config().vocab_size;
+  std::vector<int32_t> tokens = prompt_of(100, vocab);
+  std::span<const float> a = ring.append(tokens), b = full.append(tokens);
+  for (int64_t pos = 100; pos < 250; ++pos) {
+    ASSERT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << "position " << pos;
+    const auto next = static_cast<int32_t>((pos * 13 + 5) % vocab);
+    a = ring.append({&next, 1});
+    b = full.append({&next, 1});
+  }
+  ring.truncate(242);
+  full.truncate(242);
+  const int32_t next = 3;
+  a = ring.append({&next, 1});
+  b = full.append({&next, 1});
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << "after a rollback of 8";
+  try {
+    ring.truncate(100);
+    FAIL() << "a rollback past the ring was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sliding-window layers keep only the last"), std::string::npos) << e.what();
+  }
+}

@@ -46,10 +46,19 @@ void NaiveDecoder::truncate(int64_t n) {
   sequence_.resize(static_cast<size_t>(n));
 }
 
+namespace {
+// The reference attention materializes every position, so only flash attention gets a ring.
+SlidingRing sliding_ring(const ModelConfig& c, AttentionKernel attention, int64_t prefill_chunk, int64_t max_rewind) {
+  if (attention != AttentionKernel::kFlash || c.sliding_window == 0) return {};
+  return {c.layer_is_sliding, c.sliding_window, prefill_chunk + max_rewind};
+}
+}  // namespace
+
 CachedDecoder::CachedDecoder(const Model& model, int64_t max_context, int64_t prefill_chunk,
-                             AttentionKernel attention, KVType kv_type)
+                             AttentionKernel attention, KVType kv_type, int64_t max_rewind)
     : transformer_(model, attention),
-      cache_(model.config().n_layers, max_context, model.config().n_kv_heads, model.config().head_dim, kv_type),
+      cache_(model.config().n_layers, max_context, model.config().n_kv_heads, model.config().head_dim, kv_type,
+             sliding_ring(model.config(), attention, prefill_chunk, max_rewind)),
       prefill_chunk_(prefill_chunk),
       logits_(static_cast<size_t>(model.config().vocab_size)) {}
 
@@ -86,14 +95,14 @@ void CachedDecoder::reset() {
 }
 
 std::unique_ptr<Decoder> make_decoder(const std::string& kind, const Model& model, int64_t max_context,
-                                      KVType kv_type) {
+                                      KVType kv_type, int64_t max_rewind) {
   if (max_context <= 0 || max_context > model.config().context_length)
     throw Error("context size " + std::to_string(max_context) + " must be in [1, " +
                 std::to_string(model.config().context_length) + "] for this model");
   require_kv_type_fits(kv_type, model.config().head_dim);  // before any allocation
   if (kind == "naive") return std::make_unique<NaiveDecoder>(model, max_context, kv_type);
   if (kind == "cached")
-    return std::make_unique<CachedDecoder>(model, max_context, 512, AttentionKernel::kFlash, kv_type);
+    return std::make_unique<CachedDecoder>(model, max_context, 512, AttentionKernel::kFlash, kv_type, max_rewind);
   if (kind == "cached-reference")
     return std::make_unique<CachedDecoder>(model, max_context, 512, AttentionKernel::kReference, kv_type);
   throw Error("unknown decoder '" + kind + "' (expected naive, cached or cached-reference)");

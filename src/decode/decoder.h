@@ -64,9 +64,13 @@ class CachedDecoder : public Decoder {
  public:
   // Prompts longer than prefill_chunk are prefilled in chunks of that size
   // to bound the activation memory. kv_type: the cache's element type.
+  // With flash attention, sliding-window layers keep a ring of their last
+  // window + prefill_chunk + max_rewind positions (ContiguousKVCache), and
+  // truncate() may go back at most max_rewind tokens past what the ring holds.
   // Throws kvserve::Error when kv_type cannot hold the model's heads.
   CachedDecoder(const Model& model, int64_t max_context, int64_t prefill_chunk = 512,
-                AttentionKernel attention = AttentionKernel::kFlash, KVType kv_type = KVType::F32);
+                AttentionKernel attention = AttentionKernel::kFlash, KVType kv_type = KVType::F32,
+                int64_t max_rewind = 512);
   std::span<const float> append(std::span<const int32_t> tokens) override;
   std::span<const float> append_all(std::span<const int32_t> tokens) override;
   void truncate(int64_t n) override;
@@ -88,7 +92,8 @@ class CachedDecoder : public Decoder {
 // flash attention) or "cached-reference" (KV cache, reference attention: the
 // ladder's rung before flash attention). max_context <= the model's context length.
 // kv_type: the KV cache's element type (f32 keeps the exact reference numbers).
+// max_rewind: how far truncate() must be able to go back ("cached": see CachedDecoder).
 std::unique_ptr<Decoder> make_decoder(const std::string& kind, const Model& model, int64_t max_context,
-                                      KVType kv_type = KVType::F32);
+                                      KVType kv_type = KVType::F32, int64_t max_rewind = 512);
 
 }  // namespace kvserve

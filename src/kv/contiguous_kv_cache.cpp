@@ -1,33 +1,91 @@
 #include "kv/contiguous_kv_cache.h"
 
+#include <algorithm>
+#include <string>
+
 #include "core/error.h"
 
 namespace kvserve {
 
 ContiguousKVCache::ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
-                                     KVType type)
+                                     KVType type, const SlidingRing& ring)
     : capacity_(capacity), n_kv_heads_(n_kv_heads), head_dim_(head_dim), type_(type) {
   check(n_layers > 0 && capacity > 0 && n_kv_heads > 0 && head_dim > 0, "KV cache dimensions are positive");
+  check(ring.layers.empty() || static_cast<int64_t>(ring.layers.size()) == n_layers, "one ring flag per layer");
   require_kv_type_fits(type, head_dim);
   head_bytes_ = kv_head_bytes(type, head_dim);
-  const size_t layer_bytes = static_cast<size_t>(n_kv_heads * capacity) * head_bytes_;
-  k_.resize(static_cast<size_t>(n_layers) * layer_bytes);
-  v_.resize(static_cast<size_t>(n_layers) * layer_bytes);
-  for (int64_t l = 0; l < n_layers; ++l) {
-    k_bases_.push_back(k_.data() + static_cast<size_t>(l) * layer_bytes);
-    v_bases_.push_back(v_.data() + static_cast<size_t>(l) * layer_bytes);
+  // A ring of R blocks aliases positions R * kRingBlock apart; one block more
+  // than window + slack, so a chunk's new rows never land on a key still in view.
+  const int64_t ring_blocks = ring.window > 0 ? (ring.window + ring.slack + kRingBlock - 1) / kRingBlock + 1 : 0;
+  const bool use_ring = ring_blocks > 0 && ring_blocks * kRingBlock < capacity &&
+                        std::find(ring.layers.begin(), ring.layers.end(), true) != ring.layers.end();
+  if (use_ring) {
+    window_ = ring.window;
+    ring_blocks_ = ring_blocks;
+    ring_owner_.assign(static_cast<size_t>(ring_blocks * kRingBlock), -1);
   }
+  layers_.resize(static_cast<size_t>(n_layers));
+  const size_t token_bytes = static_cast<size_t>(n_kv_heads) * head_bytes_;
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (int64_t l = 0; l < n_layers; ++l) {
+    layers_[static_cast<size_t>(l)].ring = use_ring && ring.layers[static_cast<size_t>(l)];
+    offsets.push_back(total);
+    total += static_cast<size_t>(layers_[static_cast<size_t>(l)].ring ? ring_blocks_ * kRingBlock : capacity) * token_bytes;
+  }
+  k_.resize(total);
+  v_.resize(total);
+  for (int64_t l = 0; l < n_layers; ++l) {
+    Layer& layer = layers_[static_cast<size_t>(l)];
+    const size_t at = offsets[static_cast<size_t>(l)];
+    if (!layer.ring) {
+      layer.k_table = {k_.data() + at};
+      layer.v_table = {v_.data() + at};
+      continue;
+    }
+    const size_t block_bytes = static_cast<size_t>(kRingBlock) * token_bytes;
+    for (int64_t b = 0; b < (capacity + kRingBlock - 1) / kRingBlock; ++b) {
+      const size_t in_ring = static_cast<size_t>(b % ring_blocks_) * block_bytes;
+      layer.k_table.push_back(k_.data() + at + in_ring);
+      layer.v_table.push_back(v_.data() + at + in_ring);
+    }
+  }
+}
+
+KVRows ContiguousKVCache::rows(int64_t layer, bool keys) const {
+  const Layer& l = layers_[static_cast<size_t>(layer)];
+  const int64_t block = block_tokens(l);
+  return {type_, block, head_bytes_, (keys ? l.k_table : l.v_table).data(), static_cast<size_t>(block) * head_bytes_};
+}
+
+uint8_t* ContiguousKVCache::token(const std::vector<const uint8_t*>& table, int64_t block_tokens, int64_t pos,
+                                  size_t head_bytes) {
+  // The buffers are ours and writable; the tables hold them as the kernels read them.
+  auto* base = const_cast<uint8_t*>(table[static_cast<size_t>(pos / block_tokens)]);
+  return base + static_cast<size_t>(pos % block_tokens) * head_bytes;
 }
 
 void ContiguousKVCache::set_size(int64_t n) {
   check(n >= 0 && n <= capacity_, "KV cache size within capacity");
+  if (n < size_ && ring_blocks_ > 0) {
+    const auto slots = static_cast<int64_t>(ring_owner_.size());
+    for (int64_t p = std::max<int64_t>(0, n - window_ + 1); p < n; ++p)
+      if (ring_owner_[static_cast<size_t>(p % slots)] != p)
+        throw Error("cannot roll the KV cache back to " + std::to_string(n) + " tokens: its sliding-window layers keep "
+                    "only the last " + std::to_string(slots) + " positions, and position " + std::to_string(p) +
+                    " was overwritten");
+  }
   size_ = n;
 }
 
 void ContiguousKVCache::write(int64_t layer, int64_t pos, const float* k, const float* v) {
   check(pos >= 0 && pos < capacity_, "KV write within capacity");
-  quantize_kv_token(type_, n_kv_heads_, head_dim_, k, token(k_, layer, pos), head_stride());
-  quantize_kv_token(type_, n_kv_heads_, head_dim_, v, token(v_, layer, pos), head_stride());
+  const Layer& l = layers_[static_cast<size_t>(layer)];
+  const int64_t block = block_tokens(l);
+  const size_t head_stride = static_cast<size_t>(block) * head_bytes_;
+  quantize_kv_token(type_, n_kv_heads_, head_dim_, k, token(l.k_table, block, pos, head_bytes_), head_stride);
+  quantize_kv_token(type_, n_kv_heads_, head_dim_, v, token(l.v_table, block, pos, head_bytes_), head_stride);
+  if (l.ring) ring_owner_[static_cast<size_t>(pos % static_cast<int64_t>(ring_owner_.size()))] = pos;
 }
 
 }  // namespace kvserve

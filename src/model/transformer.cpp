@@ -148,6 +148,10 @@ void Transformer::forward(std::span<const int32_t> tokens, ContiguousKVCache& ca
   if (cache.size() + n > cache.capacity())
     throw Error("sequence of " + std::to_string(cache.size() + n) + " tokens exceeds the KV cache capacity of " +
                 std::to_string(cache.capacity()) + " tokens");
+  // A chunk's rows are all written before any is attended: in a ring they must not reach a key still in view.
+  if (cache.ring_tokens() > 0 && n + cfg_.sliding_window > cache.ring_tokens())
+    throw Error("a chunk of " + std::to_string(n) + " tokens does not fit the sliding layers' ring of " +
+                std::to_string(cache.ring_tokens()) + " positions (window " + std::to_string(cfg_.sliding_window) + ")");
   const ScopedActivationPrecision precision(model_.activations());
   resize_scratch(n);
   embed(tokens);
