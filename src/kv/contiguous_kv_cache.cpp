@@ -25,30 +25,31 @@ ContiguousKVCache::ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t
     ring_owner_.assign(static_cast<size_t>(ring_blocks * kRingBlock), -1);
   }
   layers_.resize(static_cast<size_t>(n_layers));
-  const size_t token_bytes = static_cast<size_t>(n_kv_heads) * head_bytes_;
-  std::vector<size_t> offsets;
-  size_t total = 0;
+  int64_t n_ring_layers = 0;
   for (int64_t l = 0; l < n_layers; ++l) {
     layers_[static_cast<size_t>(l)].ring = use_ring && ring.layers[static_cast<size_t>(l)];
-    offsets.push_back(total);
-    total += static_cast<size_t>(layers_[static_cast<size_t>(l)].ring ? ring_blocks_ * kRingBlock : capacity) * token_bytes;
+    n_ring_layers += layers_[static_cast<size_t>(l)].ring ? 1 : 0;
   }
-  k_.resize(total);
-  v_.resize(total);
-  for (int64_t l = 0; l < n_layers; ++l) {
-    Layer& layer = layers_[static_cast<size_t>(l)];
-    const size_t at = offsets[static_cast<size_t>(l)];
-    if (!layer.ring) {
-      layer.k_table = {k_.data() + at};
-      layer.v_table = {v_.data() + at};
-      continue;
+  const size_t token_bytes = static_cast<size_t>(n_kv_heads) * head_bytes_;
+  const int64_t full_blocks = (capacity + kBlockTokens - 1) / kBlockTokens;
+  const size_t full_block_bytes = static_cast<size_t>(kBlockTokens) * token_bytes;  // one layer's block
+  const size_t ring_block_bytes = static_cast<size_t>(kRingBlock) * token_bytes;
+  const size_t full_stride = static_cast<size_t>(n_layers - n_ring_layers) * full_block_bytes;  // a block, all layers
+  const size_t ring_stride = static_cast<size_t>(n_ring_layers) * ring_block_bytes;
+  const size_t ring_at = static_cast<size_t>(full_blocks) * full_stride;
+  k_.resize(ring_at + static_cast<size_t>(ring_blocks_) * ring_stride);
+  v_.resize(k_.size());
+  int64_t full_index = 0, ring_index = 0;  // the layer's place among its kind
+  for (Layer& layer : layers_) {
+    const int64_t table_blocks = layer.ring ? (capacity + kRingBlock - 1) / kRingBlock : full_blocks;
+    for (int64_t b = 0; b < table_blocks; ++b) {
+      const size_t at = layer.ring ? ring_at + static_cast<size_t>(b % ring_blocks_) * ring_stride +
+                                         static_cast<size_t>(ring_index) * ring_block_bytes
+                                   : static_cast<size_t>(b) * full_stride + static_cast<size_t>(full_index) * full_block_bytes;
+      layer.k_table.push_back(k_.data() + at);
+      layer.v_table.push_back(v_.data() + at);
     }
-    const size_t block_bytes = static_cast<size_t>(kRingBlock) * token_bytes;
-    for (int64_t b = 0; b < (capacity + kRingBlock - 1) / kRingBlock; ++b) {
-      const size_t in_ring = static_cast<size_t>(b % ring_blocks_) * block_bytes;
-      layer.k_table.push_back(k_.data() + at + in_ring);
-      layer.v_table.push_back(v_.data() + at + in_ring);
-    }
+    ++(layer.ring ? ring_index : full_index);
   }
 }
 

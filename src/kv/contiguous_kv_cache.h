@@ -1,8 +1,12 @@
 #pragma once
-// The simplest KV storage: per layer, K and V arrays indexed by position, in
-// any KV element type (kernels/kv_quant.h), head-major: head h's vectors of
-// consecutive positions one after the other (KVRows' layout), each quantized
-// on its own. One sequence; capacity fixed at creation.
+// The simplest KV storage: K and V indexed by position, in any KV element type
+// (kernels/kv_quant.h), in blocks of kBlockTokens positions, each block
+// head-major (head h's vectors of its positions one after the other: KVRows'
+// layout), each vector quantized on its own. Blocks go position-major across
+// the layers ([block][layer][head][token][head bytes]), so a sequence of n
+// tokens touches the first n / kBlockTokens blocks' pages and no more (with
+// huge pages, per-layer arrays each touched a few MB past the last position).
+// One sequence; capacity fixed at creation.
 //
 // Sliding-window layers (Gemma 3) may keep only their last positions: a ring
 // of blocks of kRingBlock tokens, read through KVRows' block table (entry i
@@ -28,6 +32,7 @@ struct SlidingRing {
 
 class ContiguousKVCache {
  public:
+  static constexpr int64_t kBlockTokens = 256;  // a decode key split: one contiguous run per head
   static constexpr int64_t kRingBlock = 64;
 
   // Throws kvserve::Error when `type` cannot hold heads of head_dim elements.
@@ -60,7 +65,7 @@ class ContiguousKVCache {
     bool ring = false;
     std::vector<const uint8_t*> k_table, v_table;  // block bases by position / block_tokens
   };
-  int64_t block_tokens(const Layer& l) const { return l.ring ? kRingBlock : capacity_; }
+  static int64_t block_tokens(const Layer& l) { return l.ring ? kRingBlock : kBlockTokens; }
   KVRows rows(int64_t layer, bool keys) const;
   // Head 0's vector of `pos` in a table's block (head h at + h * block_tokens * head_bytes).
   static uint8_t* token(const std::vector<const uint8_t*>& table, int64_t block_tokens, int64_t pos, size_t head_bytes);
@@ -73,7 +78,8 @@ class ContiguousKVCache {
   std::vector<int64_t> ring_owner_;  // [R * kRingBlock] the position each ring slot holds (-1: none)
   int64_t size_ = 0;
   std::vector<Layer> layers_;
-  AlignedBuffer<uint8_t> k_;  // each layer's blocks, [block][n_kv_heads][block tokens][head bytes]
+  // The whole layers' blocks, then the ring layers' ring: [block][layer][n_kv_heads][block tokens][head bytes].
+  AlignedBuffer<uint8_t> k_;
   AlignedBuffer<uint8_t> v_;
 };
 
