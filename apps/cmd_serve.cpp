@@ -21,6 +21,7 @@
 #include "apps/pipeline.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/request_validation.h"
 #include "kv/kv_planner.h"
 #include "model/model.h"
 #include "server/api_server.h"
@@ -169,6 +170,12 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
     watcher_thread = watcher.native_handle();
     if (!pipeline_failure.empty()) pthread_kill(*watcher_thread, SIGTERM);
   }
+  // The pool may hold fewer tokens than -c asks (a small --kv-mem): say so before a 400 does.
+  const int64_t context = engine.request_limits().context;
+  if (context < std::min(opt.context, model->config().context_length))
+    std::fprintf(stderr, "kvserve: the KV pool holds %lld tokens, so a sequence's context is %lld, not -c %lld "
+                 "(raise --kv-mem)\n", static_cast<long long>(engine.metrics().kv_blocks_total * engine_options.block_size),
+                 static_cast<long long>(context), static_cast<long long>(opt.context));
   std::fprintf(stderr, "kvserve: %s; serving %s on http://%s:%d\n", template_note.c_str(),
                server_options.model_id.c_str(), opt.host.c_str(), port);
   server.listen();
