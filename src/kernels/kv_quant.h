@@ -54,8 +54,8 @@ void dequantize_kv_row_scalar(KVType type, const uint8_t* src, float* dst, int64
 void dequantize_kv_row(KVType type, const uint8_t* src, float* dst, int64_t n);
 
 // K or V rows of one layer of one sequence, stored in blocks of block_size
-// tokens (a contiguous cache is one block of its whole capacity; a paged cache
-// passes its block table). Head h of the token at `pos` is at
+// tokens, through a block table (the contiguous cache's blocks of 256, or 64 in
+// a sliding layer's ring; a paged cache's pages; one block for a plain array). Head h of the token at `pos` is at
 // head(pos, h). The caches store a block head-major ([head][token][head
 // bytes]: token_stride one head vector, head_stride block_size of them), so
 // decode attention, which reads one head's keys in order, streams contiguous

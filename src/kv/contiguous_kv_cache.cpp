@@ -59,11 +59,9 @@ KVRows ContiguousKVCache::rows(int64_t layer, bool keys) const {
   return {type_, block, head_bytes_, (keys ? l.k_table : l.v_table).data(), static_cast<size_t>(block) * head_bytes_};
 }
 
-uint8_t* ContiguousKVCache::token(const std::vector<const uint8_t*>& table, int64_t block_tokens, int64_t pos,
+uint8_t* ContiguousKVCache::token(const std::vector<uint8_t*>& table, int64_t block_tokens, int64_t pos,
                                   size_t head_bytes) {
-  // The buffers are ours and writable; the tables hold them as the kernels read them.
-  auto* base = const_cast<uint8_t*>(table[static_cast<size_t>(pos / block_tokens)]);
-  return base + static_cast<size_t>(pos % block_tokens) * head_bytes;
+  return table[static_cast<size_t>(pos / block_tokens)] + static_cast<size_t>(pos % block_tokens) * head_bytes;
 }
 
 void ContiguousKVCache::set_size(int64_t n) {

@@ -63,12 +63,12 @@ class ContiguousKVCache {
  private:
   struct Layer {
     bool ring = false;
-    std::vector<const uint8_t*> k_table, v_table;  // block bases by position / block_tokens
+    std::vector<uint8_t*> k_table, v_table;  // block bases by position / block_tokens
   };
   static int64_t block_tokens(const Layer& l) { return l.ring ? kRingBlock : kBlockTokens; }
   KVRows rows(int64_t layer, bool keys) const;
   // Head 0's vector of `pos` in a table's block (head h at + h * block_tokens * head_bytes).
-  static uint8_t* token(const std::vector<const uint8_t*>& table, int64_t block_tokens, int64_t pos, size_t head_bytes);
+  static uint8_t* token(const std::vector<uint8_t*>& table, int64_t block_tokens, int64_t pos, size_t head_bytes);
 
   int64_t capacity_, n_kv_heads_, head_dim_;
   KVType type_;
