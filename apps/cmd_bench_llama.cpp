@@ -97,7 +97,8 @@ double kv_bytes_per_token(const Model& m, KVType kv, const BenchTest& t) {
 }
 
 std::string model_type(const Model& m) {
-  const TensorView& t = m.weights().layers.at(0).w_gate;
+  const LayerWeights& l = m.weights().layers.at(0);
+  const TensorView& t = l.experts.empty() ? l.w_gate : l.experts[0].gate;
   return dtype_name(t.type);
 }
 

@@ -25,6 +25,13 @@ void print_config(const GGUFFile& file) {
               static_cast<long long>(c.n_kv_heads), static_cast<long long>(c.group_size()),
               static_cast<long long>(c.head_dim), static_cast<long long>(c.ffn_dim),
               static_cast<long long>(c.vocab_size));
+  if (c.is_moe())
+    std::printf("  experts %lld, %lld used per token (width %lld%s)%s\n", static_cast<long long>(c.n_experts),
+                static_cast<long long>(c.n_experts_used), static_cast<long long>(c.expert_ffn_dim),
+                c.expert_weights_norm ? ", weights renormalized" : "",
+                c.shared_expert_ffn_dim > 0
+                    ? (", + a shared expert of width " + std::to_string(c.shared_expert_ffn_dim)).c_str()
+                    : "");
   std::printf("  context %lld, rope theta %g (%s), rms eps %g\n", static_cast<long long>(c.context_length),
               static_cast<double>(c.rope_theta), c.rope_neox ? "neox" : "interleaved", static_cast<double>(c.norm_eps));
   std::printf("kv cache:      %lld bytes/token in f32, %lld in f16 (%.1f MiB f16 for the full %lld-token context)\n",

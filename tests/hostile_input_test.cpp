@@ -103,6 +103,52 @@ TEST(HostileInput, Gemma3SlidingWindowOutOfRange) {
   }
 }
 
+// A Qwen MoE file's expert counts and stacked expert tensors: counts of 0,
+// more used than exist or past any real model, widths that would size huge
+// buffers, and expert tensors of the wrong shape are refused with an Error.
+TEST(HostileInput, MixtureOfExpertsCountsAndShapes) {
+  constexpr int64_t kDim = 4, kExperts = 3, kWidth = 8;
+  const auto moe_writer = [](uint64_t experts, uint64_t used, uint64_t width, int64_t tensor_experts) {
+    GGUFWriter w = test_util::tiny_model_writer();
+    w.set_string("general.architecture", "qwen2moe");
+    w.set_u32("qwen2moe.context_length", 64);
+    w.set_u32("qwen2moe.embedding_length", kDim);
+    w.set_u32("qwen2moe.block_count", 1);
+    w.set_u32("qwen2moe.feed_forward_length", kWidth);
+    w.set_u32("qwen2moe.attention.head_count", 1);
+    w.set_u32("qwen2moe.attention.head_count_kv", 1);
+    w.set_u64("qwen2moe.expert_count", experts);
+    w.set_u64("qwen2moe.expert_used_count", used);
+    w.set_u64("qwen2moe.expert_feed_forward_length", width);
+    const auto tensor = [&w](const std::string& name, std::vector<int64_t> ne) {
+      int64_t n = 1;
+      for (int64_t d : ne) n *= d;
+      w.add_f32_tensor(name, ne, std::vector<float>(static_cast<size_t>(n), 0.25f));
+    };
+    tensor("blk.0.ffn_gate_inp.weight", {kDim, kExperts});
+    tensor("blk.0.ffn_gate_exps.weight", {kDim, kWidth, tensor_experts});
+    tensor("blk.0.ffn_up_exps.weight", {kDim, kWidth, tensor_experts});
+    tensor("blk.0.ffn_down_exps.weight", {kWidth, kDim, tensor_experts});
+    tensor("blk.0.ffn_gate_inp_shexp.weight", {kDim});
+    tensor("blk.0.ffn_gate_shexp.weight", {kDim, kWidth});
+    tensor("blk.0.ffn_up_shexp.weight", {kDim, kWidth});
+    tensor("blk.0.ffn_down_shexp.weight", {kWidth, kDim});
+    return w;
+  };
+  EXPECT_NO_THROW(load_everything(moe_writer(kExperts, 2, kWidth, kExperts).serialize()));
+  const auto refused = [&](const std::string& what, const GGUFWriter& w) {
+    expect_clean(what, [&] { load_everything(w.serialize()); });
+    EXPECT_THROW(load_everything(w.serialize()), Error) << what;
+  };
+  for (uint64_t bad : {uint64_t{0}, uint64_t{4097}, uint64_t{1} << 40, ~uint64_t{0}})
+    refused("expert_count " + std::to_string(bad), moe_writer(bad, 2, kWidth, kExperts));
+  for (uint64_t bad : {uint64_t{0}, uint64_t{4}, ~uint64_t{0}})
+    refused("expert_used_count " + std::to_string(bad), moe_writer(kExperts, bad, kWidth, kExperts));
+  for (uint64_t bad : {uint64_t{0}, uint64_t{1} << 30, ~uint64_t{0}, uint64_t{16}})
+    refused("expert_feed_forward_length " + std::to_string(bad), moe_writer(kExperts, 2, bad, kExperts));
+  refused("2 stacked experts of 3", moe_writer(kExperts, 2, kWidth, 2));
+}
+
 TEST(HostileInput, GgufOutOfRangeConfig) {
   for (const char* key : {"llama.embedding_length", "llama.attention.head_count", "llama.block_count",
                           "llama.attention.key_length", "llama.context_length", "llama.rope.dimension_count"}) {

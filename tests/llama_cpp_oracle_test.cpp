@@ -4,7 +4,8 @@
 // tools/reference/llama_cpp_oracle.py (the command is in the file). The files
 // are re-synthesized here (byte-identical for a preset, type and seed), so CI
 // checks the agreement without llama.cpp: among them tiny-llama3, whose RoPE
-// carries Llama 3's per-frequency factors (rope_freqs.weight).
+// carries Llama 3's per-frequency factors (rope_freqs.weight), and the
+// mixtures of experts tiny-qwen3moe and tiny-qwen2moe (issue #35).
 #include <gtest/gtest.h>
 
 #include <algorithm>

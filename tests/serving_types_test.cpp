@@ -62,6 +62,10 @@ std::vector<ServingCase> serving_cases() {
   }
   for (const char* preset : {"tiny-llama3", "tiny-phi3"})
     for (KVType kv : {KVType::F32, KVType::F16, KVType::BF16}) add(preset, DType::Q8_0, kv);
+  // Mixtures of experts (issue #35): a step's rows grouped by expert must not change any request's tokens.
+  // (tiny-qwen2moe's heads of 16 take no 32-blocks.)
+  for (KVType kv : {KVType::F16, KVType::Q8_0}) add("tiny-qwen3moe", DType::Q8_0, kv);
+  for (KVType kv : {KVType::F16, KVType::BF16}) add("tiny-qwen2moe", DType::Q4_0, kv);
   return cases;
 }
 

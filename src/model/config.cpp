@@ -1,6 +1,8 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <cstring>
 
 #include "core/dtype.h"
@@ -84,16 +86,45 @@ void read_gemma3(const GGUFFile& file, const std::string& p, ModelConfig& c) {
     c.layer_is_sliding[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
 }
 
+// Qwen's MoE blocks (llama.cpp's qwen2moe / qwen3moe graphs): softmax
+// router, top-k; qwen3moe renormalizes the k weights, qwen2moe adds a shared
+// expert behind a sigmoid gate. Counts are bounded before they size anything.
+void read_experts(const GGUFFile& file, const std::string& p, ModelConfig& c) {
+  const std::string& path = file.path();
+  constexpr uint64_t kMaxExperts = 4096, kMaxWidth = uint64_t{1} << 24;
+  const uint64_t experts = file.get_uint(p + "expert_count", 0), used = file.get_uint(p + "expert_used_count", 0);
+  if (experts == 0 || experts > kMaxExperts)
+    throw Error(path + ": " + p + "expert_count must be in 1.." + std::to_string(kMaxExperts) + ", got " +
+                std::to_string(experts));
+  if (used == 0 || used > experts)
+    throw Error(path + ": " + p + "expert_used_count must be in 1.." + std::to_string(experts) + " (expert_count), got " +
+                std::to_string(used));
+  c.n_experts = static_cast<int64_t>(experts);
+  c.n_experts_used = static_cast<int64_t>(used);
+  // llama.cpp's default when the key is absent: the dense width split over the used experts.
+  const uint64_t width = file.get_uint(p + "expert_feed_forward_length", static_cast<uint64_t>(c.ffn_dim) / used);
+  if (width == 0 || width > kMaxWidth)
+    throw Error(path + ": " + p + "expert_feed_forward_length " + std::to_string(width) + " is out of range");
+  c.expert_ffn_dim = static_cast<int64_t>(width);
+  c.expert_weights_norm = c.arch == "qwen3moe";
+  if (c.arch == "qwen2moe") {
+    const uint64_t shared = file.get_uint(p + "expert_shared_feed_forward_length", static_cast<uint64_t>(c.ffn_dim));
+    if (shared == 0 || shared > kMaxWidth)
+      throw Error(path + ": " + p + "expert_shared_feed_forward_length " + std::to_string(shared) + " is out of range");
+    c.shared_expert_ffn_dim = static_cast<int64_t>(shared);
+  }
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   ModelConfig c;
   const std::string& path = file.path();
   c.arch = file.get_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "mistral" && c.arch != "phi3" &&
-      c.arch != "gemma3")
+  static constexpr const char* kArchitectures[] = {"llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3", "qwen2moe", "qwen3moe"};
+  if (std::find(std::begin(kArchitectures), std::end(kArchitectures), c.arch) == std::end(kArchitectures))
     throw Error(path + ": architecture '" + c.arch +
-                "' is not supported (supported: llama, qwen2, qwen3, mistral, phi3, gemma3)");
+                "' is not supported (supported: llama, qwen2, qwen3, mistral, phi3, gemma3, qwen2moe, qwen3moe)");
   c.name = file.get_string("general.name", c.arch);
   const std::string p = c.arch + ".";
   c.n_layers = static_cast<int64_t>(file.get_uint(p + "block_count"));
@@ -124,7 +155,9 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   c.rope_theta = static_cast<float>(file.get_float(p + "rope.freq_base", 10000.0));
   c.norm_eps = static_cast<float>(file.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
   // llama.cpp's converter permutes Llama's Q/K rows for the interleaved layout; Qwen2 keeps NeoX halves.
-  c.rope_neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" || c.arch == "gemma3";
+  c.rope_neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" || c.arch == "gemma3" ||
+                c.arch == "qwen2moe" || c.arch == "qwen3moe";
+  if (c.arch == "qwen2moe" || c.arch == "qwen3moe") read_experts(file, p, c);
   if (c.arch == "gemma3") {
     read_gemma3(file, p, c);
   } else if (const auto window = static_cast<int64_t>(file.get_uint(p + "attention.sliding_window", 0));

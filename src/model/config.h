@@ -13,7 +13,7 @@ struct KVModelShape;
 struct KVShape;
 
 struct ModelConfig {
-  std::string arch;        // "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3"
+  std::string arch;        // "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3", "qwen2moe", "qwen3moe"
   std::string name;        // general.name, for display
   int64_t n_layers = 0;
   int64_t dim = 0;         // embedding / residual width
@@ -43,6 +43,16 @@ struct ModelConfig {
   FfnActivation ffn_activation = FfnActivation::kSilu;  // of the gate, times up
   float final_logit_softcap = 0.0f;       // > 0: logits = cap * tanh(logits / cap)
   float attention_scale = 0.0f;           // 0: 1 / sqrt(head_dim)
+  // Mixture of experts (qwen2moe, qwen3moe): every block's FFN is n_experts
+  // gated FFNs of expert_ffn_dim, of which a router picks n_experts_used per
+  // token (softmax, top-k; weights renormalized over the k when
+  // expert_weights_norm), plus, when shared_expert_ffn_dim > 0, one shared
+  // FFN every token runs, scaled by a sigmoid gate (qwen2moe).
+  int64_t n_experts = 0;                  // 0: dense FFN
+  int64_t n_experts_used = 0;
+  int64_t expert_ffn_dim = 0;
+  bool expert_weights_norm = false;
+  int64_t shared_expert_ffn_dim = 0;
 
   RopeParams rope_params() const { return {rope_dims, rope_theta, rope_neox, rope_freq_factors, rope_position_scale}; }
   RopeParams sliding_rope_params() const {
@@ -53,6 +63,7 @@ struct ModelConfig {
   }
   // Keys a query of `layer` sees behind itself, itself included; 0: all.
   int64_t attention_window(int64_t layer) const { return is_sliding(layer) ? sliding_window : 0; }
+  bool is_moe() const { return n_experts > 0; }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t group_size() const { return n_heads / n_kv_heads; }

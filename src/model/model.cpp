@@ -32,6 +32,29 @@ class WeightLoader {
     return t;
   }
 
+  // The n stacked [rows, cols] matrices of a 3-D tensor (GGUF ne = {cols,
+  // rows, n}), one view each: experts' rows are contiguous per expert.
+  std::vector<TensorView> stacked(const std::string& name, int64_t n, int64_t rows, int64_t cols) const {
+    const TensorView& t = file_.tensor(name);
+    if (t.n_dims != 3 || t.ne[0] != cols || t.ne[1] != rows || t.ne[2] != n)
+      throw Error(file_.path() + ": tensor " + name + " has shape " + t.shape_string() + ", expected [" +
+                  std::to_string(cols) + ", " + std::to_string(rows) + ", " + std::to_string(n) + "]");
+    if (!dtype_info(t.type).supported)
+      throw Error(file_.path() + ": tensor " + name + " has type " + dtype_name(t.type) +
+                  ", which kvserve cannot compute with yet");
+    std::vector<TensorView> out;
+    for (int64_t e = 0; e < n; ++e) {
+      TensorView v = t;
+      v.name = name + "[" + std::to_string(e) + "]";
+      v.n_dims = 2;
+      v.ne = {cols, rows, 1, 1};
+      v.data = t.row(e * rows);
+      v.nbytes = t.row_bytes() * static_cast<size_t>(rows);
+      out.push_back(v);
+    }
+    return out;
+  }
+
   std::vector<float> vector(const std::string& name, int64_t n) const {
     const TensorView& t = file_.tensor(name);
     if (t.numel() != n)
@@ -64,6 +87,24 @@ TensorView row_slice(const TensorView& t, int64_t first, int64_t n, const std::s
   return v;
 }
 
+void load_experts(const WeightLoader& w, const ModelConfig& c, const std::string& p, LayerWeights& l) {
+  const int64_t E = c.n_experts, ff = c.expert_ffn_dim;
+  l.router = w.matrix(p + "ffn_gate_inp.weight", E, c.dim);
+  const std::vector<TensorView> gate = w.stacked(p + "ffn_gate_exps.weight", E, ff, c.dim);
+  const std::vector<TensorView> up = w.stacked(p + "ffn_up_exps.weight", E, ff, c.dim);
+  const std::vector<TensorView> down = w.stacked(p + "ffn_down_exps.weight", E, c.dim, ff);
+  for (int64_t e = 0; e < E; ++e) {
+    const auto i = static_cast<size_t>(e);
+    l.experts.push_back({gate[i], up[i], down[i]});
+  }
+  if (c.shared_expert_ffn_dim == 0) return;
+  const int64_t sff = c.shared_expert_ffn_dim;
+  l.shared_gate_inp = w.vector(p + "ffn_gate_inp_shexp.weight", c.dim);
+  l.shared_gate = w.matrix(p + "ffn_gate_shexp.weight", sff, c.dim);
+  l.shared_up = w.matrix(p + "ffn_up_shexp.weight", sff, c.dim);
+  l.shared_down = w.matrix(p + "ffn_down_shexp.weight", c.dim, sff);
+}
+
 LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) {
   const std::string p = "blk." + std::to_string(i) + ".";
   LayerWeights l;
@@ -83,7 +124,7 @@ LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) 
   l.bk = w.optional_vector(p + "attn_k.bias", c.kv_dim());
   l.bv = w.optional_vector(p + "attn_v.bias", c.kv_dim());
   // Required where the architecture has them: a missing one must not silently skip a norm.
-  if (c.arch == "qwen3" || c.arch == "gemma3") {
+  if (c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma3") {
     l.q_norm = w.vector(p + "attn_q_norm.weight", c.head_dim);
     l.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
   }
@@ -92,6 +133,10 @@ LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) 
     l.ffn_post_norm = w.vector(p + "post_ffw_norm.weight", c.dim);
   }
   l.ffn_norm = w.vector(p + "ffn_norm.weight", c.dim);
+  if (c.is_moe()) {
+    load_experts(w, c, p, l);
+    return l;
+  }
   if (!w.has(p + "ffn_gate.weight") && w.has(p + "ffn_up.weight")) {  // phi3: gate rows, then up rows
     const TensorView gate_up = w.matrix(p + "ffn_up.weight", 2 * c.ffn_dim, c.dim);
     l.w_gate = row_slice(gate_up, 0, c.ffn_dim, p + "ffn_up.weight[gate]");
@@ -105,6 +150,23 @@ LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) 
 }
 
 }  // namespace
+
+namespace {
+// Both constnesses of LayerWeights::matrices().
+template <typename Layer>
+auto matrices_of(Layer& l) {
+  std::vector<decltype(&l.wq)> out;
+  for (auto* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router, &l.shared_gate, &l.shared_up,
+                  &l.shared_down})
+    if (t->data != nullptr) out.push_back(t);
+  for (auto& e : l.experts)
+    for (auto* t : {&e.gate, &e.up, &e.down}) out.push_back(t);
+  return out;
+}
+}  // namespace
+
+std::vector<TensorView*> LayerWeights::matrices() { return matrices_of(*this); }
+std::vector<const TensorView*> LayerWeights::matrices() const { return matrices_of(*this); }
 
 namespace {
 // The blocks a load keeps: the first max_layers (a draft: a whole model of
@@ -199,7 +261,7 @@ void repack_rows(const TensorView& t, uint8_t* dst) {
 void Model::repack_matrices(bool quantized, bool floats) {
   std::vector<TensorView*> todo;
   for (LayerWeights& l : weights_.layers)
-    for (TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) todo.push_back(t);
+    for (TensorView* t : l.matrices()) todo.push_back(t);
   if (has_output_head()) todo.push_back(&weights_.output);
   std::erase_if(todo, [&](const TensorView* t) {
     const bool wanted = (quantized && packable_type(t->type)) || (floats && float_weight_type(t->type));
@@ -228,8 +290,14 @@ void Model::repack_matrices(bool quantized, bool floats) {
 
 size_t Model::weight_bytes_per_token() const {
   size_t bytes = (has_output_head() ? weights_.output.nbytes : 0) + (embeds_tokens() ? weights_.token_embd.row_bytes() : 0);
-  for (const LayerWeights& l : weights_.layers)
-    bytes += l.wq.nbytes + l.wk.nbytes + l.wv.nbytes + l.wo.nbytes + l.w_gate.nbytes + l.w_up.nbytes + l.w_down.nbytes;
+  for (const LayerWeights& l : weights_.layers) {
+    size_t expert_bytes = 0;
+    for (const ExpertWeights& e : l.experts) expert_bytes += e.gate.nbytes + e.up.nbytes + e.down.nbytes;
+    for (const TensorView* t : l.matrices()) bytes += t->nbytes;
+    // A token reads its n_experts_used experts, not all of them.
+    if (!l.experts.empty())
+      bytes -= expert_bytes - expert_bytes * static_cast<size_t>(config_.n_experts_used) / l.experts.size();
+  }
   return bytes;
 }
 
@@ -251,9 +319,9 @@ size_t Model::resident_weight_bytes() const {
   if (has_output_head() && (!w.tied_output || w.output.packed != nullptr || !embeds_tokens()))
     bytes += matrix_bytes(w.output);
   for (const LayerWeights& l : w.layers) {
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) bytes += matrix_bytes(*t);
+    for (const TensorView* t : l.matrices()) bytes += matrix_bytes(*t);
     for (const std::vector<float>* v : {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.attn_post_norm,
-                                        &l.ffn_norm, &l.ffn_post_norm})
+                                        &l.ffn_norm, &l.ffn_post_norm, &l.shared_gate_inp})
       bytes += f32_bytes(*v);
   }
   return bytes;

@@ -15,6 +15,14 @@
 
 namespace kvserve {
 
+// One expert of a mixture-of-experts block: a gated FFN of expert_ffn_dim,
+// views of its slice of the block's stacked [n_experts][rows][cols] tensors.
+struct ExpertWeights {
+  TensorView gate;  // [expert_ffn_dim, dim]
+  TensorView up;    // [expert_ffn_dim, dim]
+  TensorView down;  // [dim, expert_ffn_dim]
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm;  // [dim]
   TensorView wq;                 // [q_dim rows, dim cols]
@@ -29,6 +37,17 @@ struct LayerWeights {
   TensorView w_gate;             // [ffn_dim, dim]
   TensorView w_up;               // [ffn_dim, dim]
   TensorView w_down;             // [dim, ffn_dim]
+  // Mixture of experts (config.is_moe()): the dense w_gate / w_up / w_down
+  // are absent; the router picks experts, and qwen2moe adds a shared FFN
+  // (the shared_* views) scaled by sigmoid(shared_gate_inp . x).
+  TensorView router;                  // [n_experts, dim] (ffn_gate_inp)
+  std::vector<ExpertWeights> experts;  // [n_experts]
+  TensorView shared_gate, shared_up, shared_down;  // [shared_ffn, dim] x 2, [dim, shared_ffn]
+  std::vector<float> shared_gate_inp;  // [dim]
+
+  // Every weight matrix of the block (the non-empty ones), for repacking and byte counts.
+  std::vector<TensorView*> matrices();
+  std::vector<const TensorView*> matrices() const;
 };
 
 struct ModelWeights {
@@ -88,7 +107,8 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   // The activation precision its passes use; empty: the process default.
   std::optional<ActivationPrecision> activations() const { return activations_; }
-  // Bytes of weights read to decode one token (every matrix once).
+  // Bytes of weights read to decode one token (every matrix once; of a
+  // mixture of experts, the used experts' share of the expert matrices).
   size_t weight_bytes_per_token() const;
   // The file's blocks this model runs (a pipeline stage holds a slice).
   const LayerRange& layer_range() const { return layer_range_; }

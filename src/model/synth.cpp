@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <numbers>
+#include <optional>
 #include <span>
 #include <iterator>
 #include <unordered_map>
@@ -210,12 +211,17 @@ class ModelSynthesizer {
 
   // A [rows, cols] matrix (ne = {cols, rows}) of normals scaled 1/sqrt(cols),
   // so that a unit-RMS input gives unit-RMS outputs.
-  void matrix(const std::string& name, int64_t cols, int64_t rows) {
-    const DType type = type_for_row_length(cols);
+  void matrix(const std::string& name, int64_t cols, int64_t rows) { stacked(name, cols, rows, 0); }
+  // n > 0: n such matrices stacked (ne = {cols, rows, n}: experts); row r of
+  // matrix i is the stack's row i * rows + r. scale: times 1/sqrt(cols).
+  void stacked(const std::string& name, int64_t cols, int64_t rows_each, int64_t n, float scale_factor = 1.0f,
+               std::optional<DType> forced_type = std::nullopt) {
+    const int64_t rows = rows_each * std::max<int64_t>(n, 1);
+    const DType type = forced_type.value_or(type_for_row_length(cols));
     const size_t row_bytes = dtype_row_bytes(type, cols);
     std::vector<uint8_t> bytes(row_bytes * static_cast<size_t>(rows));
     const uint64_t base = tensor_seed(seed_, name);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
+    const float scale = scale_factor / std::sqrt(static_cast<float>(cols));
     // Threads only pay off for big tensors; tiny ones stay on one thread.
 #pragma omp parallel if (rows * cols >= (1 << 18))
     {
@@ -227,7 +233,8 @@ class ModelSynthesizer {
         quantize_row(type, row.data(), bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
       }
     }
-    w_.add_tensor(name, type, {cols, rows}, bytes.data(), bytes.size());
+    if (n > 0) w_.add_tensor(name, type, {cols, rows_each, n}, bytes.data(), bytes.size());
+    else w_.add_tensor(name, type, {cols, rows}, bytes.data(), bytes.size());
   }
   // K-quant rows must hold whole 256-value super-blocks; like llama.cpp, a
   // matrix whose rows do not falls back to a 32-block type (Q6_K to Q8_0,
@@ -258,6 +265,24 @@ class ModelSynthesizer {
   uint64_t seed_;
 };
 
+// A Qwen MoE block's FFN as llama.cpp's converter writes it: the router in
+// f32 (llama.cpp never quantizes ffn_gate_inp), each projection's experts
+// stacked in one 3-D tensor, and qwen2moe's shared expert with its gate.
+void add_experts(ModelSynthesizer& synth, const SynthPreset& p, const std::string& prefix) {
+  const int64_t E = p.n_experts, ff = p.expert_ffn_dim;
+  // Logits of ~2x unit spread: routing as decisive as a trained router's,
+  // so that few tokens sit on a near-tie between experts.
+  synth.stacked(prefix + "ffn_gate_inp.weight", p.dim, E, 0, 2.0f, DType::F32);
+  synth.stacked(prefix + "ffn_gate_exps.weight", p.dim, ff, E);
+  synth.stacked(prefix + "ffn_up_exps.weight", p.dim, ff, E);
+  synth.stacked(prefix + "ffn_down_exps.weight", ff, p.dim, E);
+  if (p.shared_expert_ffn_dim == 0) return;
+  synth.bias(prefix + "ffn_gate_inp_shexp.weight", p.dim);
+  synth.matrix(prefix + "ffn_gate_shexp.weight", p.dim, p.shared_expert_ffn_dim);
+  synth.matrix(prefix + "ffn_up_shexp.weight", p.dim, p.shared_expert_ffn_dim);
+  synth.matrix(prefix + "ffn_down_shexp.weight", p.shared_expert_ffn_dim, p.dim);
+}
+
 void add_block(ModelSynthesizer& synth, const SynthPreset& p, int layer) {
   const std::string prefix = "blk." + std::to_string(layer) + ".";
   const int64_t q_dim = static_cast<int64_t>(p.n_heads) * p.head_dim();
@@ -282,6 +307,10 @@ void add_block(ModelSynthesizer& synth, const SynthPreset& p, int layer) {
   synth.matrix(prefix + "attn_output.weight", q_dim, p.dim);
   if (p.arch == "gemma3") synth.norm(prefix + "post_attention_norm.weight", p.dim);
   synth.ones(prefix + "ffn_norm.weight", p.dim);
+  if (p.n_experts > 0) {
+    add_experts(synth, p, prefix);
+    return;
+  }
   if (p.fused) {
     synth.matrix(prefix + "ffn_up.weight", p.dim, 2 * static_cast<int64_t>(p.ffn_dim));
   } else {
@@ -329,6 +358,13 @@ void write_model_metadata(GGUFWriter& w, const SynthPreset& p, int layers, uint6
   }
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", p.rms_eps);
   if (p.sliding_window > 0) w.set_u32(a + ".attention.sliding_window", static_cast<uint32_t>(p.sliding_window));
+  if (p.n_experts > 0) {
+    w.set_u32(a + ".expert_count", static_cast<uint32_t>(p.n_experts));
+    w.set_u32(a + ".expert_used_count", static_cast<uint32_t>(p.n_experts_used));
+    w.set_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(p.expert_ffn_dim));
+  }
+  if (p.shared_expert_ffn_dim > 0)
+    w.set_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(p.shared_expert_ffn_dim));
   w.set_u32(a + ".vocab_size", static_cast<uint32_t>(p.vocab_size));
   w.set_bool("kvserve.synthetic", true);
   w.set_u64("kvserve.synth_seed", seed);
@@ -359,7 +395,8 @@ bool is_synth_type(DType t) {
 
 const std::vector<SynthPreset>& synth_presets() {
   // name, arch, dim, layers, heads, kv heads, ffn, vocab, context, theta, eps, tied, qkv bias, Llama 3 RoPE factor,
-  // head size (0: dim / heads), Q/K norms, fused QKV and gate+up, sliding window
+  // head size (0: dim / heads), Q/K norms, fused QKV and gate+up, sliding window, experts, used experts, expert
+  // FFN width, shared expert width
   static const std::vector<SynthPreset> presets = {
       {"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false, 0.0f, 0, false, false},
       {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true, 0.0f, 0, false, false},
@@ -379,6 +416,16 @@ const std::vector<SynthPreset>& synth_presets() {
       // + sliding window: layers 0-4 slide, layer 5 is global
       {"gemma3-270m", "gemma3", 640, 18, 4, 1, 2048, 262144, 32768, 1000000.0f, 1e-6f, true, false, 0.0f, 256, true, false, 512},
       {"tiny-gemma3", "gemma3", 64, 6, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, false, 0.0f, 32, true, false, 48},
+      // mixtures of experts: Qwen3-30B-A3B (128 experts, 8 used) and Qwen1.5-MoE-A2.7B (60, 4, + a shared expert);
+      // llama.cpp requires an untied output.weight of qwen2moe files
+      {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 6144, 151936, 40960, 1000000.0f, 1e-6f, false, false, 0.0f, 128,
+       true, false, 0, 128, 8, 768, 0},
+      {"qwen1.5-moe-a2.7b", "qwen2moe", 2048, 24, 16, 16, 5632, 151936, 8192, 1000000.0f, 1e-6f, false, true, 0.0f, 0,
+       false, false, 0, 60, 4, 1408, 5632},
+      {"tiny-qwen3moe", "qwen3moe", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, false, 0.0f, 32, true, false,
+       0, 8, 2, 64, 0},
+      {"tiny-qwen2moe", "qwen2moe", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, false, true, 0.0f, 0, false, false, 0,
+       8, 4, 32, 96},
   };
   return presets;
 }

@@ -16,7 +16,7 @@ namespace kvserve {
 
 struct SynthPreset {
   std::string name;
-  std::string arch;  // "llama", "qwen2", "qwen3", "phi3" or "gemma3" (also the metadata key prefix)
+  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen2moe" or "qwen3moe" (also the metadata key prefix)
   int dim = 0;
   int n_layers = 0;
   int n_heads = 0;
@@ -33,6 +33,12 @@ struct SynthPreset {
   bool qk_norm = false;          // attn_q_norm / attn_k_norm per head (qwen3)
   bool fused = false;            // attn_qkv and a gate+up ffn_up (phi3)
   int sliding_window = 0;        // gemma3: the window of its sliding layers (five of every six)
+  // qwen2moe / qwen3moe: experts per block, used per token, their FFN width,
+  // and the shared expert's width (qwen2moe)
+  int n_experts = 0;
+  int n_experts_used = 0;
+  int expert_ffn_dim = 0;
+  int shared_expert_ffn_dim = 0;
 
   int head_dim() const { return key_length > 0 ? key_length : dim / n_heads; }
 };

@@ -1,6 +1,8 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <cstring>
 #include <limits>
 
@@ -27,7 +29,10 @@ Transformer::Transformer(const Model& model, AttentionKernel attention)
       cfg_(model.config()),
       attention_(attention),
       rope_(model.config().rope_params()),
-      sliding_rope_(model.config().sliding_rope_params()) {}
+      sliding_rope_(model.config().sliding_rope_params()) {
+  const char* grouping = std::getenv("KVSERVE_MOE_GROUPING");
+  group_experts_ = grouping == nullptr || std::string_view(grouping) != "0";
+}
 
 void Transformer::prepare_rope(std::span<const int64_t> positions) {
   const int64_t rot = cfg_.rope_dims, n = static_cast<int64_t>(positions.size());
@@ -66,9 +71,14 @@ void Transformer::resize_scratch(int64_t n) {
   k_.resize(N * cfg_.kv_dim());
   v_.resize(N * cfg_.kv_dim());
   attn_.resize(N * cfg_.q_dim());
-  gate_.resize(N * cfg_.ffn_dim);
-  up_.resize(N * cfg_.ffn_dim);
+  const int64_t ffn_width = cfg_.is_moe() ? std::max(cfg_.expert_ffn_dim, cfg_.shared_expert_ffn_dim) : cfg_.ffn_dim;
+  gate_.resize(N * ffn_width);
+  up_.resize(N * ffn_width);
   proj_.resize(N * cfg_.dim);
+  if (cfg_.is_moe()) {
+    expert_x_.resize(N * cfg_.dim);
+    expert_y_.resize(N * cfg_.dim);
+  }
 }
 
 void Transformer::embed(std::span<const int32_t> tokens) {
@@ -127,6 +137,7 @@ void Transformer::attend(int64_t layer, int64_t n, int64_t pos0, const Contiguou
 }
 
 void Transformer::ffn_block(int64_t layer, int64_t n) {
+  if (cfg_.is_moe()) return moe_ffn_block(layer, n);
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
   const int64_t dim = cfg_.dim;
   rmsnorm_rows(x_.data(), w.ffn_norm.data(), n, dim, cfg_.norm_eps, xn_.data());

@@ -13,6 +13,7 @@
 #include "kernels/rope.h"
 #include "kv/contiguous_kv_cache.h"
 #include "kv/paged_kv_storage.h"
+#include "model/expert_routing.h"
 #include "model/model.h"
 
 namespace kvserve {
@@ -86,6 +87,10 @@ class Transformer {
   void attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache);
   void attend(int64_t layer, int64_t n, int64_t pos0, const ContiguousKVCache& cache);
   void ffn_block(int64_t layer, int64_t n);
+  // A mixture-of-experts block's FFN (moe_ffn.cpp); ffn_block calls it for MoE models.
+  void moe_ffn_block(int64_t layer, int64_t n);
+  // out = down(silu(gate x) * up x) of expert_x_'s first m rows ([m][dim]).
+  void run_expert(const ExpertWeights& e, int64_t m, float* out);
   // Logits of xn_'s first n_rows rows, [n_rows][vocab] (see max_output_rows).
   void output_logits(int64_t n_rows, float* logits);
   // Concatenates the chunks' tokens into batch_tokens_, their positions and
@@ -98,6 +103,10 @@ class Transformer {
   const Model& model_;
   const ModelConfig& cfg_;
   AttentionKernel attention_;
+  // Mixture of experts: a step's rows grouped by expert (each expert's weights
+  // read once per step); KVSERVE_MOE_GROUPING=0 runs each token's experts
+  // alone instead, the baseline of the grouping benchmark (docs/moe_mla.md).
+  bool group_experts_ = true;
   RopeTable rope_;
   RopeTable sliding_rope_;  // the sliding-window layers' own base (gemma3); unused without them
   int64_t capacity_ = 0;
@@ -108,9 +117,15 @@ class Transformer {
   AlignedBuffer<float> k_;     // [n][kv_dim]
   AlignedBuffer<float> v_;     // [n][kv_dim]
   AlignedBuffer<float> attn_;  // [n][q_dim] attention output before wo
-  AlignedBuffer<float> gate_;  // [n][ffn_dim]
-  AlignedBuffer<float> up_;    // [n][ffn_dim]
+  AlignedBuffer<float> gate_;  // [n][ffn width]: ffn_dim, or of a MoE its widest expert (routed or shared)
+  AlignedBuffer<float> up_;    // same
   AlignedBuffer<float> proj_;  // [n][dim] output of wo / w_down
+  // Mixture of experts only: the rows routed to one expert, gathered, and its output.
+  AlignedBuffer<float> expert_x_;  // [n][dim]
+  AlignedBuffer<float> expert_y_;  // [n][dim]
+  std::vector<float> router_logits_;   // [n][n_experts]
+  std::vector<ExpertChoice> choices_;  // [n][n_experts_used]
+  ExpertGroups groups_;
   std::vector<float> rope_angles_;  // [n][rot_dims] cos / sin pairs of each row's position, for every layer
   std::vector<float> sliding_rope_angles_;  // same with sliding_rope_, when the model has sliding layers
   std::vector<int64_t> positions_;  // [n] each row's position

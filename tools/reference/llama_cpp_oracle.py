@@ -45,6 +45,11 @@ CASES = [
     # gemma3: the prompts run far past the sliding layers' 48-key window
     ("tiny-gemma3", "f32", 1, 200),
     ("tiny-gemma3", "q8_0", 2, 120),
+    # mixtures of experts (issue #35): qwen3moe's renormalized top-2 of 8, qwen2moe's top-4 + shared expert
+    ("tiny-qwen3moe", "f32", 2, 200),
+    ("tiny-qwen3moe", "q8_0", 2, 100),
+    ("tiny-qwen2moe", "f32", 1, 200),
+    ("tiny-qwen2moe", "q4_0", 2, 100),
 ]
 N_PREDICT = 32
 BANNED = range(128, 256)  # synth vocabularies: ids 0..255 are the bytes in order

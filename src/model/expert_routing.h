@@ -1,0 +1,37 @@
+#pragma once
+// A mixture-of-experts router's decisions (llama.cpp's build_moe_ffn with
+// softmax gating): each token's router logits -> softmax -> the k most
+// probable experts, their probabilities as weights (renormalized to sum 1
+// when asked), then the batch's tokens grouped by expert so that each
+// expert's weights are read once per step for every token routed to it.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace kvserve {
+
+struct ExpertChoice {
+  int32_t expert = 0;
+  float weight = 0;
+};
+
+// choices[t * k .. t * k + k) = token t's experts, most probable first (ties:
+// the lower id), for n tokens of n_experts logits each ([n][n_experts]).
+// normalize: weights divided by their sum (clamped below at 2^-14, as
+// llama.cpp does). Each token's choices depend on its own logits only.
+void route_tokens(const float* logits, int64_t n, int64_t n_experts, int64_t k, bool normalize,
+                  std::span<ExpertChoice> choices);
+
+// The tokens routed to each expert: rows[offsets[e] .. offsets[e + 1]) are
+// the batch rows that chose expert e, in row order, and weights[i] the
+// weight row rows[i] gave it.
+struct ExpertGroups {
+  std::vector<int64_t> offsets;  // [n_experts + 1]
+  std::vector<int64_t> rows;
+  std::vector<float> weights;
+
+  int64_t count(int64_t e) const { return offsets[static_cast<size_t>(e) + 1] - offsets[static_cast<size_t>(e)]; }
+};
+void group_by_expert(std::span<const ExpertChoice> choices, int64_t k, int64_t n_experts, ExpertGroups& groups);
+
+}  // namespace kvserve

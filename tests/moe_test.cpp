@@ -1,0 +1,229 @@
+// Mixture-of-experts models (qwen3moe, qwen2moe; issue #35): the router's
+// top-k against a sorted softmax, grouping by expert, the naive, cached and
+// batched decoders agreeing on tiny random models, and the batching engine
+// giving each request the tokens it gets alone (grouping tokens by expert
+// must not make a token's result depend on the others in its step).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "decode/decoder.h"
+#include "engine_run_util.h"
+#include "model/expert_routing.h"
+#include "model/model.h"
+#include "test_util.h"
+
+using namespace kvserve;
+using namespace kvserve::engine_run;
+using test_util::TempFile;
+
+namespace {
+
+// The plain algorithm: softmax in double, experts sorted by probability (ties: lower id).
+std::vector<ExpertChoice> reference_route(const std::vector<float>& logits, int64_t k, bool normalize) {
+  const auto E = static_cast<int64_t>(logits.size());
+  const double max = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p(logits.size());
+  double sum = 0;
+  for (size_t e = 0; e < p.size(); ++e) sum += p[e] = std::exp(logits[e] - max);
+  for (double& v : p) v /= sum;
+  std::vector<int32_t> ids(static_cast<size_t>(E));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+  std::vector<ExpertChoice> out;
+  double chosen = 0;
+  for (int64_t i = 0; i < k; ++i) chosen += p[ids[i]];
+  for (int64_t i = 0; i < k; ++i)
+    out.push_back({ids[i], static_cast<float>(normalize ? p[ids[i]] / chosen : p[ids[i]])});
+  return out;
+}
+
+std::unique_ptr<Model> tiny_moe(const TempFile& file, const std::string& preset, DType type,
+                                std::optional<ActivationPrecision> activations = std::nullopt) {
+  test_util::write_synth_model(file.path(), preset, type, 5);
+  ModelLoadOptions o;
+  o.activations = activations;
+  return Model::load(file.path(), o);
+}
+
+}  // namespace
+
+TEST(ExpertRouting, TopKIsTheSortedSoftmaxsFirstK) {
+  std::mt19937 rng(3);
+  for (auto [E, k] : {std::pair<int64_t, int64_t>{7, 3}, {60, 4}, {128, 8}, {5, 5}, {1, 1}}) {
+    for (bool normalize : {false, true}) {
+      const int64_t n = 9;
+      std::vector<float> logits = test_util::random_vector(static_cast<size_t>(n * E), rng, 3.0f);
+      std::vector<ExpertChoice> got(static_cast<size_t>(n * k));
+      route_tokens(logits.data(), n, E, k, normalize, got);
+      for (int64_t t = 0; t < n; ++t) {
+        const auto want = reference_route({logits.begin() + t * E, logits.begin() + (t + 1) * E}, k, normalize);
+        float sum = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          const ExpertChoice& g = got[static_cast<size_t>(t * k + i)];
+          EXPECT_EQ(g.expert, want[static_cast<size_t>(i)].expert) << "E " << E << " token " << t << " rank " << i;
+          EXPECT_NEAR(g.weight, want[static_cast<size_t>(i)].weight, 1e-6) << "E " << E << " token " << t;
+          sum += g.weight;
+        }
+        if (normalize) {
+          EXPECT_NEAR(sum, 1.0f, 1e-5);
+        }
+      }
+    }
+  }
+}
+
+TEST(ExpertRouting, TiesGoToTheLowerExpertId) {
+  const std::vector<float> logits = {0.5f, 2.0f, 1.0f, 2.0f, 2.0f};
+  std::vector<ExpertChoice> got(2);
+  route_tokens(logits.data(), 1, 5, 2, true, got);
+  EXPECT_EQ(got[0].expert, 1);
+  EXPECT_EQ(got[1].expert, 3);
+  EXPECT_FLOAT_EQ(got[0].weight, 0.5f);
+}
+
+TEST(ExpertRouting, GroupsListEachExpertsRowsInRowOrder) {
+  // 4 rows, k = 2, 5 experts.
+  const std::vector<ExpertChoice> choices = {{3, 0.6f}, {0, 0.4f}, {0, 0.7f}, {4, 0.3f},
+                                             {3, 0.5f}, {1, 0.5f}, {4, 0.9f}, {3, 0.1f}};
+  ExpertGroups g;
+  group_by_expert(choices, 2, 5, g);
+  EXPECT_EQ(g.offsets, (std::vector<int64_t>{0, 2, 3, 3, 6, 8}));
+  EXPECT_EQ(g.rows, (std::vector<int64_t>{0, 1, 2, 0, 2, 3, 1, 3}));
+  EXPECT_EQ(g.weights, (std::vector<float>{0.4f, 0.7f, 0.5f, 0.6f, 0.5f, 0.1f, 0.3f, 0.9f}));
+  EXPECT_EQ(g.count(2), 0);
+}
+
+TEST(MoeModel, ReadsQwenMoeShapesAndExperts) {
+  TempFile f3(".gguf"), f2(".gguf");
+  auto q3 = tiny_moe(f3, "tiny-qwen3moe", DType::Q8_0);
+  const ModelConfig& c3 = q3->config();
+  EXPECT_TRUE(c3.is_moe());
+  EXPECT_EQ(c3.n_experts, 8);
+  EXPECT_EQ(c3.n_experts_used, 2);
+  EXPECT_EQ(c3.expert_ffn_dim, 64);
+  EXPECT_TRUE(c3.expert_weights_norm);
+  EXPECT_EQ(c3.shared_expert_ffn_dim, 0);
+  const LayerWeights& l = q3->weights().layers[1];
+  ASSERT_EQ(l.experts.size(), 8u);
+  EXPECT_EQ(l.router.type, DType::F32);
+  EXPECT_EQ(l.experts[7].down.rows(), 64);
+  EXPECT_EQ(l.experts[7].down.cols(), 64);
+  EXPECT_EQ(l.experts[3].gate.data, l.experts[2].gate.data + l.experts[2].gate.nbytes);
+  // Per token: attention, router and 2 of the 8 experts, plus the embedding row and the head.
+  size_t want = q3->weights().output.nbytes + q3->weights().token_embd.row_bytes();
+  for (const LayerWeights& layer : q3->weights().layers) {
+    want += layer.wq.nbytes + layer.wk.nbytes + layer.wv.nbytes + layer.wo.nbytes + layer.router.nbytes;
+    want += 2 * (layer.experts[0].gate.nbytes + layer.experts[0].up.nbytes + layer.experts[0].down.nbytes);
+  }
+  EXPECT_EQ(q3->weight_bytes_per_token(), want);
+
+  auto q2 = tiny_moe(f2, "tiny-qwen2moe", DType::Q8_0);
+  const ModelConfig& c2 = q2->config();
+  EXPECT_EQ(c2.n_experts_used, 4);
+  EXPECT_FALSE(c2.expert_weights_norm);
+  EXPECT_EQ(c2.shared_expert_ffn_dim, 96);
+  EXPECT_EQ(q2->weights().layers[0].shared_down.cols(), 96);
+  EXPECT_EQ(q2->weights().layers[0].shared_gate_inp.size(), 64u);
+}
+
+// Exact activations: the naive (full recompute), cached and cached-reference
+// decoders agree to float rounding, prompts of several lengths, greedy in lockstep.
+TEST(MoeModel, NaiveAndCachedDecodersAgree) {
+  for (const char* preset : {"tiny-qwen3moe", "tiny-qwen2moe"}) {
+    TempFile f(".gguf");
+    auto m = tiny_moe(f, preset, DType::F32, ActivationPrecision::kF32);
+    for (int64_t n : {1, 6, 33}) {
+      auto naive = make_decoder("naive", *m, 256), cached = make_decoder("cached", *m, 256);
+      std::vector<int32_t> tokens;
+      for (int64_t i = 0; i < n; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 11) % m->config().vocab_size));
+      std::span<const float> a = naive->append(tokens), b = cached->append(tokens);
+      for (int s = 0; s < 6; ++s) {
+        std::vector<float> la(a.begin(), a.end()), lb(b.begin(), b.end());
+        EXPECT_LT(test_util::relative_error(lb, la), 1e-4) << preset << " prompt " << n << " step " << s;
+        const auto next = static_cast<int32_t>(std::max_element(la.begin(), la.end()) - la.begin());
+        ASSERT_EQ(next, static_cast<int32_t>(std::max_element(lb.begin(), lb.end()) - lb.begin())) << preset;
+        a = naive->append(std::span<const int32_t>(&next, 1));
+        b = cached->append(std::span<const int32_t>(&next, 1));
+      }
+    }
+  }
+}
+
+// Continuous batching with chunked prefill: requests that share steps (and so
+// experts' row groups) get exactly the tokens and logprobs they get alone,
+// with the default 8-bit activations and quantized weights.
+TEST(MoeModel, BatchedRequestsGetWhatTheyGetAlone) {
+  for (const char* preset : {"tiny-qwen3moe", "tiny-qwen2moe"}) {
+    TempFile f(".gguf");
+    auto m = tiny_moe(f, preset, DType::Q8_0);
+    const Tokenizer tok = Tokenizer::from_gguf(m->file());
+    std::vector<GenerationRequest> rs;
+    for (int i = 0; i < 5; ++i) {
+      std::vector<int32_t> p;
+      for (int j = 0; j < 20 + 13 * i; ++j) p.push_back(static_cast<int32_t>((j * 31 + 7 * i + 3) % 300));
+      GenerationRequest r = greedy_request(p, 12);
+      r.top_logprobs = 2;
+      rs.push_back(r);
+    }
+    const auto alone = run_alone(*m, tok, rs);
+    EngineOptions o;
+    o.max_running = 5;
+    o.kv_type = KVType::F32;  // as run_alone
+    o.max_batch_tokens = 24;  // prompts prefill in chunks beside running decodes
+    Engine engine(*m, tok, o);
+    const auto together = run_together(engine, rs);
+    test_util::wait_idle(engine);
+    for (size_t i = 0; i < rs.size(); ++i) {
+      EXPECT_EQ(together[i].tokens, alone[i].tokens) << preset << " request " << i;
+      ASSERT_EQ(together[i].logprobs.size(), alone[i].logprobs.size());
+      for (size_t t = 0; t < alone[i].logprobs.size(); ++t)
+        EXPECT_EQ(together[i].logprobs[t].logprob, alone[i].logprobs[t].logprob) << preset << " request " << i;
+    }
+  }
+}
+
+// The rest of the engine on a mixture of experts: shared prefixes (prefix
+// cache, copy-on-write), a pool too small for every sequence (preemption and
+// recompute), and speculative decoding with n-gram drafts and with a draft
+// model made of the target's first block: greedy tokens equal each request alone.
+TEST(MoeModel, PrefixCachingPreemptionAndSpeculationKeepTheTokens) {
+  TempFile f(".gguf");
+  auto m = tiny_moe(f, "tiny-qwen3moe", DType::Q8_0);
+  ModelLoadOptions draft_options;
+  draft_options.max_layers = 1;
+  auto draft = Model::load(f.path(), draft_options);
+  const Tokenizer tok = Tokenizer::from_gguf(m->file());
+  std::vector<GenerationRequest> rs;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p;
+    for (int j = 0; j < 40; ++j) p.push_back(static_cast<int32_t>(j < 24 ? (j * 17 + 5) % 300 : (j * 13 + 11 * i) % 300));
+    rs.push_back(greedy_request(p, 24));
+  }
+  const auto alone = run_alone(*m, tok, rs);
+  for (const char* variant : {"prefix+preemption", "ngram", "draft"}) {
+    EngineOptions o;
+    o.kv_type = KVType::F32;
+    o.max_running = 6;
+    o.max_batch_tokens = 32;
+    o.block_size = 4;
+    o.draft_model = draft.get();
+    std::vector<GenerationRequest> with = rs;
+    if (std::string(variant) == "prefix+preemption") o.kv_blocks = 40;  // 6 x 64 positions need 96 blocks
+    for (GenerationRequest& r : with) {
+      if (std::string(variant) == "ngram") r.speculation = {SpeculativeMode::kNgram, 4, false};
+      if (std::string(variant) == "draft") r.speculation = {SpeculativeMode::kDraftModel, 3, false};
+    }
+    Engine engine(*m, tok, o);
+    const auto together = run_together(engine, with);
+    test_util::wait_idle(engine);
+    for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ(together[i].tokens, alone[i].tokens) << variant << " request " << i;
+    if (std::string(variant) == "prefix+preemption") {
+      EXPECT_GT(engine.metrics().prefix_hit_tokens, 0);
+      EXPECT_GT(engine.metrics().preemptions, 0);
+    }
+  }
+}
