@@ -51,10 +51,13 @@ void Transformer::moe_ffn_block(int64_t layer, int64_t n) {
     const int64_t m = groups_.count(e);
     if (m == 0) continue;
     const int64_t first = groups_.offsets[static_cast<size_t>(e)];
+    // An expert's rows are distinct batch rows: gather and scatter split over the threads.
+#pragma omp parallel for schedule(static) if (m * dim >= kOpsParallelElements)
     for (int64_t j = 0; j < m; ++j)
       std::memcpy(expert_x_.data() + j * dim, xn_.data() + groups_.rows[static_cast<size_t>(first + j)] * dim,
                   static_cast<size_t>(dim) * sizeof(float));
     run_expert(w.experts[static_cast<size_t>(e)], m, expert_y_.data());
+#pragma omp parallel for schedule(static) if (m * dim >= kOpsParallelElements)
     for (int64_t j = 0; j < m; ++j) {
       const auto slot = static_cast<size_t>(first + j);
       add_scaled(proj_.data() + groups_.rows[slot] * dim, expert_y_.data() + j * dim, groups_.weights[slot], dim);
