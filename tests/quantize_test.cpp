@@ -186,3 +186,30 @@ TEST(Quantize, Q4KMMixesTypesAsLlamaCppDoes) {
     }
   }
 }
+
+// A mixture of experts under q4_k_m: the stacked expert tensors are quantized
+// like matrices (their 64-wide rows fall back from Q4_K to Q5_0, and the down
+// experts of the layers with more bits from Q6_K to Q8_0), the router stays
+// f32 as llama.cpp keeps it, and the model computes what the f32 one does.
+TEST(Quantize, Q4KMQuantizesStackedExpertsAndKeepsTheRouter) {
+  TempFile src(".gguf"), mixed(".gguf");
+  ::kvserve::test_util::write_synth_model(src.path(), "tiny-qwen3moe", DType::F32);
+  const QuantizeReport report = quantize_model(src.path(), mixed.path(), parse_quantize_recipe("q4_k_m"));
+  EXPECT_EQ(report.kept, (std::vector<std::string>{"blk.0.ffn_gate_inp.weight", "blk.1.ffn_gate_inp.weight"}));
+  const GGUFFile m(mixed.path());
+  auto type_of = [&](const std::string& name) {
+    for (const TensorView& t : m.tensors())
+      if (t.name == name) return t.type;
+    ADD_FAILURE() << "no tensor " << name;
+    return DType::F32;
+  };
+  EXPECT_EQ(type_of("blk.0.ffn_gate_exps.weight"), DType::Q5_0);
+  EXPECT_EQ(type_of("blk.0.ffn_down_exps.weight"), DType::Q5_0);
+  EXPECT_EQ(type_of("blk.1.ffn_down_exps.weight"), DType::Q8_0);
+  EXPECT_EQ(type_of("blk.1.ffn_gate_inp.weight"), DType::F32);
+  auto f32 = Model::load(src.path()), q = Model::load(mixed.path());
+  auto a = make_decoder("cached", *f32, 64), b = make_decoder("cached", *q, 64);
+  const std::vector<int32_t> prompt = {5, 17, 99, 3, 250, 7};
+  const std::span<const float> la = a->append(prompt), lb = b->append(prompt);
+  EXPECT_LT(test_util::relative_error(la, lb), 0.25);
+}

@@ -63,8 +63,10 @@ DType type_for(const QuantizeRecipe& r, const std::string& name, int n_layers, b
   if (!r.mixed) return r.base;
   if (name == "output.weight" || (tied_embeddings && name == "token_embd.weight")) return DType::Q6_K;
   const int layer = layer_of(name);
-  if (layer >= 0 && (ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) &&
-      gets_more_bits(layer, n_layers))
+  // ffn_down of a mixture of experts too: its experts' (ffn_down_exps) and shared expert's (llama.cpp matches "ffn_down").
+  const bool down = ends_with(name, "ffn_down.weight") || ends_with(name, "ffn_down_exps.weight") ||
+                    ends_with(name, "ffn_down_shexp.weight");
+  if (layer >= 0 && (ends_with(name, "attn_v.weight") || down) && gets_more_bits(layer, n_layers))
     return DType::Q6_K;
   return r.base;
 }
@@ -131,9 +133,13 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   QuantizeReport report;
   for (const TensorView& t : in.tensors()) {
     std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
-    const DType target = t.n_dims == 2 ? fitting_type(type_for(recipe, t.name, n_layers, tied), t.cols()) : recipe.base;
+    // Matrices, and a mixture of experts' stacked ones (ne = {cols, rows, experts}: rows of the same width).
+    // Never the router (ffn_gate_inp): llama.cpp keeps it f32, as routing decides which weights run at all.
+    const bool router = ends_with(t.name, "ffn_gate_inp.weight");
+    const bool stacked = t.n_dims == 2 || t.n_dims == 3;
+    const DType target = stacked ? fitting_type(type_for(recipe, t.name, n_layers, tied), t.cols()) : recipe.base;
     report.bytes_in += t.nbytes;
-    const bool matrix = t.n_dims == 2 && t.cols() % dtype_info(target).block_size == 0 && dtype_info(t.type).supported;
+    const bool matrix = stacked && !router && t.cols() % dtype_info(target).block_size == 0 && dtype_info(t.type).supported;
     if (!matrix || t.type == target) {
       if (t.type != target && t.n_dims > 1) report.kept.push_back(t.name);
       w.add_tensor(t.name, t.type, ne, t.data, t.nbytes);
