@@ -3,6 +3,7 @@
 // scaling, and how ModelConfig reads (or refuses) RoPE scaling metadata.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -99,6 +100,63 @@ TEST(RopeConfig, ReadsLlama3FactorsAndLinearScaling) {
   EXPECT_TRUE(c.rope_freq_factors.empty());
 }
 
+// ggml's rope_yarn written out plainly (float, as ggml computes): the
+// independent check of RopeTable's folding of YaRN into per-pair frequencies.
+void ggml_yarn_cos_sin(int64_t pos, int64_t n_dims, float base, float freq_scale, int64_t n_ctx_orig, float mscale,
+                       std::vector<float>& cs) {
+  const auto corr_dim = [&](float n_rot) {
+    return static_cast<float>(n_dims) * std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2.0f * 3.14159265358979f)) /
+           (2.0f * std::log(base));
+  };
+  const float low = std::max(0.0f, std::floor(corr_dim(32.0f)));
+  const float high = std::min(static_cast<float>(n_dims - 1), std::ceil(corr_dim(1.0f)));
+  cs.assign(static_cast<size_t>(n_dims), 0.0f);
+  for (int64_t i0 = 0; i0 < n_dims; i0 += 2) {
+    const double extrap = static_cast<double>(pos) * std::pow(static_cast<double>(base), -static_cast<double>(i0) / n_dims);
+    const double interp = freq_scale * extrap;
+    const float y = (static_cast<float>(i0 / 2) - low) / std::max(0.001f, high - low);
+    const double ramp = 1.0 - std::min(1.0f, std::max(0.0f, y));
+    const double theta = interp * (1.0 - ramp) + extrap * ramp;
+    const float m = mscale * (1.0f + 0.1f * std::log(1.0f / freq_scale));
+    cs[static_cast<size_t>(i0)] = static_cast<float>(std::cos(theta)) * m;
+    cs[static_cast<size_t>(i0) + 1] = static_cast<float>(std::sin(theta)) * m;
+  }
+}
+
+// A YaRN file (factor 4 over an original context of 32): the config reads it
+// as llama.cpp does (magnitude 1 + 0.1 ln 4, context extended to 4 x 32 when
+// the file said less), and the table's cos / sin follow ggml's formula at
+// positions inside and far past the original context.
+TEST(RopeConfig, ReadsYarnAndRotatesAsGgml) {
+  test_util::TempFile file(".gguf");
+  write_config_file(file, [](GGUFWriter& w) {
+    w.set_string("llama.rope.scaling.type", "yarn");
+    w.set_f32("llama.rope.scaling.factor", 4.0f);
+    w.set_u32("llama.rope.scaling.original_context_length", 100);
+    w.set_f32("llama.rope.freq_base", 10000.0f);
+  });
+  const ModelConfig c = ModelConfig::from_gguf(GGUFFile(file.path()));
+  EXPECT_EQ(c.rope_position_scale, 0.25);
+  EXPECT_EQ(c.rope_yarn.ext_factor, 1.0);
+  EXPECT_EQ(c.rope_yarn.original_context, 100);
+  EXPECT_EQ(c.context_length, 400);  // the file's 128 extended to 4 x 100
+  EXPECT_NEAR(c.rope_magnitude, 1.0 + 0.1 * std::log(4.0), 1e-12);
+  const RopeTable table(c.rope_params());
+  std::vector<float> got(16), want;
+  for (int64_t pos : {0, 1, 7, 99, 100, 250, 399}) {
+    table.angles(pos, got.data());
+    // ggml's mscale argument is llama.cpp's yarn_attn_factor: the magnitude over its own 1 + 0.1 ln(factor).
+    ggml_yarn_cos_sin(pos, 16, 10000.0f, 0.25f, 100, static_cast<float>(c.rope_magnitude / (1.0 + 0.1 * std::log(4.0))), want);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-5) << "pos " << pos << " value " << i;
+  }
+  // Some pairs are interpolated, some kept: the ramp is not all 0 or all 1.
+  const std::vector<double> m = yarn_pair_multipliers(c.rope_params());
+  EXPECT_EQ(m.front(), 4.0);  // pair 0, the highest frequency, keeps its trained angle: interpolated x 4
+  EXPECT_EQ(m.back(), 1.0);    // the lowest frequency is interpolated
+  EXPECT_GT(m[1], 1.0);  // pairs 1 and 2 blend (the ramp runs over pairs 0..3 here)
+  EXPECT_LT(m[1], 4.0);
+}
+
 TEST(RopeConfig, RefusesWhatItWouldComputeWrong) {
   test_util::TempFile file(".gguf");
   const auto message_of = [&](const std::function<void(GGUFWriter&)>& extra) {
@@ -110,7 +168,13 @@ TEST(RopeConfig, RefusesWhatItWouldComputeWrong) {
     }
     return std::string("(loaded)");
   };
-  EXPECT_NE(message_of([](GGUFWriter& w) { w.set_string("llama.rope.scaling.type", "yarn"); }).find("'yarn' is not supported"),
+  EXPECT_NE(message_of([](GGUFWriter& w) { w.set_string("llama.rope.scaling.type", "longrope"); }).find("'longrope' is not supported"),
+            std::string::npos);
+  EXPECT_NE(message_of([](GGUFWriter& w) {
+              w.set_string("llama.rope.scaling.type", "yarn");
+              w.set_f32("llama.rope.scaling.factor", 4.0f);
+              w.set_u32("llama.rope.scaling.original_context_length", 0);
+            }).find("original_context_length 0 is out of range"),
             std::string::npos);
   EXPECT_NE(message_of([](GGUFWriter& w) {
               w.set_string("llama.rope.scaling.type", "linear");

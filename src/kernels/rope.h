@@ -5,19 +5,38 @@
 // fold into them: Llama 3's per-pair factors (GGUF `rope_freqs.weight`: the
 // pair's angle is divided by its factor, as llama.cpp's ggml_rope_ext does)
 // and linear position scaling (`rope.scaling.type` linear: positions divided
-// by `rope.scaling.factor`). kernels/ops.h's rope() is the plain reference.
+// by `rope.scaling.factor`), and YaRN (`rope.scaling.type` yarn: each pair's
+// angle a blend of the interpolated and the original one, by a ramp over the
+// pairs whose wavelength fits the original context, with cos / sin scaled by
+// a magnitude), as ggml's rope_yarn computes them. kernels/ops.h's rope() is
+// the plain reference.
 #include <cstdint>
 #include <vector>
 
 namespace kvserve {
+
+// YaRN's constants (ggml_rope_ext's ext_factor, n_ctx_orig, beta_fast, beta_slow).
+struct RopeYarn {
+  double ext_factor = 0.0;        // 0: no YaRN blend (plain or linear scaling)
+  int64_t original_context = 0;   // the context the model was trained at
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+};
 
 struct RopeParams {
   int64_t rot_dims = 0;  // leading dims of each head that are rotated (even)
   double theta = 10000.0;
   bool neox = false;                // pairs (i, i + rot/2) instead of (2i, 2i + 1)
   std::vector<float> freq_factors;  // empty, or rot_dims / 2 divisors of each pair's angle
-  double position_scale = 1.0;      // positions are multiplied by this (1 / linear factor)
+  double position_scale = 1.0;      // positions are multiplied by this (1 / linear or YaRN factor)
+  RopeYarn yarn = {};
+  double magnitude = 1.0;           // cos and sin are multiplied by this (YaRN's mscale, rope.scaling.attn_factor)
 };
+
+// Pair i's multiplier of its interpolated angle under YaRN: 1 - ramp + ramp /
+// position_scale, ramp = 1 for the high-frequency pairs (kept as trained), 0
+// for the low ones (interpolated); ggml_rope_yarn_corr_dims' boundaries.
+std::vector<double> yarn_pair_multipliers(const RopeParams& p);
 
 class RopeTable {
  public:
@@ -32,6 +51,7 @@ class RopeTable {
  private:
   std::vector<double> inv_freq_;
   int64_t rot_dims_;
+  float magnitude_;
   bool neox_;
 };
 

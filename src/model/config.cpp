@@ -18,6 +18,37 @@ void require_positive(const std::string& path, const char* what, int64_t v) {
   if (v <= 0) throw Error(path + ": " + what + " must be positive, got " + std::to_string(v));
 }
 
+// A finite positive number under `key`, or `fallback` when absent.
+double positive_float(const GGUFFile& file, const std::string& key, double fallback) {
+  const double v = file.get_float(key, fallback);
+  if (!(v > 0.0) || !std::isfinite(v)) throw Error(file.path() + ": " + key + " must be a positive number, got " + std::to_string(v));
+  return v;
+}
+
+// YaRN as llama.cpp sets it up (llama_context's yarn_attn_factor and ggml's
+// rope_yarn): angles blended per pair (ext_factor 1), and cos / sin scaled by
+// 1 + 0.1 ln(factor) (or, with rope.scaling.yarn_log_multiplier, the ratio
+// llama.cpp takes for it), times rope.scaling.attn_factor. The context grows
+// to original x factor when the file says less: that is what YaRN is for.
+void read_yarn(const GGUFFile& file, const std::string& p, double factor, ModelConfig& c) {
+  const uint64_t original = file.get_uint(p + "rope.scaling.original_context_length", static_cast<uint64_t>(c.context_length));
+  if (original == 0 || original > (uint64_t{1} << 24))
+    throw Error(file.path() + ": rope.scaling.original_context_length " + std::to_string(original) + " is out of range");
+  c.rope_yarn.original_context = static_cast<int64_t>(original);
+  c.rope_yarn.ext_factor = file.get_float(p + "rope.scaling.yarn_ext_factor", 1.0);
+  if (!(c.rope_yarn.ext_factor >= 0.0 && c.rope_yarn.ext_factor <= 1.0))
+    throw Error(file.path() + ": rope.scaling.yarn_ext_factor must be in [0, 1]");
+  c.rope_yarn.beta_fast = positive_float(file, p + "rope.scaling.yarn_beta_fast", 32.0);
+  c.rope_yarn.beta_slow = positive_float(file, p + "rope.scaling.yarn_beta_slow", 1.0);
+  const auto mscale = [factor](double m) { return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
+  const double log_mul = file.get_float(p + "rope.scaling.yarn_log_multiplier", 0.0);
+  if (!std::isfinite(log_mul)) throw Error(file.path() + ": rope.scaling.yarn_log_multiplier must be finite");
+  if (c.rope_yarn.ext_factor != 0.0) c.rope_magnitude *= log_mul != 0.0 ? mscale(1.0) / mscale(log_mul) : mscale(1.0);
+  const double extended = static_cast<double>(original) * factor;
+  if (extended > static_cast<double>(c.context_length) && extended <= static_cast<double>(int64_t{1} << 24))
+    c.context_length = static_cast<int64_t>(extended);
+}
+
 // Scaling changes the math of every position past the lowest frequencies:
 // what is not implemented is refused, never ignored.
 void read_rope_scaling(const GGUFFile& file, const std::string& p, ModelConfig& c) {
@@ -28,13 +59,15 @@ void read_rope_scaling(const GGUFFile& file, const std::string& p, ModelConfig& 
     type = "linear";
     factor = file.get_float(p + "rope.scale_linear");
   }
-  if (type == "linear") {
+  c.rope_magnitude = positive_float(file, p + "rope.scaling.attn_factor", 1.0);
+  if (type == "linear" || type == "yarn") {
     if (!(factor > 0.0) || !std::isfinite(factor))
-      throw Error(path + ": rope.scaling.factor must be positive for linear scaling, got " + std::to_string(factor));
+      throw Error(path + ": rope.scaling.factor must be positive for " + type + " scaling, got " + std::to_string(factor));
     c.rope_position_scale = 1.0 / factor;
+    if (type == "yarn") read_yarn(file, p, factor, c);
   } else if (type != "none") {
     throw Error(path + ": rope.scaling.type '" + type +
-                "' is not supported (supported: none, linear, and Llama 3's per-frequency factors rope_freqs.weight)");
+                "' is not supported (supported: none, linear, yarn, and Llama 3's per-frequency factors rope_freqs.weight)");
   }
   if (const TensorView* f = file.find_tensor("rope_freqs.weight")) {
     if (f->type != DType::F32 || f->numel() != c.rope_dims / 2)

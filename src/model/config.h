@@ -31,6 +31,8 @@ struct ModelConfig {
   // (rope.scaling.type linear). Other schemes are refused at load.
   std::vector<float> rope_freq_factors;
   double rope_position_scale = 1.0;
+  RopeYarn rope_yarn;             // rope.scaling.type yarn (ext_factor 0 otherwise)
+  double rope_magnitude = 1.0;    // YaRN's mscale times rope.scaling.attn_factor
   float norm_eps = 1e-5f;
   // Gemma 3: interleaved sliding-window layers. A sliding layer's query at
   // position p sees keys p - sliding_window < j <= p and rotates with its own
@@ -54,9 +56,11 @@ struct ModelConfig {
   bool expert_weights_norm = false;
   int64_t shared_expert_ffn_dim = 0;
 
-  RopeParams rope_params() const { return {rope_dims, rope_theta, rope_neox, rope_freq_factors, rope_position_scale}; }
+  RopeParams rope_params() const {
+    return {rope_dims, rope_theta, rope_neox, rope_freq_factors, rope_position_scale, rope_yarn, rope_magnitude};
+  }
   RopeParams sliding_rope_params() const {
-    return {rope_dims, rope_theta_sliding, rope_neox, rope_freq_factors, rope_position_scale};
+    return {rope_dims, rope_theta_sliding, rope_neox, rope_freq_factors, rope_position_scale, rope_yarn, rope_magnitude};
   }
   bool is_sliding(int64_t layer) const {
     return sliding_window > 0 && layer_is_sliding[static_cast<size_t>(layer)];

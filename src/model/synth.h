@@ -39,6 +39,9 @@ struct SynthPreset {
   int n_experts_used = 0;
   int expert_ffn_dim = 0;
   int shared_expert_ffn_dim = 0;
+  // > 0: YaRN RoPE scaling by this factor over an original context of yarn_original_context
+  float yarn_factor = 0;
+  int yarn_original_context = 0;
 
   int head_dim() const { return key_length > 0 ? key_length : dim / n_heads; }
 };

@@ -50,6 +50,9 @@ CASES = [
     ("tiny-qwen3moe", "q8_0", 2, 100),
     ("tiny-qwen2moe", "f32", 1, 200),
     ("tiny-qwen2moe", "q4_0", 2, 100),
+    # YaRN RoPE scaling (x4 over an original context of 64; the prompt reaches position 200)
+    ("tiny-qwen3-yarn", "f32", 1, 200),
+    ("tiny-qwen3-yarn", "q8_0", 2, 120),
 ]
 N_PREDICT = 32
 BANNED = range(128, 256)  # synth vocabularies: ids 0..255 are the bytes in order
