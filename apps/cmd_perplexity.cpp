@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "apps/activations_flag.h"
+#include "apps/rope_flags.h"
 #include "apps/commands.h"
 #include "core/error.h"
 #include "decode/decoder.h"
@@ -29,6 +30,7 @@ namespace kvserve::cli {
 namespace {
 
 struct PerplexityOptions {
+  RopeFlags rope;
   std::string model = "models/smollm2-135m-instruct-q4_1.gguf";
   std::string file;
   int64_t context = 512;
@@ -95,7 +97,7 @@ void run_perplexity(const PerplexityOptions& opt) {
   if (opt.chunks < 0) throw Error("--chunks must be >= 0 (0: all), got " + std::to_string(opt.chunks));
   const KVType kv_type = parse_kv_type(opt.kv_type, "--kv-type");
   const std::string text = read_text(opt.file);
-  auto model = Model::load(opt.model);
+  auto model = Model::load(opt.model, opt.rope.apply({}));
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   const std::vector<int32_t> tokens = tokenizer.encode(text, false, false);
   const int64_t ctx = opt.context, vocab = model->config().vocab_size;
@@ -132,6 +134,7 @@ void register_perplexity(CLI::App& app) {
   auto opt = std::make_shared<PerplexityOptions>();
   auto* cmd = app.add_subcommand("perplexity", "Perplexity of a model on a text file (second half of each window)");
   add_activations_flag(cmd);
+  opt->rope.add_to(cmd);
   cmd->add_option("-m,--model", opt->model, "GGUF model file")->capture_default_str();
   cmd->add_option("-f,--file", opt->file, "Text file to score")->required();
   cmd->add_option("-c,--ctx", opt->context, "Tokens per window")->capture_default_str();

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "apps/activations_flag.h"
+#include "apps/rope_flags.h"
 #include "apps/commands.h"
 #include "apps/draft_flags.h"
 #include "apps/pipeline.h"
@@ -36,6 +37,7 @@ namespace kvserve::cli {
 namespace {
 
 struct RunOptions {
+  RopeFlags rope;
   std::string model = "models/smollm2-135m-instruct-q4_1.gguf";
   std::string prompt = "Once upon a time";
   int64_t n_predict = 128;
@@ -267,7 +269,7 @@ void run(RunOptions opt) {
     throw Error("--pipeline-parallel runs in the batching engine: use --decoder cached");
   PipelineSession pipeline(opt.pipeline);
   pipeline.guard([&] {
-    if (pipeline.rank() != 0) return pipeline.run_stage(opt.model);
+    if (pipeline.rank() != 0) return pipeline.run_stage(opt.model, opt.rope.apply({}));
     run_rank0(opt, kv_type, pipeline);
   });
 }
@@ -275,7 +277,7 @@ void run(RunOptions opt) {
 // The whole run, or rank 0's part of a pipelined one.
 void run_rank0(RunOptions opt, KVType kv_type, const PipelineSession& pipeline) {
   auto t0 = std::chrono::steady_clock::now();
-  auto model = Model::load(opt.model, pipeline.load_options());
+  auto model = Model::load(opt.model, pipeline.load_options(opt.rope.apply({})));
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   if (opt.chat) {
     std::string note;
@@ -334,6 +336,7 @@ void register_run(CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand("run", "Generate text from a prompt");
   add_activations_flag(cmd);
+  opt->rope.add_to(cmd);
   cmd->add_option("-m,--model", opt->model, "GGUF model file")->capture_default_str();
   cmd->add_option("-p,--prompt", opt->prompt, "Prompt text")->capture_default_str();
   cmd->add_option("-n,--n-predict", opt->n_predict, "Tokens to generate")->capture_default_str();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "apps/activations_flag.h"
+#include "apps/rope_flags.h"
 #include "apps/commands.h"
 #include "apps/draft_flags.h"
 #include "apps/pipeline.h"
@@ -35,6 +36,7 @@ namespace kvserve::cli {
 namespace {
 
 struct ServeOptions {
+  RopeFlags rope;
   std::string model = "models/smollm2-135m-instruct-q4_1.gguf";
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -92,7 +94,7 @@ void serve(const ServeOptions& opt) {
   pipeline.guard([&] {
     if (pipeline.rank() != 0) {  // no watcher here: mpirun's SIGTERM ends a later stage at once
       pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
-      return pipeline.run_stage(opt.model);
+      return pipeline.run_stage(opt.model, opt.rope.apply({}));
     }
     serve_rank0(opt, spec_default, signals, pipeline);
   });
@@ -104,7 +106,7 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
                  const PipelineSession& pipeline) {
   // Before the model loads: a missing key file fails at once.
   std::vector<std::string> api_keys = server::collect_api_keys(opt.api_keys, opt.api_key_files, std::getenv("KVSERVE_API_KEY"));
-  auto model = Model::load(opt.model, pipeline.load_options());
+  auto model = Model::load(opt.model, pipeline.load_options(opt.rope.apply({})));
   // Requests in draft mode draft with it; the Engine refuses a draft with another vocabulary.
   const std::unique_ptr<Model> draft = opt.draft.empty() ? nullptr : Model::load(opt.draft, opt.draft_flags.load_options());
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
@@ -195,6 +197,7 @@ void register_serve(CLI::App& app) {
   auto opt = std::make_shared<ServeOptions>();
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   add_activations_flag(cmd);
+  opt->rope.add_to(cmd);
   cmd->add_option("-m,--model", opt->model, "GGUF model file")->capture_default_str();
   cmd->add_option("--host", opt->host, "Address to bind")->capture_default_str();
   cmd->add_option("--port", opt->port, "Port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();

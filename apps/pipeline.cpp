@@ -73,8 +73,8 @@ PipelineOptions PipelineSession::engine_options(std::function<void(const std::st
   return {comm_.get(), timeout_of(flags_), std::move(on_failure)};
 }
 
-void PipelineSession::run_stage(const std::string& model_path) const {
-  const auto stage = Model::load(model_path, load_options());
+void PipelineSession::run_stage(const std::string& model_path, ModelLoadOptions base) const {
+  const auto stage = Model::load(model_path, load_options(std::move(base)));
   const LayerRange& r = stage->layer_range();
   std::fprintf(stderr, "kvserve: pipeline rank %d of %d (pid %d): layers %lld..%lld of %lld, %.1f MiB of weights\n",
                rank(), comm_->size(), static_cast<int>(getpid()), static_cast<long long>(r.first), static_cast<long long>(r.end - 1),

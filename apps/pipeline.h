@@ -40,7 +40,7 @@ class PipelineSession {
   PipelineOptions engine_options(std::function<void(const std::string&)> on_failure = nullptr) const;
   // Rank > 0: loads this rank's layers of `model_path`, runs the stage until
   // rank 0 shuts it down, prints what it held and sent.
-  void run_stage(const std::string& model_path) const;
+  void run_stage(const std::string& model_path, ModelLoadOptions base = {}) const;
   // Rank 0, after the engine is gone: what this rank held and sent.
   void report(const Model& stage) const;
   // Runs `body`, then (rank 0) ends the pipeline; on an exception prints it

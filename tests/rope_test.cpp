@@ -5,13 +5,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "kernels/rope.h"
+#include "decode/decoder.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
 #include "test_util.h"
@@ -185,4 +188,41 @@ TEST(RopeConfig, RefusesWhatItWouldComputeWrong) {
             std::string::npos);
   EXPECT_NE(message_of([](GGUFWriter& w) { w.add_f32_tensor("rope_freqs.weight", {8}, {1, 1, 1, -1, 1, 1, 1, 1}); }).find("not positive"),
             std::string::npos);
+}
+
+// --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 64 on tiny-qwen3 (no
+// scaling in its file) computes what tiny-qwen3-yarn (the same weights with
+// that YaRN in its metadata, checked against llama.cpp) computes, bit for bit;
+// "none" on the YaRN file gives back plain tiny-qwen3.
+TEST(RopeConfig, CommandLineScalingReplacesTheFiles) {
+  test_util::TempFile plain(".gguf"), yarn(".gguf");
+  test_util::write_synth_model(plain.path(), "tiny-qwen3", DType::F32, 3);
+  test_util::write_synth_model(yarn.path(), "tiny-qwen3-yarn", DType::F32, 3);
+  const auto logits = [](const std::string& path, std::optional<RopeScalingOverride> rope) {
+    ModelLoadOptions o;
+    o.rope_scaling = rope;
+    auto m = Model::load(path, o);
+    auto d = make_decoder("cached", *m, 256);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 180; ++i) prompt.push_back((i * 7919 + 5) % 370);
+    const std::span<const float> out = d->append(prompt);
+    return std::make_pair(std::vector<float>(out.begin(), out.end()), m->config().context_length);
+  };
+  const auto [scaled, scaled_context] = logits(plain.path(), RopeScalingOverride{"yarn", 4.0, 64});
+  const auto [file, file_context] = logits(yarn.path(), std::nullopt);
+  EXPECT_EQ(scaled, file);
+  EXPECT_EQ(scaled_context, 256);
+  EXPECT_EQ(file_context, 256);
+  const auto [unscaled, unscaled_context] = logits(yarn.path(), RopeScalingOverride{"none", 1.0, 0});
+  EXPECT_EQ(unscaled, logits(plain.path(), std::nullopt).first);
+  EXPECT_NE(unscaled, file);
+  EXPECT_THROW(logits(plain.path(), RopeScalingOverride{"yarn", 0.0, 0}), Error);
+  EXPECT_THROW(logits(plain.path(), RopeScalingOverride{"longrope", 2.0, 0}), Error);
+  // Through the command line: the flags reach the model (and a factor without a type is refused).
+  const auto run = test_util::run_kvserve("run -m " + plain.path() +
+                                          " -p hello -n 2 --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 64");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const auto bad = test_util::run_kvserve("run -m " + plain.path() + " -p hello -n 2 --rope-scale 4");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("need --rope-scaling"), std::string::npos) << bad.output;
 }

@@ -27,26 +27,30 @@ double positive_float(const GGUFFile& file, const std::string& key, double fallb
 
 // YaRN as llama.cpp sets it up (llama_context's yarn_attn_factor and ggml's
 // rope_yarn): angles blended per pair (ext_factor 1), and cos / sin scaled by
-// 1 + 0.1 ln(factor) (or, with rope.scaling.yarn_log_multiplier, the ratio
-// llama.cpp takes for it), times rope.scaling.attn_factor. The context grows
-// to original x factor when the file says less: that is what YaRN is for.
-void read_yarn(const GGUFFile& file, const std::string& p, double factor, ModelConfig& c) {
-  const uint64_t original = file.get_uint(p + "rope.scaling.original_context_length", static_cast<uint64_t>(c.context_length));
+// 1 + 0.1 ln(factor) (or, with a yarn_log_multiplier, the ratio llama.cpp takes
+// for it) on top of rope_magnitude. The context grows to original x factor
+// when the file says less: that is what YaRN is for.
+void set_yarn(const std::string& path, double factor, uint64_t original, double log_mul, ModelConfig& c) {
   if (original == 0 || original > (uint64_t{1} << 24))
-    throw Error(file.path() + ": rope.scaling.original_context_length " + std::to_string(original) + " is out of range");
+    throw Error(path + ": rope.scaling.original_context_length " + std::to_string(original) + " is out of range");
+  if (!std::isfinite(log_mul)) throw Error(path + ": rope.scaling.yarn_log_multiplier must be finite");
   c.rope_yarn.original_context = static_cast<int64_t>(original);
+  const auto mscale = [factor](double m) { return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
+  if (c.rope_yarn.ext_factor != 0.0) c.rope_magnitude *= log_mul != 0.0 ? mscale(1.0) / mscale(log_mul) : mscale(1.0);
+  const double extended = static_cast<double>(original) * factor;
+  if (extended > static_cast<double>(c.context_length) && extended <= static_cast<double>(int64_t{1} << 24))
+    c.context_length = static_cast<int64_t>(extended);
+}
+
+void read_yarn(const GGUFFile& file, const std::string& p, double factor, ModelConfig& c) {
   c.rope_yarn.ext_factor = file.get_float(p + "rope.scaling.yarn_ext_factor", 1.0);
   if (!(c.rope_yarn.ext_factor >= 0.0 && c.rope_yarn.ext_factor <= 1.0))
     throw Error(file.path() + ": rope.scaling.yarn_ext_factor must be in [0, 1]");
   c.rope_yarn.beta_fast = positive_float(file, p + "rope.scaling.yarn_beta_fast", 32.0);
   c.rope_yarn.beta_slow = positive_float(file, p + "rope.scaling.yarn_beta_slow", 1.0);
-  const auto mscale = [factor](double m) { return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
-  const double log_mul = file.get_float(p + "rope.scaling.yarn_log_multiplier", 0.0);
-  if (!std::isfinite(log_mul)) throw Error(file.path() + ": rope.scaling.yarn_log_multiplier must be finite");
-  if (c.rope_yarn.ext_factor != 0.0) c.rope_magnitude *= log_mul != 0.0 ? mscale(1.0) / mscale(log_mul) : mscale(1.0);
-  const double extended = static_cast<double>(original) * factor;
-  if (extended > static_cast<double>(c.context_length) && extended <= static_cast<double>(int64_t{1} << 24))
-    c.context_length = static_cast<int64_t>(extended);
+  set_yarn(file.path(), factor,
+           file.get_uint(p + "rope.scaling.original_context_length", static_cast<uint64_t>(c.context_length)),
+           file.get_float(p + "rope.scaling.yarn_log_multiplier", 0.0), c);
 }
 
 // Scaling changes the math of every position past the lowest frequencies:
@@ -59,7 +63,8 @@ void read_rope_scaling(const GGUFFile& file, const std::string& p, ModelConfig& 
     type = "linear";
     factor = file.get_float(p + "rope.scale_linear");
   }
-  c.rope_magnitude = positive_float(file, p + "rope.scaling.attn_factor", 1.0);
+  c.rope_attn_factor = positive_float(file, p + "rope.scaling.attn_factor", 1.0);
+  c.rope_magnitude = c.rope_attn_factor;
   if (type == "linear" || type == "yarn") {
     if (!(factor > 0.0) || !std::isfinite(factor))
       throw Error(path + ": rope.scaling.factor must be positive for " + type + " scaling, got " + std::to_string(factor));
@@ -172,6 +177,7 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   require_positive(path, "attention.head_count_kv", c.n_kv_heads);
   require_positive(path, "feed_forward_length", c.ffn_dim);
   require_positive(path, "context_length", c.context_length);
+  c.file_context_length = c.context_length;
   if (c.n_heads % c.n_kv_heads != 0)
     throw Error(path + ": head_count " + std::to_string(c.n_heads) + " is not a multiple of head_count_kv " +
                 std::to_string(c.n_kv_heads));
@@ -208,6 +214,31 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
     c.vocab_size = emb->ne[1];
   require_positive(path, "vocabulary size", c.vocab_size);
   return c;
+}
+
+void ModelConfig::override_rope_scaling(const std::string& type, double factor, int64_t original_context) {
+  if (type != "none" && type != "linear" && type != "yarn")
+    throw Error("--rope-scaling '" + type + "' is not supported (none, linear, yarn)");
+  if ((type != "none") && (!(factor > 0.0) || !std::isfinite(factor)))
+    throw Error("--rope-scale must be positive for " + type + " scaling, got " + std::to_string(factor));
+  if (original_context < 0) throw Error("--yarn-orig-ctx must not be negative");
+  if (!rope_freq_factors.empty() && type != "none")
+    throw Error(name + ": this model scales RoPE with rope_freqs.weight; --rope-scaling cannot be combined with it");
+  // Back to the file's frequencies and context, then the requested scaling.
+  const int64_t trained = rope_yarn.original_context > 0 ? rope_yarn.original_context : file_context_length;
+  context_length = file_context_length;
+  rope_position_scale = 1.0;
+  rope_yarn = RopeYarn{};
+  rope_magnitude = rope_attn_factor;
+  if (type == "none") return;
+  rope_position_scale = 1.0 / factor;
+  if (type == "linear") {
+    context_length = std::max(context_length, static_cast<int64_t>(std::min(static_cast<double>(context_length) * factor,
+                                                                              static_cast<double>(int64_t{1} << 24))));
+    return;
+  }
+  rope_yarn.ext_factor = 1.0;
+  set_yarn(name, factor, static_cast<uint64_t>(original_context > 0 ? original_context : trained), 0.0, *this);
 }
 
 KVShape ModelConfig::kv_shape() const {

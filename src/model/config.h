@@ -24,6 +24,7 @@ struct ModelConfig {
   int64_t vocab_size = 0;
   int64_t context_length = 0;
   int64_t rope_dims = 0;   // leading dims of each head that RoPE rotates
+  int64_t file_context_length = 0;  // context_length as the file says it, before any scaling extends it
   float rope_theta = 10000.0f;
   bool rope_neox = false;  // pairs (i, i + d/2) instead of (2i, 2i + 1)
   // RoPE scaling that changes frequencies (kernels/rope.h): Llama 3's
@@ -33,6 +34,7 @@ struct ModelConfig {
   double rope_position_scale = 1.0;
   RopeYarn rope_yarn;             // rope.scaling.type yarn (ext_factor 0 otherwise)
   double rope_magnitude = 1.0;    // YaRN's mscale times rope.scaling.attn_factor
+  double rope_attn_factor = 1.0;  // rope.scaling.attn_factor alone
   float norm_eps = 1e-5f;
   // Gemma 3: interleaved sliding-window layers. A sliding layer's query at
   // position p sees keys p - sliding_window < j <= p and rotates with its own
@@ -81,6 +83,11 @@ struct ModelConfig {
 
   // Throws kvserve::Error for an unsupported architecture or inconsistent values.
   static ModelConfig from_gguf(const GGUFFile& file);
+
+  // Replaces the file's RoPE scaling (llama.cpp's --rope-scaling / --rope-scale /
+  // --yarn-orig-ctx): type "none", "linear" or "yarn"; original_context 0: the
+  // file's context. Throws kvserve::Error for another type or a bad value.
+  void override_rope_scaling(const std::string& type, double factor, int64_t original_context);
 };
 
 // The model as `kvserve kv-size` plans its cache (kv/kv_planner.h), with its name and query heads.

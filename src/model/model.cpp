@@ -192,6 +192,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
   auto m = std::unique_ptr<Model>(new Model());
   m->file_ = std::make_unique<GGUFFile>(path);
   m->config_ = ModelConfig::from_gguf(*m->file_);
+  if (options.rope_scaling)
+    m->config_.override_rope_scaling(options.rope_scaling->type, options.rope_scaling->factor,
+                                     options.rope_scaling->original_context);
   const LayerRange range = kept_layers(path, m->config_.n_layers, options);
   m->layer_range_ = range;
   // Everything downstream (decoders, KV caches) sizes itself from n_layers.

@@ -58,6 +58,14 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 };
 
+// RoPE scaling that replaces the file's (kvserve's --rope-scaling, --rope-scale,
+// --yarn-orig-ctx, as llama.cpp's flags): ModelConfig::override_rope_scaling.
+struct RopeScalingOverride {
+  std::string type;  // "none", "linear" or "yarn"
+  double factor = 1.0;
+  int64_t original_context = 0;  // yarn: 0 is the file's original (or trained) context
+};
+
 struct ModelLoadOptions {
   // Use only the first max_layers transformer blocks (then the final norm and
   // output head, as usual): a cheap, vocabulary-compatible draft model for
@@ -88,6 +96,7 @@ struct ModelLoadOptions {
   // combined with max_layers.
   int pipeline_rank = 0;
   int pipeline_ranks = 1;
+  std::optional<RopeScalingOverride> rope_scaling = std::nullopt;
 };
 
 // The file's transformer blocks a Model holds: [first, end) of total.

@@ -412,8 +412,8 @@ const std::vector<SynthPreset>& synth_presets() {
       {"tiny-llama3", "llama", 64, 2, 4, 2, 96, 320, 256, 500000.0f, 1e-5f, true, false, 32.0f, 0, false, false},  // rope_freqs.weight
       {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, false, 0.0f, 128, true, false},
       {"tiny-qwen3", "qwen3", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, false, 0.0f, 32, true, false},  // q_dim != dim
-      // YaRN x4 over an original context of 64: prompts of 200 tokens run far into the extension
-      {"tiny-qwen3-yarn", "qwen3", 64, 2, 4, 2, 128, 384, 256, 10000.0f, 1e-6f, true, false, 0.0f, 32, true, false, 0, 0,
+      // tiny-qwen3 + YaRN x4 over an original context of 64: prompts of 200 tokens run far into the extension
+      {"tiny-qwen3-yarn", "qwen3", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, false, 0.0f, 32, true, false, 0, 0,
        0, 0, 0, 4.0f, 64},
       {"phi3-mini", "phi3", 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, 1e-5f, false, false, 0.0f, 0, false, true},
       {"tiny-phi3", "phi3", 64, 2, 4, 4, 96, 320, 256, 10000.0f, 1e-5f, false, false, 0.0f, 0, false, true},
