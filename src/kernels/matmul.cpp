@@ -303,39 +303,58 @@ void matmul(const TensorView& w, const float* x, int64_t n_tokens, float* y) {
 }
 
 void matmul_shared_input(std::span<const MatmulProduct> products, const float* x, int64_t n_tokens) {
+  std::array<MatmulTask, kMaxSharedProducts> tasks;
+  if (products.size() > kMaxSharedProducts) throw Error("matmul_shared_input: too many products");
+  for (size_t i = 0; i < products.size(); ++i) tasks[i] = {products[i].w, x, n_tokens, products[i].y};
+  matmul_tasks(std::span(tasks.data(), products.size()));
+}
+
+void matmul_tasks(std::span<const MatmulTask> tasks) {
   // One scratch per product and thread of the caller, reused across calls: a
   // decode step makes ~100 calls, and fresh allocations showed up as page
   // faults and memsets.
-  thread_local std::vector<MatmulScratch> scratch;
-  if (scratch.size() < products.size()) scratch.resize(products.size());
-  if (products.size() > kMaxSharedProducts) throw Error("matmul_shared_input: too many products");
-  std::array<PreparedProduct, kMaxSharedProducts> prepared_storage;
-  const std::span<PreparedProduct> prepared(prepared_storage.data(), products.size());
-  int64_t work = 0;
-  for (size_t i = 0; i < products.size(); ++i) {
-    prepared[i] = prepare_product(products[i], x, n_tokens, scratch[i]);
-    work += prepared[i].job.rows * prepared[i].job.cols * n_tokens;
-    for (size_t j = 0; j < i; ++j) share_prepared_input(prepared[j], prepared[i]);
+  // (The parallel region below reaches them through these locals: a
+  // thread_local named there would be each thread's own.)
+  thread_local std::vector<MatmulScratch> scratch_storage;
+  thread_local std::vector<PreparedProduct> prepared_storage;
+  thread_local std::vector<int64_t> prepare_ends_storage;
+  std::vector<MatmulScratch>& scratch = scratch_storage;
+  std::vector<PreparedProduct>& prepared = prepared_storage;
+  std::vector<int64_t>& prepare_ends = prepare_ends_storage;  // running count of the tokens each product prepares
+  if (scratch.size() < tasks.size()) scratch.resize(tasks.size());
+  prepared.resize(tasks.size());
+  prepare_ends.resize(tasks.size());
+  int64_t work = 0, max_tokens = 0, to_prepare = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const MatmulTask& t = tasks[i];
+    prepared[i] = prepare_product({t.w, t.y}, t.x, t.n_tokens, scratch[i]);
+    work += prepared[i].job.rows * prepared[i].job.cols * t.n_tokens;
+    max_tokens = std::max(max_tokens, t.n_tokens);
+    for (size_t j = 0; j < i; ++j)
+      if (tasks[j].x == t.x && tasks[j].n_tokens == t.n_tokens) share_prepared_input(prepared[j], prepared[i]);
+    if (prepared[i].quantized || prepared[i].block_sums) to_prepare += t.n_tokens;
+    prepare_ends[i] = to_prepare;
   }
-  // One token is prepared here: splitting it across threads would cost an
-  // OpenMP barrier for a few hundred operations.
-  const bool prepare_in_region = n_tokens > 1;
-  if (n_tokens == 1)
+  // Single tokens are prepared here: splitting them across threads would cost
+  // an OpenMP barrier for a few hundred operations.
+  const bool prepare_in_region = max_tokens > 1;
+  if (!prepare_in_region)
     for (const PreparedProduct& p : prepared) p.prepare_token(0);
 
   const int max_threads = static_cast<int>(std::clamp<int64_t>(work / kMinWorkPerThread, 1, omp_get_max_threads()));
+  const auto n_products = static_cast<int64_t>(prepared.size());
 #pragma omp parallel num_threads(max_threads)
   {
     if (prepare_in_region) {
-      for (const PreparedProduct& p : prepared) {
-        if (!p.quantized && !p.block_sums) continue;
+      // Every product's tokens in one loop (one barrier, however many products).
 #pragma omp for schedule(static)
-        for (int64_t t = 0; t < n_tokens; ++t) p.prepare_token(t);
+      for (int64_t f = 0; f < to_prepare; ++f) {
+        const auto i = static_cast<size_t>(std::upper_bound(prepare_ends.begin(), prepare_ends.end(), f) - prepare_ends.begin());
+        prepared[i].prepare_token(f - (prepare_ends[i] - tasks[i].n_tokens));
       }
     }
     const int64_t n_threads = omp_get_num_threads();
     const int64_t pieces = n_threads == 1 ? 1 : n_threads * kPiecesPerThread;
-    const auto n_products = static_cast<int64_t>(prepared.size());
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t i = 0; i < n_products * pieces; ++i) prepared[static_cast<size_t>(i / pieces)].run_piece(i % pieces, pieces);
   }

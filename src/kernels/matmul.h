@@ -22,6 +22,20 @@ struct MatmulProduct {
 // product, and small products (K, V) split across threads with the rest.
 void matmul_shared_input(std::span<const MatmulProduct> products, const float* x, int64_t n_tokens);
 
+// One product of matmul_tasks(): y = W x over n_tokens rows of x, as matmul().
+struct MatmulTask {
+  const TensorView* w;
+  const float* x;
+  int64_t n_tokens;
+  float* y;
+};
+// Independent products, each with its own activations (a mixture of experts'
+// experts, each over the rows routed to it), in one parallel region: one
+// barrier for all, pieces of every product spread over the threads. Products
+// with the same x and n_tokens share its prepared (quantized) activations.
+// Each product's result is the one matmul() gives it alone.
+void matmul_tasks(std::span<const MatmulTask> tasks);
+
 // Plain scalar reference: dequantize each row, dot in f32. Single-threaded.
 void matmul_reference(const TensorView& w, const float* x, int64_t n_tokens, float* y);
 

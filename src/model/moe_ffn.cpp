@@ -1,7 +1,8 @@
 // Transformer::moe_ffn_block: a mixture-of-experts FFN (qwen2moe, qwen3moe).
 // The router picks each token's experts; the batch's rows are then grouped
 // by expert so that every chosen expert's three matrices are read once per
-// step for all its tokens (prefill and continuous batching), and each row's
+// step for all its tokens (prefill and continuous batching), all experts'
+// products in two parallel regions (gate and up, then down), and each row's
 // weighted expert outputs are summed in expert-id order: a token's result
 // does not depend on which other tokens share its step.
 #include <cmath>
@@ -28,6 +29,25 @@ void Transformer::run_expert(const ExpertWeights& e, int64_t m, float* out) {
   matmul(e.down, gate_.data(), m, out);
 }
 
+void Transformer::run_experts(const LayerWeights& w) {
+  const int64_t E = cfg_.n_experts, ff = cfg_.expert_ffn_dim, dim = cfg_.dim;
+  const auto add_tasks = [&](auto&& task_of) {
+    expert_tasks_.clear();
+    for (int64_t e = 0; e < E; ++e)
+      if (const int64_t m = groups_.count(e); m > 0)
+        task_of(w.experts[static_cast<size_t>(e)], groups_.offsets[static_cast<size_t>(e)], m);
+    matmul_tasks(expert_tasks_);
+  };
+  add_tasks([&](const ExpertWeights& x, int64_t first, int64_t m) {
+    expert_tasks_.push_back({&x.gate, expert_x_.data() + first * dim, m, gate_.data() + first * ff});
+    expert_tasks_.push_back({&x.up, expert_x_.data() + first * dim, m, up_.data() + first * ff});
+  });
+  silu_mul(gate_.data(), up_.data(), groups_.offsets.back() * ff);
+  add_tasks([&](const ExpertWeights& x, int64_t first, int64_t m) {
+    expert_tasks_.push_back({&x.down, gate_.data() + first * ff, m, expert_y_.data() + first * dim});
+  });
+}
+
 void Transformer::moe_ffn_block(int64_t layer, int64_t n) {
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
   const int64_t dim = cfg_.dim, E = cfg_.n_experts, k = cfg_.n_experts_used;
@@ -37,7 +57,30 @@ void Transformer::moe_ffn_block(int64_t layer, int64_t n) {
   choices_.resize(static_cast<size_t>(n * k));
   route_tokens(router_logits_.data(), n, E, k, cfg_.expert_weights_norm, choices_);
   std::memset(proj_.data(), 0, static_cast<size_t>(n * dim) * sizeof(float));
-  if (!group_experts_) {  // the A/B baseline: every token's experts alone, weights read once per token
+  if (group_experts_) {
+    group_by_expert(choices_, k, E, groups_);
+    const int64_t rows = n * k;
+    // Slot s of the expert-major order holds batch row groups_.rows[s]; each
+    // row's slots, listed in that order, come in expert-id order.
+    row_slots_.assign(static_cast<size_t>(rows), 0);
+    std::vector<int64_t>& filled = row_slot_counts_;
+    filled.assign(static_cast<size_t>(n), 0);
+    for (int64_t slot = 0; slot < rows; ++slot) {
+      const int64_t row = groups_.rows[static_cast<size_t>(slot)];
+      row_slots_[static_cast<size_t>(row * k + filled[static_cast<size_t>(row)]++)] = slot;
+    }
+#pragma omp parallel for schedule(static) if (rows * dim >= kOpsParallelElements)
+    for (int64_t slot = 0; slot < rows; ++slot)
+      std::memcpy(expert_x_.data() + slot * dim, xn_.data() + groups_.rows[static_cast<size_t>(slot)] * dim,
+                  static_cast<size_t>(dim) * sizeof(float));
+    run_experts(w);
+#pragma omp parallel for schedule(static) if (rows * dim >= kOpsParallelElements)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < k; ++i) {
+        const auto slot = static_cast<size_t>(row_slots_[static_cast<size_t>(t * k + i)]);
+        add_scaled(proj_.data() + t * dim, expert_y_.data() + static_cast<int64_t>(slot) * dim, groups_.weights[slot], dim);
+      }
+  } else {  // the A/B baseline: every token's experts alone, weights read once per token
     for (int64_t t = 0; t < n; ++t)
       for (int64_t i = 0; i < k; ++i) {
         const ExpertChoice& c = choices_[static_cast<size_t>(t * k + i)];
@@ -45,23 +88,6 @@ void Transformer::moe_ffn_block(int64_t layer, int64_t n) {
         run_expert(w.experts[static_cast<size_t>(c.expert)], 1, expert_y_.data());
         add_scaled(proj_.data() + t * dim, expert_y_.data(), c.weight, dim);
       }
-  }
-  if (group_experts_) group_by_expert(choices_, k, E, groups_);
-  for (int64_t e = 0; group_experts_ && e < E; ++e) {
-    const int64_t m = groups_.count(e);
-    if (m == 0) continue;
-    const int64_t first = groups_.offsets[static_cast<size_t>(e)];
-    // An expert's rows are distinct batch rows: gather and scatter split over the threads.
-#pragma omp parallel for schedule(static) if (m * dim >= kOpsParallelElements)
-    for (int64_t j = 0; j < m; ++j)
-      std::memcpy(expert_x_.data() + j * dim, xn_.data() + groups_.rows[static_cast<size_t>(first + j)] * dim,
-                  static_cast<size_t>(dim) * sizeof(float));
-    run_expert(w.experts[static_cast<size_t>(e)], m, expert_y_.data());
-#pragma omp parallel for schedule(static) if (m * dim >= kOpsParallelElements)
-    for (int64_t j = 0; j < m; ++j) {
-      const auto slot = static_cast<size_t>(first + j);
-      add_scaled(proj_.data() + groups_.rows[slot] * dim, expert_y_.data() + j * dim, groups_.weights[slot], dim);
-    }
   }
   if (!w.shared_gate_inp.empty()) {  // qwen2moe: + sigmoid(g . x) * shared FFN(x)
     std::memcpy(expert_x_.data(), xn_.data(), static_cast<size_t>(n * dim) * sizeof(float));

@@ -71,13 +71,15 @@ void Transformer::resize_scratch(int64_t n) {
   k_.resize(N * cfg_.kv_dim());
   v_.resize(N * cfg_.kv_dim());
   attn_.resize(N * cfg_.q_dim());
-  const int64_t ffn_width = cfg_.is_moe() ? std::max(cfg_.expert_ffn_dim, cfg_.shared_expert_ffn_dim) : cfg_.ffn_dim;
+  // A mixture of experts' gate / up hold every routed row (n x used) or the shared expert's n rows.
+  const int64_t ffn_width = cfg_.is_moe() ? std::max(cfg_.n_experts_used * cfg_.expert_ffn_dim, cfg_.shared_expert_ffn_dim)
+                                          : cfg_.ffn_dim;
   gate_.resize(N * ffn_width);
   up_.resize(N * ffn_width);
   proj_.resize(N * cfg_.dim);
   if (cfg_.is_moe()) {
-    expert_x_.resize(N * cfg_.dim);
-    expert_y_.resize(N * cfg_.dim);
+    expert_x_.resize(N * cfg_.n_experts_used * cfg_.dim);
+    expert_y_.resize(N * cfg_.n_experts_used * cfg_.dim);
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/aligned_buffer.h"
 #include "kernels/attention.h"
+#include "kernels/matmul.h"
 #include "kernels/rope.h"
 #include "kv/contiguous_kv_cache.h"
 #include "kv/paged_kv_storage.h"
@@ -91,6 +92,8 @@ class Transformer {
   void moe_ffn_block(int64_t layer, int64_t n);
   // out = down(silu(gate x) * up x) of expert_x_'s first m rows ([m][dim]).
   void run_expert(const ExpertWeights& e, int64_t m, float* out);
+  // Every expert with rows in groups_ over its slots of expert_x_ into expert_y_.
+  void run_experts(const LayerWeights& w);
   // Logits of xn_'s first n_rows rows, [n_rows][vocab] (see max_output_rows).
   void output_logits(int64_t n_rows, float* logits);
   // Concatenates the chunks' tokens into batch_tokens_, their positions and
@@ -117,12 +120,16 @@ class Transformer {
   AlignedBuffer<float> k_;     // [n][kv_dim]
   AlignedBuffer<float> v_;     // [n][kv_dim]
   AlignedBuffer<float> attn_;  // [n][q_dim] attention output before wo
-  AlignedBuffer<float> gate_;  // [n][ffn width]: ffn_dim, or of a MoE its widest expert (routed or shared)
+  AlignedBuffer<float> gate_;  // [n][ffn_dim], or of a MoE [n][used x expert width] (or the shared expert's, if wider)
   AlignedBuffer<float> up_;    // same
   AlignedBuffer<float> proj_;  // [n][dim] output of wo / w_down
-  // Mixture of experts only: the rows routed to one expert, gathered, and its output.
-  AlignedBuffer<float> expert_x_;  // [n][dim]
-  AlignedBuffer<float> expert_y_;  // [n][dim]
+  // Mixture of experts only: the step's rows gathered by expert (slot s: the
+  // s-th of the expert-major order), and the experts' outputs in the same slots.
+  AlignedBuffer<float> expert_x_;  // [n * n_experts_used][dim]
+  AlignedBuffer<float> expert_y_;  // [n * n_experts_used][dim]
+  std::vector<MatmulTask> expert_tasks_;
+  std::vector<int64_t> row_slots_;       // [n][n_experts_used] each row's slots, in expert-id order
+  std::vector<int64_t> row_slot_counts_;  // [n] filling row_slots_
   std::vector<float> router_logits_;   // [n][n_experts]
   std::vector<ExpertChoice> choices_;  // [n][n_experts_used]
   ExpertGroups groups_;
