@@ -34,6 +34,14 @@ std::vector<int32_t> greedy(const Model& m, std::vector<int32_t> prompt, int n) 
   return out;
 }
 
+// The stored type of a file's tensor (a failure, and f32, when it has none of that name).
+DType tensor_type(const GGUFFile& file, const std::string& name) {
+  for (const TensorView& t : file.tensors())
+    if (t.name == name) return t.type;
+  ADD_FAILURE() << "no tensor " << name;
+  return DType::F32;
+}
+
 }  // namespace
 
 TEST(Quantize, KeepsMetadataAndConvertsMatrices) {
@@ -157,12 +165,7 @@ TEST(Quantize, Q4KMMixesTypesAsLlamaCppDoes) {
   quantize_model(src.path(), mixed.path(), parse_quantize_recipe("q4_k_m"));
   GGUFFile m(mixed.path());
   EXPECT_EQ(m.get_uint("general.file_type"), 15u);
-  auto type_of = [&](const std::string& name) {
-    for (const TensorView& t : m.tensors())
-      if (t.name == name) return t.type;
-    ADD_FAILURE() << "no tensor " << name;
-    return DType::F32;
-  };
+  const auto type_of = [&m](const std::string& name) { return tensor_type(m, name); };
   EXPECT_EQ(type_of("token_embd.weight"), DType::Q6_K);  // tied: it is the output head too
   EXPECT_EQ(type_of("blk.0.attn_v.weight"), DType::Q4_K);
   EXPECT_EQ(type_of("blk.1.attn_v.weight"), DType::Q6_K);  // the last eighth
@@ -197,12 +200,7 @@ TEST(Quantize, Q4KMQuantizesStackedExpertsAndKeepsTheRouter) {
   const QuantizeReport report = quantize_model(src.path(), mixed.path(), parse_quantize_recipe("q4_k_m"));
   EXPECT_EQ(report.kept, (std::vector<std::string>{"blk.0.ffn_gate_inp.weight", "blk.1.ffn_gate_inp.weight"}));
   const GGUFFile m(mixed.path());
-  auto type_of = [&](const std::string& name) {
-    for (const TensorView& t : m.tensors())
-      if (t.name == name) return t.type;
-    ADD_FAILURE() << "no tensor " << name;
-    return DType::F32;
-  };
+  const auto type_of = [&m](const std::string& name) { return tensor_type(m, name); };
   EXPECT_EQ(type_of("blk.0.ffn_gate_exps.weight"), DType::Q5_0);
   EXPECT_EQ(type_of("blk.0.ffn_down_exps.weight"), DType::Q5_0);
   EXPECT_EQ(type_of("blk.1.ffn_down_exps.weight"), DType::Q8_0);
