@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -184,3 +185,46 @@ INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatmul, ::testing::ValuesIn(kPackedT
 
 }  // namespace
 }  // namespace kvserve
+
+// matmul_tasks (a mixture of experts' experts in one parallel region): every
+// product, over its own rows of activations, equals its own matmul() bit for
+// bit, on repacked weights of several types (K-quant and 32-blocks, as real
+// MoE files mix them), with token counts of 1 to 9, some products sharing an
+// input (gate and up of one expert) and some not.
+TEST(MatmulTasks, EachProductEqualsItsMatmulAlone) {
+  test_util::IsaAndPrecisionGuard guard;
+  set_activation_precision(ActivationPrecision::kQ8);
+  const int64_t cols = 256;
+  std::vector<PackedMatrix> experts;
+  const DType types[] = {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::Q5_K};
+  for (size_t e = 0; e < std::size(types); ++e)
+    experts.push_back(make_packed(types[e], 8 * static_cast<int64_t>(e) + 13, cols, 200 + static_cast<uint32_t>(e)));
+  for (Isa isa : simd_isas()) {
+    set_kernel_isa(isa);
+    std::mt19937 rng(9);
+    std::vector<std::vector<float>> inputs, together, alone;
+    std::vector<MatmulTask> tasks;
+    for (size_t e = 0; e < experts.size(); ++e) {
+      const int64_t n = 1 + static_cast<int64_t>(e * 2) % 9;
+      inputs.push_back(test_util::random_vector(static_cast<size_t>(n * cols), rng, 1.0f));
+    }
+    together.resize(experts.size() * 2);
+    alone.resize(experts.size() * 2);
+    for (size_t e = 0; e < experts.size(); ++e) {
+      // Product 2e reads input e; product 2e + 1 too for even e (shared), the next input otherwise.
+      for (size_t half = 0; half < 2; ++half) {
+        const size_t in = half == 1 && e % 2 == 1 ? (e + 1) % experts.size() : e;
+        const int64_t rows_in = static_cast<int64_t>(inputs[in].size()) / cols;
+        const TensorView& w = experts[(e + half) % experts.size()].view;
+        const size_t p = 2 * e + half;
+        together[p].assign(static_cast<size_t>(rows_in * w.rows()), std::numeric_limits<float>::quiet_NaN());
+        alone[p].assign(together[p].size(), 0.0f);
+        tasks.push_back({&w, inputs[in].data(), rows_in, together[p].data()});
+        matmul(w, inputs[in].data(), rows_in, alone[p].data());
+      }
+    }
+    matmul_tasks(tasks);
+    for (size_t p = 0; p < tasks.size(); ++p)
+      EXPECT_EQ(together[p], alone[p]) << "product " << p << " on " << isa_name(isa);
+  }
+}
