@@ -147,6 +147,13 @@ TEST(HostileInput, MixtureOfExpertsCountsAndShapes) {
   for (uint64_t bad : {uint64_t{0}, uint64_t{1} << 30, ~uint64_t{0}, uint64_t{16}})
     refused("expert_feed_forward_length " + std::to_string(bad), moe_writer(kExperts, 2, bad, kExperts));
   refused("2 stacked experts of 3", moe_writer(kExperts, 2, kWidth, 2));
+  // One width per layer (an array, as llama.cpp's converter may write it): taken when all agree.
+  GGUFWriter per_layer = moe_writer(kExperts, 2, kWidth, kExperts);
+  per_layer.set_i32_array("qwen2moe.expert_feed_forward_length", {static_cast<int32_t>(kWidth)});
+  EXPECT_NO_THROW(load_everything(per_layer.serialize()));
+  GGUFWriter differing = moe_writer(kExperts, 2, kWidth, kExperts);
+  differing.set_i32_array("qwen2moe.expert_feed_forward_length", {static_cast<int32_t>(kWidth), 16});
+  refused("differing per-layer widths", differing);
 }
 
 TEST(HostileInput, GgufOutOfRangeConfig) {

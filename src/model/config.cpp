@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iterator>
 #include <cstring>
 
@@ -139,8 +140,19 @@ void read_experts(const GGUFFile& file, const std::string& p, ModelConfig& c) {
                 std::to_string(used));
   c.n_experts = static_cast<int64_t>(experts);
   c.n_experts_used = static_cast<int64_t>(used);
-  // llama.cpp's default when the key is absent: the dense width split over the used experts.
-  const uint64_t width = file.get_uint(p + "expert_feed_forward_length", static_cast<uint64_t>(c.ffn_dim) / used);
+  // llama.cpp's default when the key is absent: the dense width split over the used experts. Its
+  // converter may write one width per layer (an array): kvserve takes it when every layer has the same.
+  const std::string width_key = p + "expert_feed_forward_length";
+  uint64_t width = static_cast<uint64_t>(c.ffn_dim) / used;
+  if (const GGUFValue* v = file.find(width_key); v && v->type == GGUFType::ARRAY) {
+    const std::vector<double>& widths = file.get_number_array(width_key);
+    if (widths.empty() || std::adjacent_find(widths.begin(), widths.end(), std::not_equal_to<>()) != widths.end())
+      throw Error(path + ": " + width_key + " gives layers different expert widths (not supported)");
+    if (!(widths[0] >= 0.0 && widths[0] <= 1e9)) throw Error(path + ": " + width_key + " is out of range");
+    width = static_cast<uint64_t>(widths[0]);
+  } else {
+    width = file.get_uint(width_key, width);
+  }
   if (width == 0 || width > kMaxWidth)
     throw Error(path + ": " + p + "expert_feed_forward_length " + std::to_string(width) + " is out of range");
   c.expert_ffn_dim = static_cast<int64_t>(width);
