@@ -32,6 +32,9 @@ void print_config(const GGUFFile& file) {
                 c.shared_expert_ffn_dim > 0
                     ? (", + a shared expert of width " + std::to_string(c.shared_expert_ffn_dim)).c_str()
                     : "");
+  if (c.leading_dense_blocks > 0 || c.expert_weights_scale != 1.0)
+    std::printf("  the first %lld blocks dense, expert weights scaled by %g\n",
+                static_cast<long long>(c.leading_dense_blocks), c.expert_weights_scale);
   std::printf("  context %lld, rope theta %g (%s), rms eps %g\n", static_cast<long long>(c.context_length),
               static_cast<double>(c.rope_theta), c.rope_neox ? "neox" : "interleaved", static_cast<double>(c.norm_eps));
   std::printf("kv cache:      %lld bytes/token in f32, %lld in f16 (%.1f MiB f16 for the full %lld-token context)\n",

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <typeinfo>
 
 #include "core/error.h"
@@ -108,18 +109,20 @@ TEST(HostileInput, Gemma3SlidingWindowOutOfRange) {
 // buffers, and expert tensors of the wrong shape are refused with an Error.
 TEST(HostileInput, MixtureOfExpertsCountsAndShapes) {
   constexpr int64_t kDim = 4, kExperts = 3, kWidth = 8;
-  const auto moe_writer = [](uint64_t experts, uint64_t used, uint64_t width, int64_t tensor_experts) {
+  const auto moe_writer = [](uint64_t experts, uint64_t used, uint64_t width, int64_t tensor_experts,
+                             const std::string& arch = "qwen2moe") {
     GGUFWriter w = test_util::tiny_model_writer();
-    w.set_string("general.architecture", "qwen2moe");
-    w.set_u32("qwen2moe.context_length", 64);
-    w.set_u32("qwen2moe.embedding_length", kDim);
-    w.set_u32("qwen2moe.block_count", 1);
-    w.set_u32("qwen2moe.feed_forward_length", kWidth);
-    w.set_u32("qwen2moe.attention.head_count", 1);
-    w.set_u32("qwen2moe.attention.head_count_kv", 1);
-    w.set_u64("qwen2moe.expert_count", experts);
-    w.set_u64("qwen2moe.expert_used_count", used);
-    w.set_u64("qwen2moe.expert_feed_forward_length", width);
+    w.set_string("general.architecture", arch);
+    w.set_u32(arch + ".context_length", 64);
+    w.set_u32(arch + ".embedding_length", kDim);
+    w.set_u32(arch + ".block_count", 1);
+    w.set_u32(arch + ".feed_forward_length", kWidth);
+    w.set_u32(arch + ".attention.head_count", 1);
+    w.set_u32(arch + ".attention.head_count_kv", 1);
+    w.set_u64(arch + ".expert_count", experts);
+    w.set_u64(arch + ".expert_used_count", used);
+    w.set_u64(arch + ".expert_feed_forward_length", width);
+    if (arch == "deepseek") w.set_u32("deepseek.expert_shared_count", 1);
     const auto tensor = [&w](const std::string& name, std::vector<int64_t> ne) {
       int64_t n = 1;
       for (int64_t d : ne) n *= d;
@@ -154,6 +157,25 @@ TEST(HostileInput, MixtureOfExpertsCountsAndShapes) {
   GGUFWriter differing = moe_writer(kExperts, 2, kWidth, kExperts);
   differing.set_i32_array("qwen2moe.expert_feed_forward_length", {static_cast<int32_t>(kWidth), 16});
   refused("differing per-layer widths", differing);
+  // deepseek: its shared-expert count, dense leading blocks and weight scale are bounded too.
+  const auto deepseek = [&] { return moe_writer(kExperts, 2, kWidth, kExperts, "deepseek"); };
+  EXPECT_NO_THROW(load_everything(deepseek().serialize()));
+  GGUFWriter dense_first = deepseek();
+  dense_first.set_u32("deepseek.leading_dense_block_count", 1);  // block 0 is then tiny_model_writer's dense FFN
+  EXPECT_NO_THROW(load_everything(dense_first.serialize()));
+  for (uint64_t bad : {uint64_t{0}, uint64_t{5000}, ~uint64_t{0}}) {
+    GGUFWriter w = deepseek();
+    w.set_u64("deepseek.expert_shared_count", bad);
+    refused("expert_shared_count " + std::to_string(bad), w);
+  }
+  GGUFWriter too_dense = deepseek();
+  too_dense.set_u64("deepseek.leading_dense_block_count", 2);
+  refused("2 dense blocks of 1", too_dense);
+  for (float bad : {-1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    GGUFWriter w = deepseek();
+    w.set_f32("deepseek.expert_weights_scale", bad);
+    refused("expert_weights_scale " + std::to_string(bad), w);
+  }
 }
 
 TEST(HostileInput, GgufOutOfRangeConfig) {

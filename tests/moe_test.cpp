@@ -1,4 +1,4 @@
-// Mixture-of-experts models (qwen3moe, qwen2moe; issue #35): the router's
+// Mixture-of-experts models (qwen3moe, qwen2moe, deepseek; issue #35): the router's
 // top-k against a sorted softmax, grouping by expert, the naive, cached and
 // batched decoders agreeing on tiny random models, and the batching engine
 // giving each request the tokens it gets alone (grouping tokens by expert
@@ -128,12 +128,28 @@ TEST(MoeModel, ReadsQwenMoeShapesAndExperts) {
   EXPECT_EQ(c2.shared_expert_ffn_dim, 96);
   EXPECT_EQ(q2->weights().layers[0].shared_down.cols(), 96);
   EXPECT_EQ(q2->weights().layers[0].shared_gate_inp.size(), 64u);
+
+  // deepseek: the first block dense, then 8 experts whose weights are scaled 1.5, two ungated shared experts.
+  TempFile fd(".gguf");
+  auto ds = tiny_moe(fd, "tiny-deepseek", DType::Q8_0);
+  const ModelConfig& cd = ds->config();
+  EXPECT_EQ(cd.leading_dense_blocks, 1);
+  EXPECT_EQ(cd.expert_weights_scale, 1.5);
+  EXPECT_EQ(cd.shared_expert_ffn_dim, 2 * 32);
+  EXPECT_FALSE(cd.shared_expert_gated);
+  const LayerWeights& dense = ds->weights().layers[0];
+  EXPECT_TRUE(dense.experts.empty());
+  EXPECT_EQ(dense.w_gate.rows(), 128);
+  const LayerWeights& moe = ds->weights().layers[2];
+  EXPECT_EQ(moe.experts.size(), 8u);
+  EXPECT_TRUE(moe.shared_gate_inp.empty());
+  EXPECT_EQ(moe.shared_down.cols(), 64);
 }
 
 // Exact activations: the naive (full recompute), cached and cached-reference
 // decoders agree to float rounding, prompts of several lengths, greedy in lockstep.
 TEST(MoeModel, NaiveAndCachedDecodersAgree) {
-  for (const char* preset : {"tiny-qwen3moe", "tiny-qwen2moe"}) {
+  for (const char* preset : {"tiny-qwen3moe", "tiny-qwen2moe", "tiny-deepseek"}) {
     TempFile f(".gguf");
     auto m = tiny_moe(f, preset, DType::F32, ActivationPrecision::kF32);
     for (int64_t n : {1, 6, 33}) {
@@ -157,7 +173,7 @@ TEST(MoeModel, NaiveAndCachedDecodersAgree) {
 // experts' row groups) get exactly the tokens and logprobs they get alone,
 // with the default 8-bit activations and quantized weights.
 TEST(MoeModel, BatchedRequestsGetWhatTheyGetAlone) {
-  for (const char* preset : {"tiny-qwen3moe", "tiny-qwen2moe"}) {
+  for (const char* preset : {"tiny-qwen3moe", "tiny-qwen2moe", "tiny-deepseek"}) {
     TempFile f(".gguf");
     auto m = tiny_moe(f, preset, DType::Q8_0);
     const Tokenizer tok = Tokenizer::from_gguf(m->file());

@@ -66,6 +66,7 @@ std::vector<ServingCase> serving_cases() {
   // (tiny-qwen2moe's heads of 16 take no 32-blocks.)
   for (KVType kv : {KVType::F16, KVType::Q8_0}) add("tiny-qwen3moe", DType::Q8_0, kv);
   for (KVType kv : {KVType::F16, KVType::BF16}) add("tiny-qwen2moe", DType::Q4_0, kv);
+  add("tiny-deepseek", DType::Q8_0, KVType::F16);
   // YaRN RoPE scaling (its blended frequencies and magnitude apply at every position) through the paged path.
   add("tiny-qwen3-yarn", DType::Q8_0, KVType::F16);
   return cases;

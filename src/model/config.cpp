@@ -162,6 +162,21 @@ void read_experts(const GGUFFile& file, const std::string& p, ModelConfig& c) {
     if (shared == 0 || shared > kMaxWidth)
       throw Error(path + ": " + p + "expert_shared_feed_forward_length " + std::to_string(shared) + " is out of range");
     c.shared_expert_ffn_dim = static_cast<int64_t>(shared);
+    c.shared_expert_gated = true;
+  }
+  if (c.arch == "deepseek") {  // llama.cpp's deepseek graph: shared experts as one ungated FFN, dense leading blocks
+    const uint64_t shared = file.get_uint(p + "expert_shared_count");
+    if (shared == 0 || shared > kMaxExperts)
+      throw Error(path + ": " + p + "expert_shared_count " + std::to_string(shared) + " is out of range");
+    c.shared_expert_ffn_dim = c.expert_ffn_dim * static_cast<int64_t>(shared);
+    const uint64_t dense = file.get_uint(p + "leading_dense_block_count", 0);
+    if (dense > static_cast<uint64_t>(c.n_layers))
+      throw Error(path + ": " + p + "leading_dense_block_count " + std::to_string(dense) + " exceeds the block count");
+    c.leading_dense_blocks = static_cast<int64_t>(dense);
+    const double scale = file.get_float(p + "expert_weights_scale", 0.0);
+    if (!(scale >= 0.0) || !std::isfinite(scale))
+      throw Error(path + ": " + p + "expert_weights_scale must be a non-negative number");
+    c.expert_weights_scale = scale == 0.0 ? 1.0 : scale;  // llama.cpp: 0 (absent) scales nothing
   }
 }
 
@@ -171,10 +186,11 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   ModelConfig c;
   const std::string& path = file.path();
   c.arch = file.get_string("general.architecture");
-  static constexpr const char* kArchitectures[] = {"llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3", "qwen2moe", "qwen3moe"};
+  static constexpr const char* kArchitectures[] = {"llama",  "qwen2",    "qwen3",    "mistral", "phi3",
+                                                   "gemma3", "qwen2moe", "qwen3moe", "deepseek"};
   if (std::find(std::begin(kArchitectures), std::end(kArchitectures), c.arch) == std::end(kArchitectures))
     throw Error(path + ": architecture '" + c.arch +
-                "' is not supported (supported: llama, qwen2, qwen3, mistral, phi3, gemma3, qwen2moe, qwen3moe)");
+                "' is not supported (supported: llama, qwen2, qwen3, mistral, phi3, gemma3, qwen2moe, qwen3moe, deepseek)");
   c.name = file.get_string("general.name", c.arch);
   const std::string p = c.arch + ".";
   c.n_layers = static_cast<int64_t>(file.get_uint(p + "block_count"));
@@ -208,7 +224,7 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   // llama.cpp's converter permutes Llama's Q/K rows for the interleaved layout; Qwen2 keeps NeoX halves.
   c.rope_neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" || c.arch == "gemma3" ||
                 c.arch == "qwen2moe" || c.arch == "qwen3moe";
-  if (c.arch == "qwen2moe" || c.arch == "qwen3moe") read_experts(file, p, c);
+  if (c.arch == "qwen2moe" || c.arch == "qwen3moe" || c.arch == "deepseek") read_experts(file, p, c);
   if (c.arch == "gemma3") {
     read_gemma3(file, p, c);
   } else if (const auto window = static_cast<int64_t>(file.get_uint(p + "attention.sliding_window", 0));

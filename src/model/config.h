@@ -13,7 +13,7 @@ struct KVModelShape;
 struct KVShape;
 
 struct ModelConfig {
-  std::string arch;        // "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3", "qwen2moe", "qwen3moe"
+  std::string arch;        // "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3", "qwen2moe", "qwen3moe", "deepseek"
   std::string name;        // general.name, for display
   int64_t n_layers = 0;
   int64_t dim = 0;         // embedding / residual width
@@ -57,6 +57,9 @@ struct ModelConfig {
   int64_t expert_ffn_dim = 0;
   bool expert_weights_norm = false;
   int64_t shared_expert_ffn_dim = 0;
+  bool shared_expert_gated = false;        // qwen2moe: sigmoid(ffn_gate_inp_shexp . x); deepseek: ungated
+  double expert_weights_scale = 1.0;       // the chosen experts' weights times this (deepseek)
+  int64_t leading_dense_blocks = 0;        // the first blocks keep a dense FFN (deepseek)
 
   RopeParams rope_params() const {
     return {rope_dims, rope_theta, rope_neox, rope_freq_factors, rope_position_scale, rope_yarn, rope_magnitude};
@@ -70,6 +73,8 @@ struct ModelConfig {
   // Keys a query of `layer` sees behind itself, itself included; 0: all.
   int64_t attention_window(int64_t layer) const { return is_sliding(layer) ? sliding_window : 0; }
   bool is_moe() const { return n_experts > 0; }
+  // Whether the file's block `file_layer` has experts (a MoE model's leading blocks may be dense).
+  bool is_moe_block(int64_t file_layer) const { return is_moe() && file_layer >= leading_dense_blocks; }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t group_size() const { return n_heads / n_kv_heads; }

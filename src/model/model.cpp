@@ -99,7 +99,7 @@ void load_experts(const WeightLoader& w, const ModelConfig& c, const std::string
   }
   if (c.shared_expert_ffn_dim == 0) return;
   const int64_t sff = c.shared_expert_ffn_dim;
-  l.shared_gate_inp = w.vector(p + "ffn_gate_inp_shexp.weight", c.dim);
+  if (c.shared_expert_gated) l.shared_gate_inp = w.vector(p + "ffn_gate_inp_shexp.weight", c.dim);
   l.shared_gate = w.matrix(p + "ffn_gate_shexp.weight", sff, c.dim);
   l.shared_up = w.matrix(p + "ffn_up_shexp.weight", sff, c.dim);
   l.shared_down = w.matrix(p + "ffn_down_shexp.weight", c.dim, sff);
@@ -133,7 +133,7 @@ LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) 
     l.ffn_post_norm = w.vector(p + "post_ffw_norm.weight", c.dim);
   }
   l.ffn_norm = w.vector(p + "ffn_norm.weight", c.dim);
-  if (c.is_moe()) {
+  if (c.is_moe_block(i)) {
     load_experts(w, c, p, l);
     return l;
   }

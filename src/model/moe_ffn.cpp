@@ -56,6 +56,8 @@ void Transformer::moe_ffn_block(int64_t layer, int64_t n) {
   matmul(w.router, xn_.data(), n, router_logits_.data());
   choices_.resize(static_cast<size_t>(n * k));
   route_tokens(router_logits_.data(), n, E, k, cfg_.expert_weights_norm, choices_);
+  if (cfg_.expert_weights_scale != 1.0)
+    for (ExpertChoice& c : choices_) c.weight *= static_cast<float>(cfg_.expert_weights_scale);
   std::memset(proj_.data(), 0, static_cast<size_t>(n * dim) * sizeof(float));
   if (group_experts_) {
     group_by_expert(choices_, k, E, groups_);
@@ -89,14 +91,18 @@ void Transformer::moe_ffn_block(int64_t layer, int64_t n) {
         add_scaled(proj_.data() + t * dim, expert_y_.data(), c.weight, dim);
       }
   }
-  if (!w.shared_gate_inp.empty()) {  // qwen2moe: + sigmoid(g . x) * shared FFN(x)
+  if (w.shared_gate.data != nullptr) {  // + the shared FFN(x): qwen2moe's times sigmoid(g . x), deepseek's as is
     std::memcpy(expert_x_.data(), xn_.data(), static_cast<size_t>(n * dim) * sizeof(float));
     run_expert({w.shared_gate, w.shared_up, w.shared_down}, n, expert_y_.data());
     for (int64_t t = 0; t < n; ++t) {
       const float* xt = xn_.data() + t * dim;
-      float g = 0;
-      for (int64_t i = 0; i < dim; ++i) g += w.shared_gate_inp[static_cast<size_t>(i)] * xt[i];
-      add_scaled(proj_.data() + t * dim, expert_y_.data() + t * dim, 1.0f / (1.0f + std::exp(-g)), dim);
+      float g = 1.0f;
+      if (!w.shared_gate_inp.empty()) {
+        float dot = 0;
+        for (int64_t i = 0; i < dim; ++i) dot += w.shared_gate_inp[static_cast<size_t>(i)] * xt[i];
+        g = 1.0f / (1.0f + std::exp(-dot));
+      }
+      add_scaled(proj_.data() + t * dim, expert_y_.data() + t * dim, g, dim);
     }
   }
   add_residual(w.ffn_post_norm, n);

@@ -277,7 +277,7 @@ void add_experts(ModelSynthesizer& synth, const SynthPreset& p, const std::strin
   synth.stacked(prefix + "ffn_up_exps.weight", p.dim, ff, E);
   synth.stacked(prefix + "ffn_down_exps.weight", ff, p.dim, E);
   if (p.shared_expert_ffn_dim == 0) return;
-  synth.bias(prefix + "ffn_gate_inp_shexp.weight", p.dim);
+  if (p.arch == "qwen2moe") synth.bias(prefix + "ffn_gate_inp_shexp.weight", p.dim);  // deepseek's are ungated
   synth.matrix(prefix + "ffn_gate_shexp.weight", p.dim, p.shared_expert_ffn_dim);
   synth.matrix(prefix + "ffn_up_shexp.weight", p.dim, p.shared_expert_ffn_dim);
   synth.matrix(prefix + "ffn_down_shexp.weight", p.shared_expert_ffn_dim, p.dim);
@@ -307,7 +307,7 @@ void add_block(ModelSynthesizer& synth, const SynthPreset& p, int layer) {
   synth.matrix(prefix + "attn_output.weight", q_dim, p.dim);
   if (p.arch == "gemma3") synth.norm(prefix + "post_attention_norm.weight", p.dim);
   synth.ones(prefix + "ffn_norm.weight", p.dim);
-  if (p.n_experts > 0) {
+  if (p.n_experts > 0 && layer >= p.leading_dense_blocks) {
     add_experts(synth, p, prefix);
     return;
   }
@@ -368,8 +368,13 @@ void write_model_metadata(GGUFWriter& w, const SynthPreset& p, int layers, uint6
     w.set_u32(a + ".expert_used_count", static_cast<uint32_t>(p.n_experts_used));
     w.set_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(p.expert_ffn_dim));
   }
-  if (p.shared_expert_ffn_dim > 0)
+  if (p.shared_expert_ffn_dim > 0 && p.arch == "qwen2moe")
     w.set_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(p.shared_expert_ffn_dim));
+  if (p.arch == "deepseek") {
+    w.set_u32(a + ".expert_shared_count", static_cast<uint32_t>(p.shared_expert_ffn_dim / p.expert_ffn_dim));
+    w.set_u32(a + ".leading_dense_block_count", static_cast<uint32_t>(p.leading_dense_blocks));
+    if (p.expert_weights_scale > 0) w.set_f32(a + ".expert_weights_scale", p.expert_weights_scale);
+  }
   w.set_u32(a + ".vocab_size", static_cast<uint32_t>(p.vocab_size));
   w.set_bool("kvserve.synthetic", true);
   w.set_u64("kvserve.synth_seed", seed);
@@ -432,6 +437,12 @@ const std::vector<SynthPreset>& synth_presets() {
        false, false, 0, 60, 4, 1408, 5632},
       {"tiny-qwen3moe", "qwen3moe", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, true, false, 0.0f, 32, true, false,
        0, 8, 2, 64, 0},
+      // DeepSeek-MoE 16B (64 experts of 1408, 6 used, 2 shared, the first block dense) and a tiny one (its
+      // weights scaled 1.5 so that the scale is exercised; the 16B's is 1)
+      {"deepseek-moe-16b", "deepseek", 2048, 28, 16, 16, 10944, 102400, 4096, 10000.0f, 1e-6f, false, false, 0.0f, 0,
+       false, false, 0, 64, 6, 1408, 2816, 0, 0, 1, 1.0f},
+      {"tiny-deepseek", "deepseek", 64, 3, 4, 2, 128, 384, 256, 10000.0f, 1e-6f, false, false, 0.0f, 0, false, false, 0,
+       8, 2, 32, 64, 0, 0, 1, 1.5f},
       {"tiny-qwen2moe", "qwen2moe", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, false, true, 0.0f, 0, false, false, 0,
        8, 4, 32, 96},
   };

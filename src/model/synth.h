@@ -16,7 +16,7 @@ namespace kvserve {
 
 struct SynthPreset {
   std::string name;
-  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen2moe" or "qwen3moe" (also the metadata key prefix)
+  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen2moe", "qwen3moe" or "deepseek" (also the metadata key prefix)
   int dim = 0;
   int n_layers = 0;
   int n_heads = 0;
@@ -38,10 +38,12 @@ struct SynthPreset {
   int n_experts = 0;
   int n_experts_used = 0;
   int expert_ffn_dim = 0;
-  int shared_expert_ffn_dim = 0;
+  int shared_expert_ffn_dim = 0;  // deepseek: expert_ffn_dim x its shared expert count
   // > 0: YaRN RoPE scaling by this factor over an original context of yarn_original_context
   float yarn_factor = 0;
   int yarn_original_context = 0;
+  int leading_dense_blocks = 0;    // deepseek: the first blocks keep a dense FFN
+  float expert_weights_scale = 0;  // deepseek: > 0 written as expert_weights_scale
 
   int head_dim() const { return key_length > 0 ? key_length : dim / n_heads; }
 };

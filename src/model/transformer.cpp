@@ -72,8 +72,12 @@ void Transformer::resize_scratch(int64_t n) {
   v_.resize(N * cfg_.kv_dim());
   attn_.resize(N * cfg_.q_dim());
   // A mixture of experts' gate / up hold every routed row (n x used) or the shared expert's n rows.
-  const int64_t ffn_width = cfg_.is_moe() ? std::max(cfg_.n_experts_used * cfg_.expert_ffn_dim, cfg_.shared_expert_ffn_dim)
-                                          : cfg_.ffn_dim;
+  // (and a dense leading block's ffn_dim).
+  const int64_t ffn_width =
+      cfg_.is_moe()
+          ? std::max({cfg_.n_experts_used * cfg_.expert_ffn_dim, cfg_.shared_expert_ffn_dim,
+                      cfg_.leading_dense_blocks > 0 ? cfg_.ffn_dim : int64_t{0}})
+          : cfg_.ffn_dim;
   gate_.resize(N * ffn_width);
   up_.resize(N * ffn_width);
   proj_.resize(N * cfg_.dim);
@@ -139,8 +143,8 @@ void Transformer::attend(int64_t layer, int64_t n, int64_t pos0, const Contiguou
 }
 
 void Transformer::ffn_block(int64_t layer, int64_t n) {
-  if (cfg_.is_moe()) return moe_ffn_block(layer, n);
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
+  if (!w.experts.empty()) return moe_ffn_block(layer, n);
   const int64_t dim = cfg_.dim;
   rmsnorm_rows(x_.data(), w.ffn_norm.data(), n, dim, cfg_.norm_eps, xn_.data());
   const MatmulProduct gate_up[] = {{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}};

@@ -53,6 +53,9 @@ CASES = [
     # YaRN RoPE scaling (x4 over an original context of 64; the prompt reaches position 200)
     ("tiny-qwen3-yarn", "f32", 1, 200),
     ("tiny-qwen3-yarn", "q8_0", 2, 120),
+    # DeepSeek-MoE: a dense first block, 2 of 8 experts scaled 1.5, two ungated shared experts
+    ("tiny-deepseek", "f32", 1, 200),
+    ("tiny-deepseek", "q8_0", 2, 100),
 ]
 N_PREDICT = 32
 BANNED = range(128, 256)  # synth vocabularies: ids 0..255 are the bytes in order
