@@ -125,9 +125,10 @@ void read_gemma3(const GGUFFile& file, const std::string& p, ModelConfig& c) {
     c.layer_is_sliding[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
 }
 
-// Qwen's MoE blocks (llama.cpp's qwen2moe / qwen3moe graphs): softmax
+// MoE blocks (llama.cpp's qwen2moe / qwen3moe / deepseek graphs): softmax
 // router, top-k; qwen3moe renormalizes the k weights, qwen2moe adds a shared
-// expert behind a sigmoid gate. Counts are bounded before they size anything.
+// expert behind a sigmoid gate, deepseek ungated shared experts, dense leading
+// blocks and a weight scale. Counts are bounded before they size anything.
 void read_experts(const GGUFFile& file, const std::string& p, ModelConfig& c) {
   const std::string& path = file.path();
   constexpr uint64_t kMaxExperts = 4096, kMaxWidth = uint64_t{1} << 24;

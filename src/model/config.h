@@ -47,11 +47,12 @@ struct ModelConfig {
   FfnActivation ffn_activation = FfnActivation::kSilu;  // of the gate, times up
   float final_logit_softcap = 0.0f;       // > 0: logits = cap * tanh(logits / cap)
   float attention_scale = 0.0f;           // 0: 1 / sqrt(head_dim)
-  // Mixture of experts (qwen2moe, qwen3moe): every block's FFN is n_experts
-  // gated FFNs of expert_ffn_dim, of which a router picks n_experts_used per
-  // token (softmax, top-k; weights renormalized over the k when
-  // expert_weights_norm), plus, when shared_expert_ffn_dim > 0, one shared
-  // FFN every token runs, scaled by a sigmoid gate (qwen2moe).
+  // Mixture of experts (qwen2moe, qwen3moe, deepseek): every block's FFN (but
+  // deepseek's leading dense ones) is n_experts gated FFNs of expert_ffn_dim,
+  // of which a router picks n_experts_used per token (softmax, top-k; weights
+  // renormalized over the k when expert_weights_norm, then scaled by
+  // expert_weights_scale), plus, when shared_expert_ffn_dim > 0, one shared
+  // FFN every token runs (behind a sigmoid gate when shared_expert_gated).
   int64_t n_experts = 0;                  // 0: dense FFN
   int64_t n_experts_used = 0;
   int64_t expert_ffn_dim = 0;

@@ -25,34 +25,21 @@ class WeightLoader {
     if (t.n_dims != 2 || t.ne[0] != cols || t.ne[1] != rows)
       throw Error(file_.path() + ": tensor " + name + " has shape " + t.shape_string() + ", expected [" +
                   std::to_string(cols) + ", " + std::to_string(rows) + "]");
-    if (!dtype_info(t.type).supported)
-      throw Error(file_.path() + ": tensor " + name + " has type " + dtype_name(t.type) +
-                  ", which kvserve cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
-                  "q5_1, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k)");
+    require_computable(t, name);
     return t;
   }
 
-  // The n stacked [rows, cols] matrices of a 3-D tensor (GGUF ne = {cols,
-  // rows, n}), one view each: experts' rows are contiguous per expert.
-  std::vector<TensorView> stacked(const std::string& name, int64_t n, int64_t rows, int64_t cols) const {
-    const TensorView& t = file_.tensor(name);
+  // n stacked [rows, cols] matrices (GGUF ne = {cols, rows, n}: a mixture of
+  // experts' experts), as one matrix of n x rows rows (ne = {cols, n x rows}).
+  TensorView stacked(const std::string& name, int64_t n, int64_t rows, int64_t cols) const {
+    TensorView t = file_.tensor(name);
     if (t.n_dims != 3 || t.ne[0] != cols || t.ne[1] != rows || t.ne[2] != n)
       throw Error(file_.path() + ": tensor " + name + " has shape " + t.shape_string() + ", expected [" +
                   std::to_string(cols) + ", " + std::to_string(rows) + ", " + std::to_string(n) + "]");
-    if (!dtype_info(t.type).supported)
-      throw Error(file_.path() + ": tensor " + name + " has type " + dtype_name(t.type) +
-                  ", which kvserve cannot compute with yet");
-    std::vector<TensorView> out;
-    for (int64_t e = 0; e < n; ++e) {
-      TensorView v = t;
-      v.name = name + "[" + std::to_string(e) + "]";
-      v.n_dims = 2;
-      v.ne = {cols, rows, 1, 1};
-      v.data = t.row(e * rows);
-      v.nbytes = t.row_bytes() * static_cast<size_t>(rows);
-      out.push_back(v);
-    }
-    return out;
+    require_computable(t, name);
+    t.n_dims = 2;
+    t.ne = {cols, n * rows, 1, 1};
+    return t;
   }
 
   std::vector<float> vector(const std::string& name, int64_t n) const {
@@ -74,6 +61,13 @@ class WeightLoader {
   }
 
  private:
+  void require_computable(const TensorView& t, const std::string& name) const {
+    if (!dtype_info(t.type).supported)
+      throw Error(file_.path() + ": tensor " + name + " has type " + dtype_name(t.type) +
+                  ", which kvserve cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                  "q5_1, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k)");
+  }
+
   const GGUFFile& file_;
 };
 
@@ -90,13 +84,14 @@ TensorView row_slice(const TensorView& t, int64_t first, int64_t n, const std::s
 void load_experts(const WeightLoader& w, const ModelConfig& c, const std::string& p, LayerWeights& l) {
   const int64_t E = c.n_experts, ff = c.expert_ffn_dim;
   l.router = w.matrix(p + "ffn_gate_inp.weight", E, c.dim);
-  const std::vector<TensorView> gate = w.stacked(p + "ffn_gate_exps.weight", E, ff, c.dim);
-  const std::vector<TensorView> up = w.stacked(p + "ffn_up_exps.weight", E, ff, c.dim);
-  const std::vector<TensorView> down = w.stacked(p + "ffn_down_exps.weight", E, c.dim, ff);
-  for (int64_t e = 0; e < E; ++e) {
-    const auto i = static_cast<size_t>(e);
-    l.experts.push_back({gate[i], up[i], down[i]});
-  }
+  const TensorView gate = w.stacked(p + "ffn_gate_exps.weight", E, ff, c.dim);
+  const TensorView up = w.stacked(p + "ffn_up_exps.weight", E, ff, c.dim);
+  const TensorView down = w.stacked(p + "ffn_down_exps.weight", E, c.dim, ff);
+  // One view per expert over the same mapped bytes (each expert's rows are contiguous).
+  const auto expert = [](const TensorView& t, int64_t e, int64_t rows) {
+    return row_slice(t, e * rows, rows, t.name + "[" + std::to_string(e) + "]");
+  };
+  for (int64_t e = 0; e < E; ++e) l.experts.push_back({expert(gate, e, ff), expert(up, e, ff), expert(down, e, c.dim)});
   if (c.shared_expert_ffn_dim == 0) return;
   const int64_t sff = c.shared_expert_ffn_dim;
   if (c.shared_expert_gated) l.shared_gate_inp = w.vector(p + "ffn_gate_inp_shexp.weight", c.dim);

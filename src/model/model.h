@@ -37,9 +37,10 @@ struct LayerWeights {
   TensorView w_gate;             // [ffn_dim, dim]
   TensorView w_up;               // [ffn_dim, dim]
   TensorView w_down;             // [dim, ffn_dim]
-  // Mixture of experts (config.is_moe()): the dense w_gate / w_up / w_down
-  // are absent; the router picks experts, and qwen2moe adds a shared FFN
-  // (the shared_* views) scaled by sigmoid(shared_gate_inp . x).
+  // A mixture-of-experts block (config.is_moe_block()): the dense w_gate /
+  // w_up / w_down are absent; the router picks experts, and qwen2moe and
+  // deepseek add a shared FFN (the shared_* views), qwen2moe's scaled by
+  // sigmoid(shared_gate_inp . x).
   TensorView router;                  // [n_experts, dim] (ffn_gate_inp)
   std::vector<ExpertWeights> experts;  // [n_experts]
   TensorView shared_gate, shared_up, shared_down;  // [shared_ffn, dim] x 2, [dim, shared_ffn]

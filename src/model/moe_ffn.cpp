@@ -1,4 +1,4 @@
-// Transformer::moe_ffn_block: a mixture-of-experts FFN (qwen2moe, qwen3moe).
+// Transformer::moe_ffn_block: a mixture-of-experts FFN (qwen2moe, qwen3moe, deepseek).
 // The router picks each token's experts; the batch's rows are then grouped
 // by expert so that every chosen expert's three matrices are read once per
 // step for all its tokens (prefill and continuous batching), all experts'
@@ -22,9 +22,9 @@ void add_scaled(float* y, const float* x, float a, int64_t n) {
 
 }  // namespace
 
-void Transformer::run_expert(const ExpertWeights& e, int64_t m, float* out) {
+void Transformer::run_expert(const ExpertWeights& e, const float* x, int64_t m, float* out) {
   const MatmulProduct gate_up[] = {{&e.gate, gate_.data()}, {&e.up, up_.data()}};
-  matmul_shared_input(gate_up, expert_x_.data(), m);
+  matmul_shared_input(gate_up, x, m);
   silu_mul(gate_.data(), up_.data(), m * e.gate.rows());
   matmul(e.down, gate_.data(), m, out);
 }
@@ -86,14 +86,12 @@ void Transformer::moe_ffn_block(int64_t layer, int64_t n) {
     for (int64_t t = 0; t < n; ++t)
       for (int64_t i = 0; i < k; ++i) {
         const ExpertChoice& c = choices_[static_cast<size_t>(t * k + i)];
-        std::memcpy(expert_x_.data(), xn_.data() + t * dim, static_cast<size_t>(dim) * sizeof(float));
-        run_expert(w.experts[static_cast<size_t>(c.expert)], 1, expert_y_.data());
+        run_expert(w.experts[static_cast<size_t>(c.expert)], xn_.data() + t * dim, 1, expert_y_.data());
         add_scaled(proj_.data() + t * dim, expert_y_.data(), c.weight, dim);
       }
   }
   if (w.shared_gate.data != nullptr) {  // + the shared FFN(x): qwen2moe's times sigmoid(g . x), deepseek's as is
-    std::memcpy(expert_x_.data(), xn_.data(), static_cast<size_t>(n * dim) * sizeof(float));
-    run_expert({w.shared_gate, w.shared_up, w.shared_down}, n, expert_y_.data());
+    run_expert({w.shared_gate, w.shared_up, w.shared_down}, xn_.data(), n, expert_y_.data());
     for (int64_t t = 0; t < n; ++t) {
       const float* xt = xn_.data() + t * dim;
       float g = 1.0f;

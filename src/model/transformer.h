@@ -90,8 +90,8 @@ class Transformer {
   void ffn_block(int64_t layer, int64_t n);
   // A mixture-of-experts block's FFN (moe_ffn.cpp); ffn_block calls it for MoE models.
   void moe_ffn_block(int64_t layer, int64_t n);
-  // out = down(silu(gate x) * up x) of expert_x_'s first m rows ([m][dim]).
-  void run_expert(const ExpertWeights& e, int64_t m, float* out);
+  // out = down(silu(gate x) * up x) of m rows of x ([m][dim]), through gate_ / up_.
+  void run_expert(const ExpertWeights& e, const float* x, int64_t m, float* out);
   // Every expert with rows in groups_ over its slots of expert_x_ into expert_y_.
   void run_experts(const LayerWeights& w);
   // Logits of xn_'s first n_rows rows, [n_rows][vocab] (see max_output_rows).
