@@ -43,7 +43,8 @@ std::string count(int64_t n) { return std::to_string(n); }
 void print_kv_pool(const BenchOptions& o, const ModelConfig& c, const std::vector<loadgen::WorkItem>& items,
                    const loadgen::EnginePool& pool) {
   const EngineOptions eo = loadgen::engine_options(items, o.concurrency, loadgen::Schedule::kContinuous, pool);
-  const int64_t per_block = PagedKVStorage::bytes_per_block(c.n_layers, eo.block_size, c.n_kv_heads, c.head_dim, eo.kv_type);
+  const int64_t per_block = PagedKVStorage::bytes_per_block(c.n_layers, eo.block_size, c.n_kv_heads, c.head_dim, eo.kv_type,
+                                                            c.is_mla());
   const int64_t blocks = eo.kv_blocks > 0 ? eo.kv_blocks : eo.kv_memory_bytes / per_block;
   int64_t longest = 1;
   for (const loadgen::WorkItem& w : items) longest = std::max(longest, w.prompt_tokens + w.output_tokens);

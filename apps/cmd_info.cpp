@@ -35,6 +35,17 @@ void print_config(const GGUFFile& file) {
   if (c.leading_dense_blocks > 0 || c.expert_weights_scale != 1.0)
     std::printf("  the first %lld blocks dense, expert weights scaled by %g\n",
                 static_cast<long long>(c.leading_dense_blocks), c.expert_weights_scale);
+  if (c.is_mla())
+    std::printf("  multi-head latent attention: kv_lora_rank %lld + RoPE key %lld cached per token and layer "
+                "(one row, no separate V), q_lora_rank %lld, per head %lld + %lld query/key dims and %lld value dims\n",
+                static_cast<long long>(c.kv_lora_rank), static_cast<long long>(c.rope_dims),
+                static_cast<long long>(c.q_lora_rank), static_cast<long long>(c.qk_nope_dim),
+                static_cast<long long>(c.rope_dims), static_cast<long long>(c.v_head_dim));
+  if (c.expert_gating_sigmoid || c.expert_groups > 1)
+    std::printf("  router: %s scores%s\n", c.expert_gating_sigmoid ? "sigmoid" : "softmax",
+                c.expert_groups > 1 ? (", the best " + std::to_string(c.expert_groups_used) + " of " +
+                                       std::to_string(c.expert_groups) + " expert groups").c_str()
+                                    : "");
   std::printf("  context %lld, rope theta %g (%s), rms eps %g\n", static_cast<long long>(c.context_length),
               static_cast<double>(c.rope_theta), c.rope_neox ? "neox" : "interleaved", static_cast<double>(c.norm_eps));
   std::printf("kv cache:      %lld bytes/token in f32, %lld in f16 (%.1f MiB f16 for the full %lld-token context)\n",

@@ -24,7 +24,7 @@ std::span<const float> NaiveDecoder::append(std::span<const int32_t> tokens) {
   sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
   // A fresh cache every step: nothing computed before is reused.
   const ModelConfig& c = model_.config();
-  ContiguousKVCache scratch(c.n_layers, length(), c.n_kv_heads, c.head_dim, kv_type_);
+  ContiguousKVCache scratch(c.n_layers, length(), c.n_kv_heads, c.head_dim, kv_type_, {}, c.is_mla());
   logits_.resize(static_cast<size_t>(c.vocab_size));
   transformer_.forward(sequence_, scratch, logits_.data());
   return logits_;
@@ -34,7 +34,7 @@ std::span<const float> NaiveDecoder::append_all(std::span<const int32_t> tokens)
   check_fits(length(), tokens.size(), max_context_);
   sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
   const ModelConfig& c = model_.config();
-  ContiguousKVCache scratch(c.n_layers, length(), c.n_kv_heads, c.head_dim, kv_type_);
+  ContiguousKVCache scratch(c.n_layers, length(), c.n_kv_heads, c.head_dim, kv_type_, {}, c.is_mla());
   logits_.resize(static_cast<size_t>(length() * c.vocab_size));
   transformer_.forward(sequence_, scratch, logits_.data(), true);
   const size_t skip = (static_cast<size_t>(length()) - tokens.size()) * static_cast<size_t>(c.vocab_size);
@@ -58,7 +58,7 @@ CachedDecoder::CachedDecoder(const Model& model, int64_t max_context, int64_t pr
                              AttentionKernel attention, KVType kv_type, int64_t max_rewind)
     : transformer_(model, attention),
       cache_(model.config().n_layers, max_context, model.config().n_kv_heads, model.config().head_dim, kv_type,
-             sliding_ring(model.config(), attention, prefill_chunk, max_rewind)),
+             sliding_ring(model.config(), attention, prefill_chunk, max_rewind), model.config().is_mla()),
       prefill_chunk_(prefill_chunk),
       logits_(static_cast<size_t>(model.config().vocab_size)) {}
 

@@ -8,8 +8,8 @@
 namespace kvserve {
 
 ContiguousKVCache::ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
-                                     KVType type, const SlidingRing& ring)
-    : capacity_(capacity), n_kv_heads_(n_kv_heads), head_dim_(head_dim), type_(type) {
+                                     KVType type, const SlidingRing& ring, bool values_in_keys)
+    : capacity_(capacity), n_kv_heads_(n_kv_heads), head_dim_(head_dim), type_(type), values_in_keys_(values_in_keys) {
   check(n_layers > 0 && capacity > 0 && n_kv_heads > 0 && head_dim > 0, "KV cache dimensions are positive");
   check(ring.layers.empty() || static_cast<int64_t>(ring.layers.size()) == n_layers, "one ring flag per layer");
   require_kv_type_fits(type, head_dim);
@@ -38,7 +38,7 @@ ContiguousKVCache::ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t
   const size_t ring_stride = static_cast<size_t>(n_ring_layers) * ring_block_bytes;
   const size_t ring_at = static_cast<size_t>(full_blocks) * full_stride;
   k_.resize(ring_at + static_cast<size_t>(ring_blocks_) * ring_stride);
-  v_.resize(k_.size());
+  if (!values_in_keys) v_.resize(k_.size());
   int64_t full_index = 0, ring_index = 0;  // the layer's place among its kind
   for (Layer& layer : layers_) {
     const int64_t table_blocks = layer.ring ? (capacity + kRingBlock - 1) / kRingBlock : full_blocks;
@@ -47,7 +47,7 @@ ContiguousKVCache::ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t
                                          static_cast<size_t>(ring_index) * ring_block_bytes
                                    : static_cast<size_t>(b) * full_stride + static_cast<size_t>(full_index) * full_block_bytes;
       layer.k_table.push_back(k_.data() + at);
-      layer.v_table.push_back(v_.data() + at);
+      layer.v_table.push_back((values_in_keys ? k_.data() : v_.data()) + at);
     }
     ++(layer.ring ? ring_index : full_index);
   }
@@ -83,7 +83,8 @@ void ContiguousKVCache::write(int64_t layer, int64_t pos, const float* k, const 
   const int64_t block = block_tokens(l);
   const size_t head_stride = static_cast<size_t>(block) * head_bytes_;
   quantize_kv_token(type_, n_kv_heads_, head_dim_, k, token(l.k_table, block, pos, head_bytes_), head_stride);
-  quantize_kv_token(type_, n_kv_heads_, head_dim_, v, token(l.v_table, block, pos, head_bytes_), head_stride);
+  if (!values_in_keys_)
+    quantize_kv_token(type_, n_kv_heads_, head_dim_, v, token(l.v_table, block, pos, head_bytes_), head_stride);
   if (l.ring) ring_owner_[static_cast<size_t>(pos % static_cast<int64_t>(ring_owner_.size()))] = pos;
 }
 

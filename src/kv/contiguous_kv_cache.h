@@ -37,13 +37,15 @@ class ContiguousKVCache {
 
   // Throws kvserve::Error when `type` cannot hold heads of head_dim elements.
   // A ring shorter than the capacity replaces the flagged layers' arrays.
+  // values_in_keys (MLA's latent rows): V is a view of each K row, no V bytes are kept.
   ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
-                    KVType type = KVType::F32, const SlidingRing& ring = {});
+                    KVType type = KVType::F32, const SlidingRing& ring = {}, bool values_in_keys = false);
 
   int64_t capacity() const { return capacity_; }
   int64_t n_kv_heads() const { return n_kv_heads_; }
   int64_t head_dim() const { return head_dim_; }
   KVType type() const { return type_; }
+  bool values_in_keys() const { return values_in_keys_; }
   // Positions [0, size) hold valid K/V. Throws kvserve::Error when a ring
   // layer no longer holds a position the new size's window needs.
   int64_t size() const { return size_; }
@@ -53,7 +55,7 @@ class ContiguousKVCache {
   int64_t ring_tokens() const { return ring_blocks_ * kRingBlock; }
 
   // Stores one token's K and V ([n_kv_heads * head_dim] floats each) at pos,
-  // converted to the cache's type.
+  // converted to the cache's type (v unused, may be null, when values are in the keys).
   void write(int64_t layer, int64_t pos, const float* k, const float* v);
   // The layer's rows as the attention kernels read them. Valid while the cache lives.
   KVRows k_rows(int64_t layer) const { return rows(layer, true); }
@@ -72,6 +74,7 @@ class ContiguousKVCache {
 
   int64_t capacity_, n_kv_heads_, head_dim_;
   KVType type_;
+  bool values_in_keys_ = false;
   size_t head_bytes_;
   int64_t window_ = 0;
   int64_t ring_blocks_ = 0;          // R: ring blocks per ring layer (0: no ring)

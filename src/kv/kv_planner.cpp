@@ -100,6 +100,14 @@ int64_t KVModelShape::vector_elems() const {
 
 KVModelShape kv_model_shape(const KVShape& shape) {
   KVModelShape s;
+  if (shape.kv_lora_rank > 0) {
+    s.kind = AttentionKind::MultiHeadLatent;
+    s.n_layers = shape.n_layers;
+    s.kv_lora_rank = shape.kv_lora_rank;
+    s.qk_rope_dim = shape.head_dim - shape.kv_lora_rank;
+    s.context_length = shape.context_length;
+    return s;
+  }
   s.kind = AttentionKind::GroupedQuery;
   s.n_layers = shape.n_layers;
   s.n_kv_heads = shape.n_kv_heads;

@@ -42,7 +42,8 @@ KVCacheManager make_kv_manager(const KVShape& shape, const KVPoolBlocks& pools, 
 
 PagedKVStorage make_kv_storage(const KVShape& shape, const KVPoolBlocks& pools, int64_t block_size, KVType type) {
   if (pools.sliding == 0)
-    return PagedKVStorage(shape.n_layers, pools.full, block_size, shape.n_kv_heads, shape.head_dim, type);
+    return PagedKVStorage(shape.n_layers, pools.full, block_size, shape.n_kv_heads, shape.head_dim, type,
+                          shape.values_in_keys());
   return PagedKVStorage(shape.layer_is_sliding, pools.full, pools.sliding, block_size, shape.n_kv_heads, shape.head_dim,
                         type);
 }

@@ -15,6 +15,12 @@ struct KVShape {
   int64_t head_dim = 0;
   int64_t sliding_window = 0;  // keys a sliding layer's query sees; 0: no sliding layers
   int64_t context_length = 0;
+  // > 0: multi-head latent attention (MLA). Each token and layer caches one
+  // row of head_dim = kv_lora_rank + RoPE dims (n_kv_heads 1), and V is a
+  // view of that row, so the storage keeps no separate V.
+  int64_t kv_lora_rank = 0;
+
+  bool values_in_keys() const { return kv_lora_rank > 0; }
 
   int64_t n_sliding_layers() const {
     return static_cast<int64_t>(std::count(layer_is_sliding.begin(), layer_is_sliding.end(), true));

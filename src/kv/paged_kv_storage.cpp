@@ -18,14 +18,15 @@ size_t group_index(KVGroup g) { return g == KVGroup::kFull ? 0 : 1; }
 }  // namespace
 
 PagedKVStorage::PagedKVStorage(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
-                               int64_t head_dim, KVType type)
+                               int64_t head_dim, KVType type, bool values_in_keys)
     : PagedKVStorage(std::vector<bool>(static_cast<size_t>(std::max<int64_t>(n_layers, 0)), false), n_blocks, 0,
-                     block_size, n_kv_heads, head_dim, type) {}
+                     block_size, n_kv_heads, head_dim, type, values_in_keys) {}
 
 PagedKVStorage::PagedKVStorage(const std::vector<bool>& layer_is_sliding, int64_t n_blocks, int64_t n_sliding_blocks,
-                               int64_t block_size, int64_t n_kv_heads, int64_t head_dim, KVType type)
+                               int64_t block_size, int64_t n_kv_heads, int64_t head_dim, KVType type,
+                               bool values_in_keys)
     : n_layers_(static_cast<int64_t>(layer_is_sliding.size())), block_size_(block_size), n_kv_heads_(n_kv_heads),
-      head_dim_(head_dim), n_blocks_{n_blocks, n_sliding_blocks}, type_(type) {
+      head_dim_(head_dim), n_blocks_{n_blocks, n_sliding_blocks}, type_(type), values_in_keys_(values_in_keys) {
   check(n_layers_ > 0 && n_blocks > 0 && n_sliding_blocks >= 0 && block_size > 0 && n_kv_heads > 0 && head_dim > 0,
         "paged KV dimensions are positive");
   row_bytes_ = token_row_bytes(n_kv_heads, head_dim, type);
@@ -39,16 +40,16 @@ PagedKVStorage::PagedKVStorage(const std::vector<bool>& layer_is_sliding, int64_
   group_offset_[1] = static_cast<size_t>(layers_in_group_[0] * n_blocks_[0]) * layer_block_bytes;
   const size_t n = group_offset_[1] + static_cast<size_t>(layers_in_group_[1] * n_blocks_[1]) * layer_block_bytes;
   k_.resize(n);
-  v_.resize(n);
+  if (!values_in_keys) v_.resize(n);
 }
 
 int64_t PagedKVStorage::bytes_per_block(int64_t n_layers, int64_t block_size, int64_t n_kv_heads, int64_t head_dim,
-                                        KVType type) {
-  return 2 * n_layers * block_size * static_cast<int64_t>(token_row_bytes(n_kv_heads, head_dim, type));
+                                        KVType type, bool values_in_keys) {
+  return (values_in_keys ? 1 : 2) * n_layers * block_size * static_cast<int64_t>(token_row_bytes(n_kv_heads, head_dim, type));
 }
 
 int64_t PagedKVStorage::block_bytes(KVGroup group) const {
-  return 2 * layers_in_group_[group_index(group)] * block_size_ * static_cast<int64_t>(row_bytes_);
+  return (values_in_keys_ ? 1 : 2) * layers_in_group_[group_index(group)] * block_size_ * static_cast<int64_t>(row_bytes_);
 }
 
 size_t PagedKVStorage::offset(int64_t layer, BlockId b) const {
@@ -63,7 +64,7 @@ void PagedKVStorage::write(int64_t layer, BlockId b, int64_t slot, const float* 
   check(slot >= 0 && slot < block_size_, "paged KV row inside its block");
   const size_t at = offset(layer, b) + static_cast<size_t>(slot) * head_bytes_;
   quantize_kv_token(type_, n_kv_heads_, head_dim_, k, k_.data() + at, head_stride());
-  quantize_kv_token(type_, n_kv_heads_, head_dim_, v, v_.data() + at, head_stride());
+  if (!values_in_keys_) quantize_kv_token(type_, n_kv_heads_, head_dim_, v, v_.data() + at, head_stride());
 }
 
 void PagedKVStorage::append_block_bases(int64_t layer, std::span<const BlockId> table,
@@ -80,7 +81,7 @@ void PagedKVStorage::copy_block(BlockId src, BlockId dst, KVGroup group) {
   for (int64_t l = 0; l < n_layers_; ++l) {
     if (group_[static_cast<size_t>(l)] != group) continue;
     std::memcpy(k_.data() + offset(l, dst), k_block(l, src), bytes);
-    std::memcpy(v_.data() + offset(l, dst), v_block(l, src), bytes);
+    if (!values_in_keys_) std::memcpy(v_.data() + offset(l, dst), v_block(l, src), bytes);
   }
 }
 

@@ -24,17 +24,19 @@ class PagedKVStorage {
  public:
   // Throws kvserve::Error when `type` cannot hold heads of head_dim elements
   // (q8_0, fp8 and q4_0 need head_dim % 32 == 0).
+  // values_in_keys (MLA's latent rows): V is a view of each K row, no V bytes are kept.
   PagedKVStorage(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads, int64_t head_dim,
-                 KVType type = KVType::F32);
+                 KVType type = KVType::F32, bool values_in_keys = false);
 
   // Two groups: the layers flagged in layer_is_sliding ([n_layers]) over
   // n_sliding_blocks blocks, the others over n_blocks. Throws like the above.
   PagedKVStorage(const std::vector<bool>& layer_is_sliding, int64_t n_blocks, int64_t n_sliding_blocks,
-                 int64_t block_size, int64_t n_kv_heads, int64_t head_dim, KVType type = KVType::F32);
+                 int64_t block_size, int64_t n_kv_heads, int64_t head_dim, KVType type = KVType::F32,
+                 bool values_in_keys = false);
 
   // Bytes one block takes across all layers (K and V); throws like the constructor.
   static int64_t bytes_per_block(int64_t n_layers, int64_t block_size, int64_t n_kv_heads, int64_t head_dim,
-                                 KVType type);
+                                 KVType type, bool values_in_keys = false);
 
   int64_t n_blocks() const { return n_blocks_[0]; }
   bool has_sliding_group() const { return n_blocks_[1] > 0; }
@@ -47,7 +49,8 @@ class PagedKVStorage {
   size_t row_bytes() const { return row_bytes_; }
 
   // Stores one token's K and V ([n_kv_heads * head_dim] floats each) in row
-  // `slot` of block b, converted to the storage type.
+  // `slot` of block b, converted to the storage type (v unused, may be null,
+  // when values are in the keys).
   void write(int64_t layer, BlockId b, int64_t slot, const float* k, const float* v);
   // Appends the base addresses of the table's blocks in one layer to k_bases
   // and v_bases (for rows()): nullptr for a kNoBlock entry, whose rows no
@@ -58,7 +61,10 @@ class PagedKVStorage {
   // A block is head-major: [n_kv_heads][block_size][head bytes] (KVRows).
   KVRows rows(const uint8_t* const* bases) const { return {type_, block_size_, head_bytes_, bases, head_stride()}; }
   const uint8_t* k_block(int64_t layer, BlockId b) const { return k_.data() + offset(layer, b); }
-  const uint8_t* v_block(int64_t layer, BlockId b) const { return v_.data() + offset(layer, b); }
+  const uint8_t* v_block(int64_t layer, BlockId b) const {
+    return (values_in_keys_ ? k_.data() : v_.data()) + offset(layer, b);
+  }
+  bool values_in_keys() const { return values_in_keys_; }
   // Copies block src's rows into block dst in every layer of the group, byte for byte (copy-on-write).
   void copy_block(BlockId src, BlockId dst, KVGroup group = KVGroup::kFull);
   size_t bytes() const { return k_.size() + v_.size(); }
@@ -70,6 +76,7 @@ class PagedKVStorage {
   int64_t n_layers_, block_size_, n_kv_heads_, head_dim_;
   std::array<int64_t, 2> n_blocks_ = {0, 0};  // per group (KVGroup order); 0 sliding blocks: no sliding group
   KVType type_;
+  bool values_in_keys_ = false;
   size_t row_bytes_;   // one token's K (or V) in one layer, all heads
   size_t head_bytes_;  // one head vector
   size_t head_stride() const { return static_cast<size_t>(block_size_) * head_bytes_; }
@@ -79,7 +86,7 @@ class PagedKVStorage {
   std::array<size_t, 2> group_offset_ = {0, 0};  // bytes before each group's rows
   // Each group's layers one after the other: [group][layer in group][block][n_kv_heads][block_size][head bytes]
   AlignedBuffer<uint8_t> k_;
-  AlignedBuffer<uint8_t> v_;
+  AlignedBuffer<uint8_t> v_;  // empty when values are in the keys
 };
 
 }  // namespace kvserve

@@ -279,7 +279,7 @@ void run_engine(LadderRung& rung, const Model& model, const Tokenizer& tokenizer
   rung.attention_rows = rung.full_attention_rows =
       m.prompt_tokens_total + m.generated_tokens_total - n + m.spec_draft_tokens - m.spec_accepted_tokens;
   rung.kv_bytes = peak_blocks * PagedKVStorage::bytes_per_block(model.config().n_layers, eo.block_size, model.config().n_kv_heads,
-                                                                model.config().head_dim, eo.kv_type);
+                                                                model.config().head_dim, eo.kv_type, model.config().is_mla());
   rung.outputs = collector.tokens();
   rung.measured_requests = n;
   rung.output_tokens = rung.measured_tokens = n * w.gen_len;

@@ -125,6 +125,68 @@ void read_gemma3(const GGUFFile& file, const std::string& p, ModelConfig& c) {
     c.layer_is_sliding[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
 }
 
+// DeepSeek-V2/V3's router options (llama.cpp's build_moe_ffn): renormalized
+// weights, sigmoid gating (V3; absent: softmax, as llama.cpp assumes of V2
+// files), and expert groups.
+void read_deepseek2_router(const GGUFFile& file, const std::string& p, ModelConfig& c) {
+  const std::string& path = file.path();
+  c.expert_weights_norm = file.get_bool(p + "expert_weights_norm", false);
+  const uint64_t gating = file.get_uint(p + "expert_gating_func", 1);
+  if (gating != 1 && gating != 2)
+    throw Error(path + ": " + p + "expert_gating_func " + std::to_string(gating) +
+                " is not supported (1: softmax, 2: sigmoid)");
+  c.expert_gating_sigmoid = gating == 2;
+  const uint64_t groups = file.get_uint(p + "expert_group_count", 0);
+  const uint64_t used = file.get_uint(p + "expert_group_used_count", 0);
+  if (groups <= 1) return;
+  const auto n = static_cast<uint64_t>(c.n_experts);
+  if (groups >= n || n % groups != 0 || n / groups < 2 || used == 0 || used >= groups)
+    throw Error(path + ": " + p + "expert_group_count " + std::to_string(groups) + " / expert_group_used_count " +
+                std::to_string(used) + " must split the " + std::to_string(n) +
+                " experts evenly, two or more per group, and keep 1..count-1 groups");
+  if (used * (n / groups) < static_cast<uint64_t>(c.n_experts_used))
+    throw Error(path + ": the " + std::to_string(used) + " expert groups used hold fewer than expert_used_count experts");
+  c.expert_groups = static_cast<int64_t>(groups);
+  c.expert_groups_used = static_cast<int64_t>(used);
+}
+
+// MLA (deepseek2 as llama.cpp's current converter writes it): key_length /
+// value_length hold the absorbed sizes (kv_lora_rank + RoPE dims, and
+// kv_lora_rank), key_length_mla / value_length_mla the per-head sizes of the
+// decompressed form. The cache row is the kernel's one KV head.
+void read_mla(const GGUFFile& file, const std::string& p, ModelConfig& c) {
+  const std::string& path = file.path();
+  if (!file.has(p + "attention.key_length_mla") || !file.has(p + "attention.value_length_mla"))
+    throw Error(path + ": this deepseek2 file lacks attention.key_length_mla / value_length_mla: it is the older "
+                "layout with a fused attn_kv_b, which kvserve does not read; convert the model again with a current "
+                "llama.cpp convert_hf_to_gguf.py");
+  constexpr uint64_t kMaxWidth = uint64_t{1} << 16;
+  const auto bounded = [&](const std::string& key, uint64_t v, uint64_t lo) {
+    if (v < lo || v > kMaxWidth)
+      throw Error(path + ": " + p + key + " " + std::to_string(v) + " is out of range " + std::to_string(lo) + ".." +
+                  std::to_string(kMaxWidth));
+    return static_cast<int64_t>(v);
+  };
+  const int64_t rank = bounded("attention.kv_lora_rank", file.get_uint(p + "attention.kv_lora_rank"), 1);
+  const int64_t rope = bounded("rope.dimension_count", file.get_uint(p + "rope.dimension_count"), 2);
+  const int64_t key_mla = bounded("attention.key_length_mla", file.get_uint(p + "attention.key_length_mla"), 1);
+  c.v_head_dim = bounded("attention.value_length_mla", file.get_uint(p + "attention.value_length_mla"), 1);
+  c.q_lora_rank = bounded("attention.q_lora_rank", file.get_uint(p + "attention.q_lora_rank", 0), 0);
+  if (key_mla <= rope)
+    throw Error(path + ": attention.key_length_mla " + std::to_string(key_mla) +
+                " must exceed rope.dimension_count " + std::to_string(rope));
+  const uint64_t key = file.get_uint(p + "attention.key_length", static_cast<uint64_t>(rank + rope));
+  const uint64_t value = file.get_uint(p + "attention.value_length", static_cast<uint64_t>(rank));
+  if (key != static_cast<uint64_t>(rank + rope) || value != static_cast<uint64_t>(rank))
+    throw Error(path + ": attention.key_length / value_length " + std::to_string(key) + " / " + std::to_string(value) +
+                " must be kv_lora_rank + rope.dimension_count / kv_lora_rank (" + std::to_string(rank + rope) + " / " +
+                std::to_string(rank) + ")");
+  c.kv_lora_rank = rank;
+  c.qk_nope_dim = key_mla - rope;
+  c.head_dim = rank + rope;
+  c.n_kv_heads = 1;
+}
+
 // MoE blocks (llama.cpp's qwen2moe / qwen3moe / deepseek graphs): softmax
 // router, top-k; qwen3moe renormalizes the k weights, qwen2moe adds a shared
 // expert behind a sigmoid gate, deepseek ungated shared experts, dense leading
@@ -165,7 +227,7 @@ void read_experts(const GGUFFile& file, const std::string& p, ModelConfig& c) {
     c.shared_expert_ffn_dim = static_cast<int64_t>(shared);
     c.shared_expert_gated = true;
   }
-  if (c.arch == "deepseek") {  // llama.cpp's deepseek graph: shared experts as one ungated FFN, dense leading blocks
+  if (c.arch == "deepseek" || c.arch == "deepseek2") {  // shared experts as one ungated FFN, dense leading blocks
     const uint64_t shared = file.get_uint(p + "expert_shared_count");
     if (shared == 0 || shared > kMaxExperts)
       throw Error(path + ": " + p + "expert_shared_count " + std::to_string(shared) + " is out of range");
@@ -179,6 +241,7 @@ void read_experts(const GGUFFile& file, const std::string& p, ModelConfig& c) {
       throw Error(path + ": " + p + "expert_weights_scale must be a non-negative number");
     c.expert_weights_scale = scale == 0.0 ? 1.0 : scale;  // llama.cpp: 0 (absent) scales nothing
   }
+  if (c.arch == "deepseek2") read_deepseek2_router(file, p, c);
 }
 
 }  // namespace
@@ -188,10 +251,10 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   const std::string& path = file.path();
   c.arch = file.get_string("general.architecture");
   static constexpr const char* kArchitectures[] = {"llama",  "qwen2",    "qwen3",    "mistral", "phi3",
-                                                   "gemma3", "qwen2moe", "qwen3moe", "deepseek"};
+                                                   "gemma3", "qwen2moe", "qwen3moe", "deepseek", "deepseek2"};
   if (std::find(std::begin(kArchitectures), std::end(kArchitectures), c.arch) == std::end(kArchitectures))
     throw Error(path + ": architecture '" + c.arch +
-                "' is not supported (supported: llama, qwen2, qwen3, mistral, phi3, gemma3, qwen2moe, qwen3moe, deepseek)");
+                "' is not supported (supported: llama, qwen2, qwen3, mistral, phi3, gemma3, qwen2moe, qwen3moe, deepseek, deepseek2)");
   c.name = file.get_string("general.name", c.arch);
   const std::string p = c.arch + ".";
   c.n_layers = static_cast<int64_t>(file.get_uint(p + "block_count"));
@@ -212,7 +275,8 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
                 std::to_string(c.n_kv_heads));
   c.head_dim = static_cast<int64_t>(file.get_uint(p + "attention.key_length", static_cast<uint64_t>(c.dim / c.n_heads)));
   require_positive(path, "head dimension", c.head_dim);
-  if (const auto v = static_cast<int64_t>(file.get_uint(p + "attention.value_length", static_cast<uint64_t>(c.head_dim)));
+  if (c.arch == "deepseek2") read_mla(file, p, c);
+  else if (const auto v = static_cast<int64_t>(file.get_uint(p + "attention.value_length", static_cast<uint64_t>(c.head_dim)));
       v != c.head_dim)
     throw Error(path + ": attention.value_length " + std::to_string(v) + " differs from key_length " +
                 std::to_string(c.head_dim) + " (not supported)");
@@ -225,7 +289,8 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   // llama.cpp's converter permutes Llama's Q/K rows for the interleaved layout; Qwen2 keeps NeoX halves.
   c.rope_neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" || c.arch == "gemma3" ||
                 c.arch == "qwen2moe" || c.arch == "qwen3moe";
-  if (c.arch == "qwen2moe" || c.arch == "qwen3moe" || c.arch == "deepseek") read_experts(file, p, c);
+  if (c.arch == "qwen2moe" || c.arch == "qwen3moe" || c.arch == "deepseek" || c.arch == "deepseek2")
+    read_experts(file, p, c);
   if (c.arch == "gemma3") {
     read_gemma3(file, p, c);
   } else if (const auto window = static_cast<int64_t>(file.get_uint(p + "attention.sliding_window", 0));
@@ -237,6 +302,12 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   if (file.find_tensor("rope_factors_long.weight") || file.find_tensor("rope_factors_short.weight"))
     throw Error(path + ": LongRoPE (rope_factors_long / rope_factors_short) is not supported");
   read_rope_scaling(file, p, c);
+  if (c.is_mla()) {
+    // llama.cpp's [TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]: the converter's factor 0.1 cancelled.
+    c.mla_yarn_log_mul = file.get_float(p + "rope.scaling.yarn_log_multiplier", 0.0) / 0.1;
+    if (!std::isfinite(c.mla_yarn_log_mul)) throw Error(path + ": rope.scaling.yarn_log_multiplier must be finite");
+    c.set_mla_scales();
+  }
   if (file.has("tokenizer.ggml.tokens"))
     c.vocab_size = static_cast<int64_t>(file.get_string_array("tokenizer.ggml.tokens").size());
   else if (const TensorView* emb = file.find_tensor("token_embd.weight"))
@@ -259,19 +330,33 @@ void ModelConfig::override_rope_scaling(const std::string& type, double factor, 
   rope_position_scale = 1.0;
   rope_yarn = RopeYarn{};
   rope_magnitude = rope_attn_factor;
-  if (type == "none") return;
-  rope_position_scale = 1.0 / factor;
   if (type == "linear") {
+    rope_position_scale = 1.0 / factor;
     context_length = std::max(context_length, static_cast<int64_t>(std::min(static_cast<double>(context_length) * factor,
                                                                               static_cast<double>(int64_t{1} << 24))));
-    return;
+  } else if (type == "yarn") {
+    rope_position_scale = 1.0 / factor;
+    rope_yarn.ext_factor = 1.0;
+    set_yarn(name, factor, static_cast<uint64_t>(original_context > 0 ? original_context : trained), 0.0, *this);
   }
-  rope_yarn.ext_factor = 1.0;
-  set_yarn(name, factor, static_cast<uint64_t>(original_context > 0 ? original_context : trained), 0.0, *this);
+  if (is_mla()) set_mla_scales();
+}
+
+void ModelConfig::set_mla_scales() {
+  // llama.cpp's deepseek2 graph: with a yarn_log_multiplier the RoPE magnitude
+  // stays the file's attn_factor (mscale / mscale_all_dim is 1 for DeepSeek-V2),
+  // and the queries' scale carries YaRN's mscale squared instead.
+  const double factor = 1.0 / rope_position_scale;
+  const bool yarn = rope_yarn.ext_factor != 0.0 && rope_yarn.original_context > 0;
+  if (yarn && mla_yarn_log_mul != 0.0) rope_magnitude = rope_attn_factor;
+  // attn_factor_org: the magnitude before ggml's own 1 + 0.1 ln(factor) (applied only with YaRN).
+  const double original = yarn ? rope_magnitude : rope_magnitude * (1.0 + 0.1 * std::log(factor));
+  const double mscale = original * (1.0 + 0.1 * mla_yarn_log_mul * std::log(factor));
+  attention_scale = static_cast<float>(mscale * mscale / std::sqrt(static_cast<double>(mla_key_dim())));
 }
 
 KVShape ModelConfig::kv_shape() const {
-  return {n_layers, layer_is_sliding, n_kv_heads, head_dim, sliding_window, context_length};
+  return {n_layers, layer_is_sliding, n_kv_heads, head_dim, sliding_window, context_length, kv_lora_rank};
 }
 
 KVModelShape kv_shape_from_config(const ModelConfig& config) {

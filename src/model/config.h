@@ -13,7 +13,7 @@ struct KVModelShape;
 struct KVShape;
 
 struct ModelConfig {
-  std::string arch;        // "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3", "qwen2moe", "qwen3moe", "deepseek"
+  std::string arch;        // "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3", "qwen2moe", "qwen3moe", "deepseek", "deepseek2"
   std::string name;        // general.name, for display
   int64_t n_layers = 0;
   int64_t dim = 0;         // embedding / residual width
@@ -61,6 +61,26 @@ struct ModelConfig {
   bool shared_expert_gated = false;        // qwen2moe: sigmoid(ffn_gate_inp_shexp . x); deepseek: ungated
   double expert_weights_scale = 1.0;       // the chosen experts' weights times this (deepseek)
   int64_t leading_dense_blocks = 0;        // the first blocks keep a dense FFN (deepseek)
+  // deepseek2's router (DeepSeek-V3): sigmoid instead of softmax, a per-expert
+  // bias added for the choice only (exp_probs_b), and the experts in groups of
+  // which only the best expert_groups_used (by the sum of each group's top two)
+  // may be chosen.
+  bool expert_gating_sigmoid = false;
+  int64_t expert_groups = 0;       // 0 or 1: no groups
+  int64_t expert_groups_used = 0;
+  // Multi-head latent attention (deepseek2, kv_lora_rank > 0). The cache holds
+  // per token and layer one row of kv_lora_rank + rope_dims values: the
+  // normalized latent c and the RoPE key. Queries are absorbed into the latent
+  // space (per head: q_nope W_UK^T), so attention is MQA over those rows with
+  // head_dim = kv_lora_rank + rope_dims and n_kv_heads = 1, V being the rows'
+  // first kv_lora_rank values; each head's output goes through W_UV to
+  // v_head_dim values. mla_key_dim = qk_nope_dim + rope_dims sets the score
+  // scale, as in the decompressed form.
+  int64_t q_lora_rank = 0;   // 0: a plain attn_q (the Lite models)
+  int64_t kv_lora_rank = 0;  // 0: not MLA
+  int64_t qk_nope_dim = 0;   // per head: the query/key part without RoPE
+  int64_t v_head_dim = 0;    // per head: the decompressed value width
+  double mla_yarn_log_mul = 0;  // rope.scaling.yarn_log_multiplier / 0.1 (llama.cpp's deepseek2 reading)
 
   RopeParams rope_params() const {
     return {rope_dims, rope_theta, rope_neox, rope_freq_factors, rope_position_scale, rope_yarn, rope_magnitude};
@@ -74,14 +94,18 @@ struct ModelConfig {
   // Keys a query of `layer` sees behind itself, itself included; 0: all.
   int64_t attention_window(int64_t layer) const { return is_sliding(layer) ? sliding_window : 0; }
   bool is_moe() const { return n_experts > 0; }
+  bool is_mla() const { return kv_lora_rank > 0; }
+  // MLA: one projected query head before absorption (nope + rope values).
+  int64_t mla_key_dim() const { return qk_nope_dim + rope_dims; }
   // Whether the file's block `file_layer` has experts (a MoE model's leading blocks may be dense).
   bool is_moe_block(int64_t file_layer) const { return is_moe() && file_layer >= leading_dense_blocks; }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t group_size() const { return n_heads / n_kv_heads; }
   // K and V bytes per token across all layers for a cache element of `elem_bytes`.
+  // MLA stores only the latent row (V is a view of it).
   int64_t kv_bytes_per_token(double elem_bytes = 4.0) const {
-    return static_cast<int64_t>(2.0 * static_cast<double>(n_layers * kv_dim()) * elem_bytes);
+    return static_cast<int64_t>((is_mla() ? 1.0 : 2.0) * static_cast<double>(n_layers * kv_dim()) * elem_bytes);
   }
 
   // What the K/V cache holds per layer and token (kv/kv_shape.h), for kv/ to size and store it.
@@ -94,6 +118,8 @@ struct ModelConfig {
   // --yarn-orig-ctx): type "none", "linear" or "yarn"; original_context 0: the
   // file's context. Throws kvserve::Error for another type or a bad value.
   void override_rope_scaling(const std::string& type, double factor, int64_t original_context);
+  // MLA: the score scale (and, with YaRN, RoPE's magnitude) as llama.cpp's deepseek2 graph sets them.
+  void set_mla_scales();
 };
 
 // The model as `kvserve kv-size` plans its cache (kv/kv_planner.h), with its name and query heads.

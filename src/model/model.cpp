@@ -84,6 +84,7 @@ TensorView row_slice(const TensorView& t, int64_t first, int64_t n, const std::s
 void load_experts(const WeightLoader& w, const ModelConfig& c, const std::string& p, LayerWeights& l) {
   const int64_t E = c.n_experts, ff = c.expert_ffn_dim;
   l.router = w.matrix(p + "ffn_gate_inp.weight", E, c.dim);
+  l.expert_bias = w.optional_vector(p + "exp_probs_b.bias", E);
   const TensorView gate = w.stacked(p + "ffn_gate_exps.weight", E, ff, c.dim);
   const TensorView up = w.stacked(p + "ffn_up_exps.weight", E, ff, c.dim);
   const TensorView down = w.stacked(p + "ffn_down_exps.weight", E, c.dim, ff);
@@ -100,11 +101,35 @@ void load_experts(const WeightLoader& w, const ModelConfig& c, const std::string
   l.shared_down = w.matrix(p + "ffn_down_shexp.weight", c.dim, sff);
 }
 
+// MLA's attention weights (llama.cpp's deepseek2 tensors); attn_k_b / attn_v_b
+// are stacked per head and become one view per head.
+void load_mla(const WeightLoader& w, const ModelConfig& c, const std::string& p, LayerWeights& l) {
+  const int64_t H = c.n_heads, kq = c.mla_key_dim(), rank = c.kv_lora_rank;
+  if (c.q_lora_rank > 0) {
+    l.wq_a = w.matrix(p + "attn_q_a.weight", c.q_lora_rank, c.dim);
+    l.q_a_norm = w.vector(p + "attn_q_a_norm.weight", c.q_lora_rank);
+    l.wq_b = w.matrix(p + "attn_q_b.weight", H * kq, c.q_lora_rank);
+  } else {
+    l.wq = w.matrix(p + "attn_q.weight", H * kq, c.dim);
+  }
+  l.wkv_a = w.matrix(p + "attn_kv_a_mqa.weight", rank + c.rope_dims, c.dim);
+  l.kv_a_norm = w.vector(p + "attn_kv_a_norm.weight", rank);
+  const TensorView k_b = w.stacked(p + "attn_k_b.weight", H, rank, c.qk_nope_dim);
+  const TensorView v_b = w.stacked(p + "attn_v_b.weight", H, c.v_head_dim, rank);
+  for (int64_t h = 0; h < H; ++h) {
+    l.wk_b.push_back(row_slice(k_b, h * rank, rank, k_b.name + "[" + std::to_string(h) + "]"));
+    l.wv_b.push_back(row_slice(v_b, h * c.v_head_dim, c.v_head_dim, v_b.name + "[" + std::to_string(h) + "]"));
+  }
+  l.wo = w.matrix(p + "attn_output.weight", c.dim, H * c.v_head_dim);
+}
+
 LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) {
   const std::string p = "blk." + std::to_string(i) + ".";
   LayerWeights l;
   l.attn_norm = w.vector(p + "attn_norm.weight", c.dim);
-  if (w.has(p + "attn_qkv.weight")) {  // phi3: Q, K and V rows in one matrix
+  if (c.is_mla()) {
+    load_mla(w, c, p, l);
+  } else if (w.has(p + "attn_qkv.weight")) {  // phi3: Q, K and V rows in one matrix
     const TensorView qkv = w.matrix(p + "attn_qkv.weight", c.q_dim() + 2 * c.kv_dim(), c.dim);
     l.wq = row_slice(qkv, 0, c.q_dim(), p + "attn_qkv.weight[q]");
     l.wk = row_slice(qkv, c.q_dim(), c.kv_dim(), p + "attn_qkv.weight[k]");
@@ -114,7 +139,7 @@ LayerWeights load_layer(const WeightLoader& w, const ModelConfig& c, int64_t i) 
     l.wk = w.matrix(p + "attn_k.weight", c.kv_dim(), c.dim);
     l.wv = w.matrix(p + "attn_v.weight", c.kv_dim(), c.dim);
   }
-  l.wo = w.matrix(p + "attn_output.weight", c.dim, c.q_dim());
+  if (!c.is_mla()) l.wo = w.matrix(p + "attn_output.weight", c.dim, c.q_dim());
   l.bq = w.optional_vector(p + "attn_q.bias", c.q_dim());
   l.bk = w.optional_vector(p + "attn_k.bias", c.kv_dim());
   l.bv = w.optional_vector(p + "attn_v.bias", c.kv_dim());
@@ -152,8 +177,10 @@ template <typename Layer>
 auto matrices_of(Layer& l) {
   std::vector<decltype(&l.wq)> out;
   for (auto* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router, &l.shared_gate, &l.shared_up,
-                  &l.shared_down})
+                  &l.shared_down, &l.wq_a, &l.wq_b, &l.wkv_a})
     if (t->data != nullptr) out.push_back(t);
+  for (auto& t : l.wk_b) out.push_back(&t);
+  for (auto& t : l.wv_b) out.push_back(&t);
   for (auto& e : l.experts)
     for (auto* t : {&e.gate, &e.up, &e.down}) out.push_back(t);
   return out;
@@ -319,7 +346,8 @@ size_t Model::resident_weight_bytes() const {
   for (const LayerWeights& l : w.layers) {
     for (const TensorView* t : l.matrices()) bytes += matrix_bytes(*t);
     for (const std::vector<float>* v : {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.attn_post_norm,
-                                        &l.ffn_norm, &l.ffn_post_norm, &l.shared_gate_inp})
+                                        &l.ffn_norm, &l.ffn_post_norm, &l.shared_gate_inp, &l.expert_bias, &l.q_a_norm,
+                                        &l.kv_a_norm})
       bytes += f32_bytes(*v);
   }
   return bytes;

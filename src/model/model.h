@@ -45,6 +45,16 @@ struct LayerWeights {
   std::vector<ExpertWeights> experts;  // [n_experts]
   TensorView shared_gate, shared_up, shared_down;  // [shared_ffn, dim] x 2, [dim, shared_ffn]
   std::vector<float> shared_gate_inp;  // [dim]
+  std::vector<float> expert_bias;      // [n_experts] exp_probs_b: added to the router's scores for the choice only (V3)
+  // Multi-head latent attention (config.is_mla()): wq is [n_heads * mla_key_dim, dim]
+  // or, with q_lora_rank, wq_a then q_a_norm then wq_b; wk / wv are absent.
+  TensorView wq_a;                     // [q_lora_rank, dim]
+  std::vector<float> q_a_norm;         // [q_lora_rank]
+  TensorView wq_b;                     // [n_heads * mla_key_dim, q_lora_rank]
+  TensorView wkv_a;                    // [kv_lora_rank + rope_dims, dim] (attn_kv_a_mqa): latent + RoPE key
+  std::vector<float> kv_a_norm;        // [kv_lora_rank]
+  std::vector<TensorView> wk_b;        // [n_heads] of [kv_lora_rank, qk_nope_dim]: absorbs a head's q_nope
+  std::vector<TensorView> wv_b;        // [n_heads] of [v_head_dim, kv_lora_rank]: a head's latent output to values
 
   // Every weight matrix of the block (the non-empty ones), for repacking and byte counts.
   std::vector<TensorView*> matrices();

@@ -55,7 +55,9 @@ void Transformer::moe_ffn_block(int64_t layer, int64_t n) {
   router_logits_.resize(static_cast<size_t>(n * E));
   matmul(w.router, xn_.data(), n, router_logits_.data());
   choices_.resize(static_cast<size_t>(n * k));
-  route_tokens(router_logits_.data(), n, E, k, cfg_.expert_weights_norm, choices_);
+  RouterOptions router{E, k, cfg_.expert_gating_sigmoid, cfg_.expert_weights_norm, w.expert_bias, cfg_.expert_groups,
+                       cfg_.expert_groups_used};
+  route_tokens(router_logits_.data(), n, router, choices_);
   if (cfg_.expert_weights_scale != 1.0)
     for (ExpertChoice& c : choices_) c.weight *= static_cast<float>(cfg_.expert_weights_scale);
   std::memset(proj_.data(), 0, static_cast<size_t>(n * dim) * sizeof(float));

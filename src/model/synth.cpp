@@ -253,9 +253,9 @@ class ModelSynthesizer {
     for (float& v : values) v += 1.0f;
     w_.add_f32_tensor(name, {n}, values);
   }
-  void bias(const std::string& name, int64_t n) {
+  void bias(const std::string& name, int64_t n, float scale = 0.02f) {
     std::vector<float> values(static_cast<size_t>(n));
-    NormalRng(tensor_seed(seed_, name)).fill_normal(values.data(), n, 0.02f);
+    NormalRng(tensor_seed(seed_, name)).fill_normal(values.data(), n, scale);
     w_.add_f32_tensor(name, {n}, values);
   }
 
@@ -276,6 +276,7 @@ void add_experts(ModelSynthesizer& synth, const SynthPreset& p, const std::strin
   synth.stacked(prefix + "ffn_gate_exps.weight", p.dim, ff, E);
   synth.stacked(prefix + "ffn_up_exps.weight", p.dim, ff, E);
   synth.stacked(prefix + "ffn_down_exps.weight", ff, p.dim, E);
+  if (p.expert_bias) synth.bias(prefix + "exp_probs_b.bias", E, 0.1f);
   if (p.shared_expert_ffn_dim == 0) return;
   if (p.arch == "qwen2moe") synth.bias(prefix + "ffn_gate_inp_shexp.weight", p.dim);  // deepseek's are ungated
   synth.matrix(prefix + "ffn_gate_shexp.weight", p.dim, p.shared_expert_ffn_dim);
@@ -283,12 +284,32 @@ void add_experts(ModelSynthesizer& synth, const SynthPreset& p, const std::strin
   synth.matrix(prefix + "ffn_down_shexp.weight", p.shared_expert_ffn_dim, p.dim);
 }
 
+// deepseek2's MLA tensors as llama.cpp's current converter writes them
+// (attn_k_b / attn_v_b split per head, not the older fused attn_kv_b).
+void add_mla_attention(ModelSynthesizer& synth, const SynthPreset& p, const std::string& prefix) {
+  const int64_t H = p.n_heads, kq = p.qk_nope_dim + p.qk_rope_dim, rank = p.kv_lora_rank;
+  if (p.q_lora_rank > 0) {
+    synth.matrix(prefix + "attn_q_a.weight", p.dim, p.q_lora_rank);
+    synth.norm(prefix + "attn_q_a_norm.weight", p.q_lora_rank);
+    synth.matrix(prefix + "attn_q_b.weight", p.q_lora_rank, H * kq);
+  } else {
+    synth.matrix(prefix + "attn_q.weight", p.dim, H * kq);
+  }
+  synth.matrix(prefix + "attn_kv_a_mqa.weight", p.dim, rank + p.qk_rope_dim);
+  synth.norm(prefix + "attn_kv_a_norm.weight", rank);
+  synth.stacked(prefix + "attn_k_b.weight", p.qk_nope_dim, rank, H);
+  synth.stacked(prefix + "attn_v_b.weight", rank, p.v_head_dim, H);
+  synth.matrix(prefix + "attn_output.weight", H * p.v_head_dim, p.dim);
+}
+
 void add_block(ModelSynthesizer& synth, const SynthPreset& p, int layer) {
   const std::string prefix = "blk." + std::to_string(layer) + ".";
   const int64_t q_dim = static_cast<int64_t>(p.n_heads) * p.head_dim();
   const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * p.head_dim();
   synth.ones(prefix + "attn_norm.weight", p.dim);
-  if (p.fused) {
+  if (p.kv_lora_rank > 0) {
+    add_mla_attention(synth, p, prefix);
+  } else if (p.fused) {
     synth.matrix(prefix + "attn_qkv.weight", p.dim, q_dim + 2 * kv_dim);
   } else {
     synth.matrix(prefix + "attn_q.weight", p.dim, q_dim);
@@ -304,7 +325,7 @@ void add_block(ModelSynthesizer& synth, const SynthPreset& p, int layer) {
     synth.norm(prefix + "attn_q_norm.weight", p.head_dim());
     synth.norm(prefix + "attn_k_norm.weight", p.head_dim());
   }
-  synth.matrix(prefix + "attn_output.weight", q_dim, p.dim);
+  if (p.kv_lora_rank == 0) synth.matrix(prefix + "attn_output.weight", q_dim, p.dim);
   if (p.arch == "gemma3") synth.norm(prefix + "post_attention_norm.weight", p.dim);
   synth.ones(prefix + "ffn_norm.weight", p.dim);
   if (p.n_experts > 0 && layer >= p.leading_dense_blocks) {
@@ -351,8 +372,15 @@ void write_model_metadata(GGUFWriter& w, const SynthPreset& p, int layers, uint6
   w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(p.n_heads));
   w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(p.n_kv_heads));
   w.set_f32(a + ".rope.freq_base", p.rope_theta);
-  w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(p.head_dim()));
-  if (p.key_length > 0) {
+  w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(p.kv_lora_rank > 0 ? p.qk_rope_dim : p.head_dim()));
+  if (p.kv_lora_rank > 0) {
+    w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(p.kv_lora_rank + p.qk_rope_dim));
+    w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(p.kv_lora_rank));
+    w.set_u32(a + ".attention.key_length_mla", static_cast<uint32_t>(p.qk_nope_dim + p.qk_rope_dim));
+    w.set_u32(a + ".attention.value_length_mla", static_cast<uint32_t>(p.v_head_dim));
+    w.set_u32(a + ".attention.q_lora_rank", static_cast<uint32_t>(p.q_lora_rank));
+    w.set_u32(a + ".attention.kv_lora_rank", static_cast<uint32_t>(p.kv_lora_rank));
+  } else if (p.key_length > 0) {
     w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(p.key_length));
     w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(p.key_length));
   }
@@ -362,6 +390,7 @@ void write_model_metadata(GGUFWriter& w, const SynthPreset& p, int layers, uint6
     w.set_string(a + ".rope.scaling.type", "yarn");
     w.set_f32(a + ".rope.scaling.factor", p.yarn_factor);
     w.set_u32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(p.yarn_original_context));
+    if (p.yarn_log_multiplier > 0) w.set_f32(a + ".rope.scaling.yarn_log_multiplier", p.yarn_log_multiplier);
   }
   if (p.n_experts > 0) {
     w.set_u32(a + ".expert_count", static_cast<uint32_t>(p.n_experts));
@@ -370,10 +399,18 @@ void write_model_metadata(GGUFWriter& w, const SynthPreset& p, int layers, uint6
   }
   if (p.shared_expert_ffn_dim > 0 && p.arch == "qwen2moe")
     w.set_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(p.shared_expert_ffn_dim));
-  if (p.arch == "deepseek") {
+  if (p.arch == "deepseek" || p.arch == "deepseek2") {
     w.set_u32(a + ".expert_shared_count", static_cast<uint32_t>(p.shared_expert_ffn_dim / p.expert_ffn_dim));
     w.set_u32(a + ".leading_dense_block_count", static_cast<uint32_t>(p.leading_dense_blocks));
     if (p.expert_weights_scale > 0) w.set_f32(a + ".expert_weights_scale", p.expert_weights_scale);
+  }
+  if (p.arch == "deepseek2") {
+    w.set_bool(a + ".expert_weights_norm", p.expert_weights_norm);
+    w.set_u32(a + ".expert_gating_func", p.expert_gating_sigmoid ? 2 : 1);
+    if (p.expert_groups > 1) {
+      w.set_u32(a + ".expert_group_count", static_cast<uint32_t>(p.expert_groups));
+      w.set_u32(a + ".expert_group_used_count", static_cast<uint32_t>(p.expert_groups_used));
+    }
   }
   w.set_u32(a + ".vocab_size", static_cast<uint32_t>(p.vocab_size));
   w.set_bool("kvserve.synthetic", true);
@@ -402,6 +439,60 @@ bool is_synth_type(DType t) {
 }
 
 }  // namespace
+
+// deepseek2 presets: MLA over a DeepSeek-MoE block layout.
+SynthPreset mla_preset(std::string name, int dim, int layers, int heads, int ffn, int vocab, int context, int q_lora,
+                       int kv_lora, int nope, int rope, int v_dim, int experts, int used, int expert_ffn, int shared,
+                       int dense_blocks) {
+  SynthPreset p;
+  p.name = std::move(name);
+  p.arch = "deepseek2";
+  p.dim = dim;
+  p.n_layers = layers;
+  p.n_heads = heads;
+  p.n_kv_heads = 1;  // the converter's MLA files: one latent "head"
+  p.ffn_dim = ffn;
+  p.vocab_size = vocab;
+  p.context_length = context;
+  p.rope_theta = 10000.0f;
+  p.rms_eps = 1e-6f;
+  p.key_length = kv_lora + rope;
+  p.q_lora_rank = q_lora;
+  p.kv_lora_rank = kv_lora;
+  p.qk_nope_dim = nope;
+  p.qk_rope_dim = rope;
+  p.v_head_dim = v_dim;
+  p.n_experts = experts;
+  p.n_experts_used = used;
+  p.expert_ffn_dim = expert_ffn;
+  p.shared_expert_ffn_dim = shared * expert_ffn;
+  p.leading_dense_blocks = dense_blocks;
+  return p;
+}
+
+// DeepSeek-V3's router on a tiny MLA model with a low-rank query: sigmoid
+// scores, exp_probs_b, 4 groups of 4 experts of which 2 may be chosen,
+// weights renormalized then scaled 2.5.
+SynthPreset tiny_deepseek3() {
+  SynthPreset p = mla_preset("tiny-deepseek3", 64, 3, 4, 128, 384, 256, 32, 64, 32, 32, 32, 16, 4, 32, 1, 1);
+  p.expert_gating_sigmoid = true;
+  p.expert_bias = true;
+  p.expert_weights_norm = true;
+  p.expert_weights_scale = 2.5f;
+  p.expert_groups = 4;
+  p.expert_groups_used = 2;
+  return p;
+}
+
+// DeepSeek-V2-Lite's YaRN (x40 over 4096, mscale_all_dim 0.707 written as 0.1 x 0.707) on the tiny model, scaled
+// to its context: x4 over 64.
+SynthPreset tiny_deepseek2_yarn() {
+  SynthPreset p = mla_preset("tiny-deepseek2-yarn", 64, 3, 4, 128, 384, 256, 0, 64, 32, 32, 32, 8, 2, 32, 2, 1);
+  p.yarn_factor = 4.0f;
+  p.yarn_original_context = 64;
+  p.yarn_log_multiplier = 0.0707f;
+  return p;
+}
 
 const std::vector<SynthPreset>& synth_presets() {
   // name, arch, dim, layers, heads, kv heads, ffn, vocab, context, theta, eps, tied, qkv bias, Llama 3 RoPE factor,
@@ -445,6 +536,13 @@ const std::vector<SynthPreset>& synth_presets() {
        8, 2, 32, 64, 0, 0, 1, 1.5f},
       {"tiny-qwen2moe", "qwen2moe", 64, 2, 4, 2, 128, 384, 256, 1000000.0f, 1e-6f, false, true, 0.0f, 0, false, false, 0,
        8, 4, 32, 96},
+      // deepseek2 (MLA): DeepSeek-V2-Lite (16 heads, kv_lora_rank 512, 128 + 64 query/key dims, 128 value dims; 64
+      // experts of 1408, 6 used, 2 shared, the first block dense; its YaRN left out), a tiny one, and tiny ones
+      // with DeepSeek-V3's router and with V2-Lite's YaRN
+      mla_preset("deepseek-v2-lite", 2048, 27, 16, 10944, 102400, 4096, 0, 512, 128, 64, 128, 64, 6, 1408, 2, 1),
+      mla_preset("tiny-deepseek2", 64, 3, 4, 128, 384, 256, 0, 64, 32, 32, 32, 8, 2, 32, 2, 1),
+      tiny_deepseek3(),
+      tiny_deepseek2_yarn(),
   };
   return presets;
 }

@@ -16,7 +16,7 @@ namespace kvserve {
 
 struct SynthPreset {
   std::string name;
-  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen2moe", "qwen3moe" or "deepseek" (also the metadata key prefix)
+  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen2moe", "qwen3moe", "deepseek" or "deepseek2" (also the metadata key prefix)
   int dim = 0;
   int n_layers = 0;
   int n_heads = 0;
@@ -44,6 +44,21 @@ struct SynthPreset {
   int yarn_original_context = 0;
   int leading_dense_blocks = 0;    // deepseek: the first blocks keep a dense FFN
   float expert_weights_scale = 0;  // deepseek: > 0 written as expert_weights_scale
+  // deepseek2: multi-head latent attention (kv_lora_rank > 0; key_length is
+  // then kv_lora_rank + qk_rope_dim, the absorbed head), and DeepSeek-V3's
+  // router: sigmoid gating, exp_probs_b, expert groups, renormalized weights.
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int qk_nope_dim = 0;
+  int qk_rope_dim = 0;
+  int v_head_dim = 0;
+  bool expert_gating_sigmoid = false;
+  bool expert_bias = false;  // exp_probs_b.bias per MoE block
+  bool expert_weights_norm = false;
+  int expert_groups = 0;
+  int expert_groups_used = 0;
+  // A yarn_log_multiplier written with the YaRN keys (0: none)
+  float yarn_log_multiplier = 0;
 
   int head_dim() const { return key_length > 0 ? key_length : dim / n_heads; }
 };

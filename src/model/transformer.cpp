@@ -32,6 +32,8 @@ Transformer::Transformer(const Model& model, AttentionKernel attention)
       sliding_rope_(model.config().sliding_rope_params()) {
   const char* grouping = std::getenv("KVSERVE_MOE_GROUPING");
   group_experts_ = grouping == nullptr || std::string_view(grouping) != "0";
+  const char* mla = std::getenv("KVSERVE_MLA");
+  mla_decompressed_ = mla != nullptr && std::string_view(mla) == "decompressed";
 }
 
 void Transformer::prepare_rope(std::span<const int64_t> positions) {
@@ -115,14 +117,17 @@ void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& c
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
   const int64_t kvd = cfg_.kv_dim();
   const int64_t pos0 = cache.size();
-  project_qkv(w, n);
+  const bool mla = cfg_.is_mla();
+  project_attention(w, n);
 #pragma omp parallel for schedule(static) if (n > 1)
   for (int64_t t = 0; t < n; ++t) {
-    rotate_qk(t, layer);
-    cache.write(layer, pos0 + t, k_.data() + t * kvd, v_.data() + t * kvd);
+    if (!mla) rotate_qk(t, layer);
+    cache.write(layer, pos0 + t, k_.data() + t * kvd, mla ? nullptr : v_.data() + t * kvd);
   }
-  attend(layer, n, pos0, cache);
-  matmul(w.wo, attn_.data(), n, proj_.data());
+  const bool decompressed = mla && mla_decompressed_;
+  if (decompressed) attend_decompressed(layer, n, pos0, cache);
+  else attend(layer, n, pos0, cache);
+  attention_output(w, n, decompressed);
   add_residual(w.attn_post_norm, n);
 }
 
@@ -162,6 +167,9 @@ void Transformer::forward(std::span<const int32_t> tokens, ContiguousKVCache& ca
   if (n == 0) throw Error("forward: empty batch");
   if (!model_.embeds_tokens() || !model_.has_output_head())
     throw Error("a pipeline stage runs in the batching engine (forward_stage), not in a single-sequence decoder");
+  if (cache.values_in_keys() != cfg_.is_mla())
+    throw Error(std::string("forward: the KV cache ") + (cache.values_in_keys() ? "keeps" : "lacks") +
+                " MLA's latent layout, the model " + (cfg_.is_mla() ? "needs it" : "does not"));
   if (cache.size() + n > cache.capacity())
     throw Error("sequence of " + std::to_string(cache.size() + n) + " tokens exceeds the KV cache capacity of " +
                 std::to_string(cache.capacity()) + " tokens");

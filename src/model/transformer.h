@@ -68,6 +68,12 @@ class Transformer {
   void forward_stage(std::span<const SequenceChunk> chunks, PagedKVStorage& kv, const float* x_in, float* x_out,
                      float* logits);
 
+  // MLA only: run attention in the decompressed form (each head's K and V
+  // rebuilt from the latent rows every step) instead of the absorbed one, in
+  // forward(); the reference of tests and benchmarks (KVSERVE_MLA=decompressed
+  // sets it too). forward_batch always runs the absorbed form.
+  void set_mla_decompressed(bool on) { mla_decompressed_ = on; }
+
   // Query rows that went through attention since construction (all layers
   // count once per token): the naive decoder's N(N+1)/2 vs the cached N.
   int64_t attention_rows() const { return attention_rows_; }
@@ -85,6 +91,17 @@ class Transformer {
   // xn_ = rmsnorm(x_) of n rows, then q_, k_, v_ = its Q/K/V projections (+ biases),
   // in one shared-input matmul region; both forward paths use it.
   void project_qkv(const LayerWeights& w, int64_t n);
+  // project_qkv, or MLA's projections (mla_attention.cpp): q_ holds the
+  // absorbed queries and k_ the cache rows, both already rotated.
+  void project_attention(const LayerWeights& w, int64_t n);
+  // proj_ = attn_output of the attention's result (MLA: each head through W_UV
+  // first, unless values_ready: attend_decompressed wrote mla_v_).
+  void attention_output(const LayerWeights& w, int64_t n, bool values_ready = false);
+  void resize_mla_scratch(int64_t n);
+  void project_mla(const LayerWeights& w, int64_t n);
+  void absorb_queries(const LayerWeights& w, int64_t n);
+  void mla_values(const LayerWeights& w, int64_t n);
+  void attend_decompressed(int64_t layer, int64_t n, int64_t pos0, const ContiguousKVCache& cache);
   void attention_block(int64_t layer, int64_t n, ContiguousKVCache& cache);
   void attend(int64_t layer, int64_t n, int64_t pos0, const ContiguousKVCache& cache);
   void ffn_block(int64_t layer, int64_t n);
@@ -110,6 +127,7 @@ class Transformer {
   // read once per step); KVSERVE_MOE_GROUPING=0 runs each token's experts
   // alone instead, the baseline of the grouping benchmark (docs/moe_mla.md).
   bool group_experts_ = true;
+  bool mla_decompressed_ = false;
   RopeTable rope_;
   RopeTable sliding_rope_;  // the sliding-window layers' own base (gemma3); unused without them
   int64_t capacity_ = 0;
@@ -142,6 +160,11 @@ class Transformer {
   std::vector<int32_t> batch_tokens_;         // [n] every chunk's tokens, concatenated
   std::vector<const uint8_t*> k_block_ptrs_;  // [sum of chunk table sizes] K block base of the current layer
   std::vector<const uint8_t*> v_block_ptrs_;  // same, V
+  // MLA only (mla_attention.cpp): the projected queries [n][n_heads][nope + rope],
+  // the low-rank query [n][q_lora_rank], per-head staging [n_heads][n][widest],
+  // and the heads' values [n][n_heads * v_head_dim] (attn_output's input).
+  AlignedBuffer<float> mla_q_, mla_qa_, mla_in_, mla_out_, mla_v_;
+  std::vector<MatmulTask> mla_tasks_;
   std::vector<float> reference_k_, reference_v_;  // [n_kv][kv_dim] a quantized cache as f32, reference kernel only
 };
 

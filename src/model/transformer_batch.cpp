@@ -17,7 +17,8 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
   const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), B = kv.block_size();
   const auto n = static_cast<int64_t>(batch_tokens_.size());
-  project_qkv(w, n);
+  const bool mla = cfg_.is_mla();
+  project_attention(w, n);
   k_block_ptrs_.clear();
   v_block_ptrs_.clear();
   const bool sliding = kv.is_sliding(layer);
@@ -31,8 +32,9 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
 #pragma omp parallel for schedule(static) if (n > 1)
   for (int64_t t = 0; t < n; ++t) {
     const int64_t pos = positions_[static_cast<size_t>(t)];
-    rotate_qk(t, layer);
-    kv.write(layer, row_blocks[static_cast<size_t>(t)], pos % B, k_.data() + t * kvd, v_.data() + t * kvd);
+    if (!mla) rotate_qk(t, layer);
+    kv.write(layer, row_blocks[static_cast<size_t>(t)], pos % B, k_.data() + t * kvd,
+             mla ? nullptr : v_.data() + t * kvd);
   }
   int64_t row = 0, table_offset = 0;
   for (const SequenceChunk& c : chunks) {
@@ -43,7 +45,7 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
     table_offset += static_cast<int64_t>(table_of(c).size());
   }
   paged_attention(jobs, attention_shape(layer));
-  matmul(w.wo, attn_.data(), n, proj_.data());
+  attention_output(w, n);
   add_residual(w.attn_post_norm, n);
 }
 
@@ -94,6 +96,9 @@ void Transformer::forward_stage(std::span<const SequenceChunk> chunks, PagedKVSt
     throw Error("this pipeline stage has no token embedding: it runs from the previous stage's activations");
   if (x_out == nullptr && !model_.has_output_head())
     throw Error("this pipeline stage has no output head: it hands its activations to the next stage");
+  if (kv.values_in_keys() != cfg_.is_mla())
+    throw Error(std::string("forward_batch: the KV storage ") + (kv.values_in_keys() ? "keeps" : "lacks") +
+                " MLA's latent layout, the model " + (cfg_.is_mla() ? "needs it" : "does not"));
   gather_batch(chunks, kv);
   const auto n = static_cast<int64_t>(batch_tokens_.size());
   const auto row_floats = static_cast<size_t>(n * cfg_.dim);

@@ -28,7 +28,8 @@ std::unique_ptr<ModelRunner> make_local_runner(const Model& model, PagedKVStorag
 
 std::unique_ptr<ModelRunner> make_local_runner(const Model& model, const KVPoolShape& pool) {
   const ModelConfig& c = model.config();
-  return make_local_runner(model, PagedKVStorage(c.n_layers, pool.n_blocks, pool.block_size, c.n_kv_heads, c.head_dim, pool.type));
+  return make_local_runner(model, PagedKVStorage(c.n_layers, pool.n_blocks, pool.block_size, c.n_kv_heads, c.head_dim, pool.type,
+                                                            c.is_mla()));
 }
 
 }  // namespace kvserve

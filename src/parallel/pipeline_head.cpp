@@ -17,7 +17,7 @@ class PipelineHead : public ModelRunner {
         vocab_(first_stage.config().vocab_size),
         dim_(first_stage.config().dim),
         storage_(first_stage.config().n_layers, pool.n_blocks, pool.block_size, first_stage.config().n_kv_heads,
-                 first_stage.config().head_dim, pool.type),
+                 first_stage.config().head_dim, pool.type, first_stage.config().is_mla()),
         transformer_(first_stage, AttentionKernel::kFlash) {
     if (comm_.rank() != 0 || comm_.size() < 2)
       throw Error("the pipeline's engine runs on rank 0 of at least 2 ranks, not rank " + std::to_string(comm_.rank()) +

@@ -21,7 +21,7 @@ class PipelineStage {
         limits_{stage.config().dim, setup.n_blocks, setup.block_size},
         timeout_(timeout),
         storage_(stage.config().n_layers, setup.n_blocks, setup.block_size, stage.config().n_kv_heads,
-                 stage.config().head_dim, static_cast<KVType>(setup.kv_type)),
+                 stage.config().head_dim, static_cast<KVType>(setup.kv_type), stage.config().is_mla()),
         transformer_(stage, AttentionKernel::kFlash) {}
 
   // Runs one step message; false after the shutdown (passed down the chain).

@@ -17,7 +17,7 @@ DraftModelBatch::DraftModelBatch(const Model& draft, int64_t n_blocks, int64_t b
       kv_(n_blocks, block_size, prefix_caching),
       // f32 K/V whatever the target's type: any head size works, and the draft's rows are few.
       storage_(draft.config().n_layers, n_blocks, block_size, draft.config().n_kv_heads, draft.config().head_dim,
-               KVType::F32),
+               KVType::F32, draft.config().is_mla()),
       transformer_(draft, AttentionKernel::kFlash) {}
 
 namespace {
@@ -30,7 +30,8 @@ size_t kept_history(std::span<const int32_t> cached, std::span<const int32_t> hi
 }  // namespace
 
 int64_t DraftModelBatch::bytes_per_block(const ModelConfig& draft, int64_t block_size) {
-  return PagedKVStorage::bytes_per_block(draft.n_layers, block_size, draft.n_kv_heads, draft.head_dim, KVType::F32);
+  return PagedKVStorage::bytes_per_block(draft.n_layers, block_size, draft.n_kv_heads, draft.head_dim, KVType::F32,
+                                         draft.is_mla());
 }
 
 bool DraftModelBatch::reserve(SequenceId seq, std::span<const int32_t> history, int64_t k) {
