@@ -178,6 +178,77 @@ TEST(HostileInput, MixtureOfExpertsCountsAndShapes) {
   }
 }
 
+// deepseek2 (MLA): the latent sizes are bounded and must agree with each
+// other and with the tensors; the older fused attn_kv_b layout, an unknown
+// gating function and expert groups that cannot split the experts are refused.
+TEST(HostileInput, LatentAttentionSizesAndRouter) {
+  // dim 4, one head: 2 latent + 2 RoPE dims cached, 2 + 2 query/key dims and 4 value dims per head.
+  const auto mla_writer = [] {
+    GGUFWriter w = test_util::tiny_model_writer();
+    const std::string a = "deepseek2.";
+    w.set_string("general.architecture", "deepseek2");
+    w.set_u32(a + "context_length", 64);
+    w.set_u32(a + "embedding_length", 4);
+    w.set_u32(a + "block_count", 1);
+    w.set_u32(a + "feed_forward_length", 8);
+    w.set_u32(a + "attention.head_count", 1);
+    w.set_u32(a + "attention.head_count_kv", 1);
+    w.set_u32(a + "rope.dimension_count", 2);
+    w.set_u32(a + "attention.kv_lora_rank", 2);
+    w.set_u32(a + "attention.key_length", 4);
+    w.set_u32(a + "attention.value_length", 2);
+    w.set_u32(a + "attention.key_length_mla", 4);
+    w.set_u32(a + "attention.value_length_mla", 4);
+    w.set_u32(a + "expert_count", 4);
+    w.set_u32(a + "expert_used_count", 2);
+    w.set_u32(a + "expert_feed_forward_length", 8);
+    w.set_u32(a + "expert_shared_count", 1);
+    w.set_u32(a + "leading_dense_block_count", 1);  // the one block keeps tiny_model_writer's dense FFN
+    const auto tensor = [&w](const std::string& name, std::vector<int64_t> ne) {
+      int64_t n = 1;
+      for (int64_t d : ne) n *= d;
+      w.add_f32_tensor(name, ne, std::vector<float>(static_cast<size_t>(n), 0.25f));
+    };
+    tensor("blk.0.attn_kv_a_mqa.weight", {4, 4});
+    tensor("blk.0.attn_kv_a_norm.weight", {2});
+    tensor("blk.0.attn_k_b.weight", {2, 2, 1});
+    tensor("blk.0.attn_v_b.weight", {2, 4, 1});
+    return w;
+  };
+  EXPECT_NO_THROW(load_everything(mla_writer().serialize()));
+  const auto refused = [&](const std::string& what, const GGUFWriter& w) {
+    expect_clean(what, [&] { load_everything(w.serialize()); });
+    EXPECT_THROW(load_everything(w.serialize()), Error) << what;
+  };
+  for (const char* key : {"attention.kv_lora_rank", "attention.key_length_mla", "attention.value_length_mla",
+                          "rope.dimension_count", "attention.q_lora_rank", "attention.key_length",
+                          "attention.value_length"})
+    for (uint64_t bad : {uint64_t{0}, uint64_t{3}, uint64_t{1} << 20, uint64_t{1} << 40, ~uint64_t{0}}) {
+      GGUFWriter w = mla_writer();
+      w.set_u64(std::string("deepseek2.") + key, bad);
+      expect_clean(std::string(key) + " " + std::to_string(bad), [&] { load_everything(w.serialize()); });
+    }
+  GGUFWriter short_key = mla_writer();
+  short_key.set_u32("deepseek2.attention.key_length_mla", 2);
+  refused("key_length_mla 2 (not above the RoPE dims)", short_key);
+  GGUFWriter mismatch = mla_writer();
+  mismatch.set_u32("deepseek2.attention.value_length", 4);
+  refused("value_length != kv_lora_rank", mismatch);
+  GGUFWriter gating = mla_writer();
+  gating.set_u32("deepseek2.expert_gating_func", 3);
+  refused("expert_gating_func 3", gating);
+  for (uint32_t groups : {2u, 3u, 4u}) {  // groups of 2 experts need 1 of 2 groups (2 >= 2 used); 3 and 4 cannot
+    GGUFWriter w = mla_writer();
+    w.set_u32("deepseek2.expert_group_count", groups);
+    w.set_u32("deepseek2.expert_group_used_count", 1);
+    if (groups == 2) EXPECT_NO_THROW(load_everything(w.serialize()));
+    else refused("expert_group_count " + std::to_string(groups), w);
+  }
+  GGUFWriter log_mul = mla_writer();
+  log_mul.set_f32("deepseek2.rope.scaling.yarn_log_multiplier", std::numeric_limits<float>::infinity());
+  refused("yarn_log_multiplier inf", log_mul);
+}
+
 TEST(HostileInput, GgufOutOfRangeConfig) {
   for (const char* key : {"llama.embedding_length", "llama.attention.head_count", "llama.block_count",
                           "llama.attention.key_length", "llama.context_length", "llama.rope.dimension_count"}) {

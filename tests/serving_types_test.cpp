@@ -69,6 +69,11 @@ std::vector<ServingCase> serving_cases() {
   add("tiny-deepseek", DType::Q8_0, KVType::F16);
   // YaRN RoPE scaling (its blended frequencies and magnitude apply at every position) through the paged path.
   add("tiny-qwen3-yarn", DType::Q8_0, KVType::F16);
+  // MLA (deepseek2): the latent rows (96 values) in every KV type; V-3's router on a low-rank query.
+  for (KVType kv : {KVType::F32, KVType::F16, KVType::BF16, KVType::Q8_0, KVType::FP8, KVType::Q4_0})
+    add("tiny-deepseek2", DType::Q8_0, kv);
+  add("tiny-deepseek3", DType::Q4_0, KVType::F16);
+  add("tiny-deepseek2-yarn", DType::Q8_0, KVType::BF16);
   return cases;
 }
 
