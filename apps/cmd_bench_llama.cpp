@@ -83,10 +83,11 @@ double run_once(Decoder& d, const BenchTest& t, std::span<const int32_t> tokens,
   });
 }
 
-// K and V bytes attention reads per decoded token, averaged over a tg test's positions.
+// K and V bytes attention reads per decoded token, averaged over a tg test's positions
+// (MLA: the latent rows once, V being a view of them).
 double kv_bytes_per_token(const Model& m, KVType kv, const BenchTest& t) {
   const KVShape shape = m.config().kv_shape();
-  const double row = 2.0 * static_cast<double>(shape.n_kv_heads * kv_vector_bytes(kv, shape.head_dim));
+  const double row = (shape.values_in_keys() ? 1.0 : 2.0) * static_cast<double>(shape.n_kv_heads * kv_vector_bytes(kv, shape.head_dim));
   const double mean_position = static_cast<double>(t.depth) + static_cast<double>(t.n) / 2.0;
   double positions = 0;
   for (int64_t l = 0; l < shape.n_layers; ++l) {

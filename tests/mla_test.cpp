@@ -265,3 +265,4 @@ TEST(MlaModel, PrefixCachingPreemptionAndSpeculationKeepTheTokens) {
     }
   }
 }
+
