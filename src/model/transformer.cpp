@@ -32,8 +32,11 @@ Transformer::Transformer(const Model& model, AttentionKernel attention)
       sliding_rope_(model.config().sliding_rope_params()) {
   const char* grouping = std::getenv("KVSERVE_MOE_GROUPING");
   group_experts_ = grouping == nullptr || std::string_view(grouping) != "0";
+  // KVSERVE_MLA=decompressed: every step in MLA's decompressed form; decompressed-decode: single-token steps only
+  // (a long prompt prefilled absorbed, then the decode benchmark's baseline).
   const char* mla = std::getenv("KVSERVE_MLA");
   mla_decompressed_ = mla != nullptr && std::string_view(mla) == "decompressed";
+  mla_decompressed_decode_ = mla != nullptr && std::string_view(mla) == "decompressed-decode";
 }
 
 void Transformer::prepare_rope(std::span<const int64_t> positions) {
@@ -124,7 +127,7 @@ void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& c
     if (!mla) rotate_qk(t, layer);
     cache.write(layer, pos0 + t, k_.data() + t * kvd, mla ? nullptr : v_.data() + t * kvd);
   }
-  const bool decompressed = mla && mla_decompressed_;
+  const bool decompressed = mla && (mla_decompressed_ || (mla_decompressed_decode_ && n == 1));
   if (decompressed) attend_decompressed(layer, n, pos0, cache);
   else attend(layer, n, pos0, cache);
   attention_output(w, n, decompressed);

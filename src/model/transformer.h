@@ -128,6 +128,7 @@ class Transformer {
   // alone instead, the baseline of the grouping benchmark (docs/moe_mla.md).
   bool group_experts_ = true;
   bool mla_decompressed_ = false;
+  bool mla_decompressed_decode_ = false;
   RopeTable rope_;
   RopeTable sliding_rope_;  // the sliding-window layers' own base (gemma3); unused without them
   int64_t capacity_ = 0;
