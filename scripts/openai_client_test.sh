@@ -5,7 +5,7 @@
 # Usage: scripts/openai_client_test.sh [KVSERVE_BINARY] [MODEL] [TEST_SCRIPT] [SERVE_FLAGS...]
 # (TEST_SCRIPT defaults to tests/openai_client_test.py; SERVE_FLAGS go to `kvserve serve`).
 # Exits 77 (ctest's "skipped") when python3, the client's packages or the model is missing
-# (KVSERVE_TEST_PACKAGES names them: "openai jsonschema" unless set, "anthropic" for its test).
+# (KVSERVE_TEST_PACKAGES names them: "openai jsonschema" unless set, "anthropic" or "ollama jsonschema" for theirs).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$root/build/kvserve}

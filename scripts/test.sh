@@ -5,10 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-# The real OpenAI and Anthropic clients for the server's compatibility tests (tests/*_client_test.py).
-python3 -c "import openai, jsonschema, anthropic" 2>/dev/null ||
-  python3 -m pip install --quiet --disable-pip-version-check openai jsonschema anthropic || \
-  echo "warning: could not install the openai, jsonschema and anthropic packages; their tests will be skipped" >&2
+# The real OpenAI, Anthropic and Ollama clients for the server's compatibility tests (tests/*_client_test.py).
+python3 -c "import openai, jsonschema, anthropic, ollama" 2>/dev/null ||
+  python3 -m pip install --quiet --disable-pip-version-check openai jsonschema anthropic ollama || \
+  echo "warning: could not install the openai, jsonschema, anthropic and ollama packages; their tests will be skipped" >&2
 # The agent loop of tests/responses_client_test.py (skipped, with a message, without it).
 python3 -c "import agents" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check openai-agents || \
   echo "warning: could not install the openai-agents package; the agent loop test will be skipped" >&2

@@ -15,6 +15,7 @@
 #include "server/infill_request.h"
 #include "server/json_input.h"
 #include "server/llama_server_encoder.h"
+#include "server/ollama_request.h"
 #include "server/responses_encoder.h"
 #include "server/responses_request.h"
 #include "server/gated_http_server.h"
@@ -35,15 +36,18 @@ constexpr int kListenBacklog = 1024;  // also bounds how long listen() waits on 
 constexpr const char* kServerVersion = "0.1.0";  // what GET /version reports
 
 bool is_messages_path(const std::string& path) { return path.starts_with("/v1/messages"); }
+bool is_ollama_path(const std::string& path) { return path.starts_with("/api/"); }
 
 // The one place an error becomes an HTTP response: Anthropic's error shape
-// on its Messages paths, OpenAI's everywhere else.
+// on its Messages paths, Ollama's on its /api/ paths, OpenAI's everywhere else.
 void write_error(const httplib::Request& req, httplib::Response& res, const ApiError& error) {
   res.status = error.status();
   if (error.status() == 429 || error.status() == 503) res.set_header("Retry-After", "1");
   if (error.status() == 401) res.set_header("WWW-Authenticate", "Bearer");
-  const bool messages = is_messages_path(req.path);
-  res.set_content(dump_json(messages ? messages_error_body(error) : error_body(error)), "application/json");
+  json body = is_messages_path(req.path) ? messages_error_body(error)
+              : is_ollama_path(req.path) ? ollama_error_body(error)
+                                         : error_body(error);
+  res.set_content(dump_json(body), "application/json");
 }
 
 void write_json(httplib::Response& res, const json& body) { res.set_content(dump_json(body), "application/json"); }
@@ -55,7 +59,8 @@ json parse_body(const httplib::Request& req) { return parse_json_body(req.body);
 bool is_quick_request(const std::string& method, const std::string& target) {
   if (method != "GET") return false;
   const std::string path = target.substr(0, target.find('?'));
-  return path == "/health" || path == "/metrics" || path == "/version" || path == "/v1/models";
+  return path == "/health" || path == "/metrics" || path == "/version" || path == "/v1/models" ||
+         path == "/api/version" || path == "/api/tags" || path == "/api/ps";
 }
 
 size_t worker_threads(const EngineOptions& engine) {
@@ -80,6 +85,7 @@ ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokeni
       context_(std::min(engine.options().max_context, model.config().context_length)),
       parser_(tokenizer_, chat_template_, context_, options_.speculation, engine.options().draft_model != nullptr,
               engine.request_limits()),
+      ollama_model_(model, options_.model_id, context_, chat_template_),
       constraints_(tokenizer_, model.config().vocab_size, options_.constraints),
       http_(std::make_unique<GatedHttpServer>(options_.connections, worker_threads(engine.options()), is_quick_request)) {
   http_->set_payload_max_length(options_.connections.max_body_bytes);
@@ -124,6 +130,7 @@ void ApiServer::install_routes() {
   s.Get(R"(/v1/responses/([A-Za-z0-9_-]+))", [this](const auto& req, auto& res) { handle_stored_response(req, res, false); });
   s.Delete(R"(/v1/responses/([A-Za-z0-9_-]+))", [this](const auto& req, auto& res) { handle_stored_response(req, res, true); });
   s.Get("/v1/models", [this](const auto&, auto& res) { handle_models(res); });
+  install_ollama_routes();
   s.Post("/tokenize", [this](const auto& req, auto& res) { handle_tokenize(req, res); });
   s.Post("/detokenize", [this](const auto& req, auto& res) { handle_detokenize(req, res); });
   s.Get("/health", [this](const auto&, auto& res) {
@@ -140,6 +147,20 @@ void ApiServer::install_routes() {
   s.Get("/version", [](const auto&, auto& res) {
     write_json(res, {{"version", kServerVersion}, {"server", "kvserve"}});
   });
+}
+
+void ApiServer::install_ollama_routes() {
+  httplib::Server& s = *http_;
+  s.Post("/api/chat", [this](const auto& req, auto& res) { handle_ollama_generation(OllamaShape::kChat, req, res); });
+  s.Post("/api/generate", [this](const auto& req, auto& res) { handle_ollama_generation(OllamaShape::kGenerate, req, res); });
+  s.Post("/api/show", [this](const auto& req, auto& res) { handle_ollama_show(req, res); });
+  s.Get("/api/tags", [this](const auto&, auto& res) { write_json(res, ollama_model_.tags()); });
+  s.Get("/api/ps", [this](const auto&, auto& res) { write_json(res, ollama_model_.ps()); });
+  s.Get("/api/version", [](const auto&, auto& res) { write_json(res, {{"version", kOllamaApiVersion}}); });
+  for (const char* path : {"/api/embed", "/api/embeddings"})
+    s.Post(path, [](const auto&, auto&) {
+      throw ApiError(404, "embeddings are not implemented: kvserve serves text generation only", {}, "not_found_error");
+    });
 }
 
 void ApiServer::check_api_key(const httplib::Request& req) const {
@@ -229,6 +250,40 @@ void ApiServer::handle_infill(const httplib::Request& req, httplib::Response& re
   run(std::move(parsed), std::make_unique<LlamaServerEncoder>(options_.model_id), arrival, req, res);
 }
 
+void ApiServer::handle_ollama_generation(OllamaShape shape, const httplib::Request& req, httplib::Response& res) {
+  const Clock::time_point arrival = Clock::now();
+  if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
+  RequestBody body = parse_request_body(req.body, ollama_schema_paths());
+  const std::string requested = ollama_requested_model(body.tree);
+  ollama_model_.check_requested(requested);
+  const std::string model_name = requested.empty() ? ollama_model_.name() : requested;  // Ollama echoes the name given
+  const OllamaGeneration generation = shape == OllamaShape::kChat
+                                          ? generation_from_ollama_chat(body.tree, std::move(body.schemas_in_order))
+                                          : generation_from_ollama_generate(body.tree, std::move(body.schemas_in_order));
+  if (generation.load_reason) {  // nothing to generate: the model is loaded already, and stays so
+    write_json(res, ollama_load_answer(shape, model_name, *generation.load_reason));
+    return;
+  }
+  std::optional<ParsedRequest> parsed;
+  try {
+    parsed = prepare(generation.endpoint, generation.body, generation.schemas_in_order, MaxTokens::kAtMost);
+  } catch (const ApiError& e) {
+    throw as_ollama_error(e);
+  }
+  if (generation.thinking_asked && !parsed->template_reasons)
+    throw invalid("think", "\"" + model_name + "\" does not support thinking");
+  auto encoder = std::make_unique<OllamaEncoder>(*parsed, shape, model_name, arrival);
+  run(std::move(*parsed), std::move(encoder), arrival, req, res);
+}
+
+void ApiServer::handle_ollama_show(const httplib::Request& req, httplib::Response& res) const {
+  const json body = parse_json_body(req.body);
+  std::string requested = ollama_requested_model(body);
+  if (requested.empty() && body.contains("name")) requested = ollama_requested_model({{"model", body["name"]}});
+  ollama_model_.check_requested(requested);
+  write_json(res, ollama_model_.show());
+}
+
 void ApiServer::handle_stored_response(const httplib::Request& req, httplib::Response& res, bool erase) {
   const std::string id = req.matches[1];
   if (erase) {
@@ -241,8 +296,9 @@ void ApiServer::handle_stored_response(const httplib::Request& req, httplib::Res
   write_json(res, entry->response);
 }
 
-ParsedRequest ApiServer::prepare(Endpoint endpoint, const json& body, const KeyOrderCapture::Copies& schemas_in_order) {
-  ParsedRequest parsed = parser_.parse(endpoint, body);
+ParsedRequest ApiServer::prepare(Endpoint endpoint, const json& body, const KeyOrderCapture::Copies& schemas_in_order,
+                                 MaxTokens max_tokens) {
+  ParsedRequest parsed = parser_.parse(endpoint, body, max_tokens);
   if (parsed.tools && parsed.constraint &&
       (parsed.tools->choice.kind == ToolChoice::kRequired || parsed.tools->choice.kind == ToolChoice::kNamed))
     throw invalid("tool_choice", "a required tool call cannot also follow " + parsed.constraint->param);

@@ -1,7 +1,9 @@
 #pragma once
 // The OpenAI-compatible HTTP server over an Engine (see docs/server.md):
 // /v1/completions, /v1/chat/completions (both with SSE streaming),
-// /v1/models, /health, /version, /tokenize, /detokenize and /metrics.
+// /v1/models, /health, /version, /tokenize, /detokenize and /metrics; and
+// Anthropic's Messages, OpenAI's Responses and Ollama's /api/ endpoints
+// translated onto the same path.
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -16,6 +18,8 @@
 #include "server/connection_gate.h"
 #include "server/cors.h"
 #include "server/generation_job.h"
+#include "server/ollama_encoder.h"
+#include "server/ollama_models.h"
 #include "server/request_parser.h"
 #include "server/response_encoder.h"
 #include "server/response_store.h"
@@ -73,6 +77,7 @@ class ApiServer {
 
  private:
   void install_routes();
+  void install_ollama_routes();
   void check_api_key(const httplib::Request& req) const;
   void handle_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   // Anthropic's Messages API: translated onto the chat path (anthropic_messages.h).
@@ -83,8 +88,12 @@ class ApiServer {
   // llama-server's fill-in-the-middle endpoint (infill_request.h), answered in its own shape.
   void handle_infill(const httplib::Request& req, httplib::Response& res);
   void handle_stored_response(const httplib::Request& req, httplib::Response& res, bool erase);
+  // Ollama's /api/chat and /api/generate: translated onto the chat or completions path (ollama_request.h).
+  void handle_ollama_generation(OllamaShape shape, const httplib::Request& req, httplib::Response& res);
+  void handle_ollama_show(const httplib::Request& req, httplib::Response& res) const;
   // A generation body parsed, its tool-call grammar added and its constraint compiled; throws ApiError.
-  ParsedRequest prepare(Endpoint endpoint, const nlohmann::json& body, const KeyOrderCapture::Copies& schemas_in_order);
+  ParsedRequest prepare(Endpoint endpoint, const nlohmann::json& body, const KeyOrderCapture::Copies& schemas_in_order,
+                        MaxTokens max_tokens = MaxTokens::kExact);
   // Submits the parsed requests and answers in the encoder's shape, streamed or whole.
   void run(ParsedRequest parsed, std::unique_ptr<ResponseEncoder> encoder, Clock::time_point arrival,
            const httplib::Request& req, httplib::Response& res);
@@ -106,6 +115,7 @@ class ApiServer {
   ResponseStore responses_;
   int64_t context_;
   RequestParser parser_;
+  OllamaModelCard ollama_model_;  // the model as Ollama's /api/ endpoints describe it
   ConstraintCompiler constraints_;
   // The template's reasoning tags as tokens (nullopt: the model does not reason), for the reasoning gate.
   std::optional<ReasoningTags> reasoning_tags_;

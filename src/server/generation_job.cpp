@@ -27,7 +27,7 @@ struct GenerationJob::Shared {
       }
       last = now;
     }
-    events.push_back({choice, event});
+    events.push_back({choice, event, now});
     arrived.notify_one();
   }
 };

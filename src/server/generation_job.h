@@ -23,6 +23,7 @@ using Clock = std::chrono::steady_clock;
 struct ChoiceEvent {
   size_t choice = 0;
   GenerationEvent event;
+  Clock::time_point at{};  // when the engine sent it (the HTTP thread may take it later)
 };
 
 class GenerationJob;

@@ -9,8 +9,9 @@ namespace {
 
 // How long an HTTP thread waits for an event before checking on its client.
 constexpr std::chrono::milliseconds kPollInterval{100};
-// A stream idle this long gets an SSE comment, so that a client that left
-// while its request waited in the queue is noticed (and cancelled) early.
+// A stream idle this long gets a keep-alive (an SSE comment, or the encoder's
+// own), so that a client that left while its request waited in the queue is
+// noticed (and cancelled) early.
 constexpr std::chrono::milliseconds kKeepAliveInterval{1000};
 // The status logged for a request whose client left before the answer (nginx's 499).
 constexpr int kClientClosedRequest = 499;
@@ -29,7 +30,7 @@ class EventStreamWriter {
         if (!start.empty() && !send(sink, start)) return false;
       }
       std::optional<ChoiceEvent> ev = job_->next(kPollInterval);
-      if (!ev) return Clock::now() - last_write_ < kKeepAliveInterval || send(sink, ": keep-alive\n\n");
+      if (!ev) return Clock::now() - last_write_ < kKeepAliveInterval || send(sink, encoder_->keep_alive());
       const std::string bytes = encoder_->stream_event(*ev);
       if (!bytes.empty() && !send(sink, bytes)) return false;
       if (!job_->done()) return true;
@@ -71,7 +72,7 @@ void send_whole_response(GenerationJob& job, ResponseEncoder& encoder, const Cli
   std::vector<ChoiceResult> results(job.choices());
   Clock::time_point last_check = Clock::now();
   while (!job.done()) {
-    if (std::optional<ChoiceEvent> ev = job.next(kPollInterval)) results[ev->choice].add(ev->event);
+    if (std::optional<ChoiceEvent> ev = job.next(kPollInterval)) results[ev->choice].add(ev->event, ev->at);
     if (Clock::now() - last_check < kPollInterval) continue;
     last_check = Clock::now();
     if (client.closed()) {  // nobody to answer: free the KV blocks now
@@ -91,10 +92,11 @@ void send_whole_response(GenerationJob& job, ResponseEncoder& encoder, const Cli
 
 void send_event_stream(std::shared_ptr<GenerationJob> job, std::unique_ptr<ResponseEncoder> encoder,
                        ServerMetrics& metrics, httplib::Response& res) {
+  const std::string content_type = encoder->content_type();
   auto writer = std::make_shared<EventStreamWriter>(std::move(job), std::move(encoder), metrics);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream", [writer](size_t, httplib::DataSink& sink) { return writer->pump(sink); },
+      content_type, [writer](size_t, httplib::DataSink& sink) { return writer->pump(sink); },
       [writer](bool success) { writer->release(success); });
 }
 

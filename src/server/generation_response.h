@@ -1,6 +1,7 @@
 #pragma once
-// Sends a generation job's result: one JSON body, or a Server-Sent Events
-// stream, in the shape its ResponseEncoder writes.
+// Sends a generation job's result: one JSON body, or a stream of events
+// (Server-Sent Events, or NDJSON for Ollama's API), in the shape its
+// ResponseEncoder writes.
 #include <memory>
 
 #include "server/client_connection.h"

@@ -451,6 +451,9 @@ GenerationRequest RequestParser::shared_settings(Endpoint endpoint, const json& 
   s.presence_penalty = static_cast<float>(number_in(body, "presence_penalty", -2, 2, 0));
   s.frequency_penalty = static_cast<float>(number_in(body, "frequency_penalty", -2, 2, 0));
   s.repetition_penalty = static_cast<float>(positive_up_to(body, "repetition_penalty", 10, 1));
+  // llama.cpp's and Ollama's window of the penalties (-1: the whole history, 0: none).
+  s.repeat_last_n = static_cast<int32_t>(integer_in(body, "repeat_last_n", -1, std::numeric_limits<int32_t>::max(),
+                                                    s.repeat_last_n));
   s.seed = seed_of(body);
   r.stop = stops_of(body);
   engine_check(endpoint, [&] { validate_stop_strings(r.stop); });  // before the request is copied per prompt
@@ -498,7 +501,7 @@ GenerationRequest RequestParser::shared_settings(Endpoint endpoint, const json& 
 }
 
 void RequestParser::fit_to_context(const std::vector<int32_t>& prompt, const json& body, Endpoint endpoint,
-                                   GenerationRequest& r) const {
+                                   MaxTokens policy, GenerationRequest& r) const {
   const auto prompt_tokens = static_cast<int64_t>(prompt.size());
   const char* prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
   if (prompt_tokens >= context_)
@@ -506,6 +509,10 @@ void RequestParser::fit_to_context(const std::vector<int32_t>& prompt, const jso
                                     std::to_string(prompt_tokens) + " tokens");
   const int64_t room = context_ - prompt_tokens;
   const char* name = field(body, "max_completion_tokens") && !field(body, "max_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (policy == MaxTokens::kAtMost) {
+    r.max_tokens = std::min(room, integer_in(body, name, 0, std::numeric_limits<int64_t>::max(), room));
+    return;
+  }
   const int64_t fallback = endpoint == Endpoint::kChat ? room : std::min(room, kCompletionsDefaultMaxTokens);
   r.max_tokens = integer_in(body, name, 0, context_, fallback);
   if (r.max_tokens > room)
@@ -522,7 +529,7 @@ ValidatedRequest RequestParser::validate_for_engine(GenerationRequest r, Endpoin
   return std::move(*validated);
 }
 
-ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
+ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body, MaxTokens max_tokens) const {
   if (!body.is_object()) throw invalid("", "the request body must be a JSON object");
   reject_unsupported(body);
   std::optional<ToolRequest> tools = tools_for(endpoint, body);  // tools (helper)
@@ -560,7 +567,7 @@ ParsedRequest RequestParser::parse(Endpoint endpoint, const json& body) const {
   }
   for (auto& tokens : prompts.tokens) {
     GenerationRequest r = shared;
-    fit_to_context(tokens, body, endpoint, r);
+    fit_to_context(tokens, body, endpoint, max_tokens, r);
     if (r.min_tokens > r.max_tokens)
       throw invalid("min_tokens", "min_tokens (" + std::to_string(r.min_tokens) + ") is more than max_tokens (" +
                                       std::to_string(r.max_tokens) + ")");

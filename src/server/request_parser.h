@@ -23,6 +23,12 @@ namespace kvserve::server {
 
 enum class Endpoint { kCompletions, kChat };
 
+// How a body's max_tokens is read: OpenAI's exact count (more than the
+// prompt leaves of the context is a 400; completions default to 16), or an
+// upper bound cut to what the prompt leaves, all of it by default (Ollama's
+// num_predict).
+enum class MaxTokens { kExact, kAtMost };
+
 // A request body as JSON; throws ApiError 400 for text that is not JSON or
 // nests deeper than kMaxJsonDepth (server/json_input.h).
 nlohmann::json parse_json_body(const std::string& body);
@@ -101,7 +107,7 @@ class RequestParser {
   // prompt's bytes against what the context can hold (check_text_fits). Each
   // engine request is then validated with the engine's limits (a
   // ValidatedRequest, which Engine::submit_validated does not check again).
-  ParsedRequest parse(Endpoint endpoint, const nlohmann::json& body) const;
+  ParsedRequest parse(Endpoint endpoint, const nlohmann::json& body, MaxTokens max_tokens = MaxTokens::kExact) const;
 
   // POST /tokenize's ids, at most `context` of them (400 past that; a text
   // certainly longer is refused before it is tokenized).
@@ -140,7 +146,7 @@ class RequestParser {
   std::vector<int32_t> checked_tokens(const nlohmann::json& ids, const std::string& param) const;
   GenerationRequest shared_settings(Endpoint endpoint, const nlohmann::json& body, ParsedRequest& out) const;
   void fit_to_context(const std::vector<int32_t>& prompt, const nlohmann::json& body, Endpoint endpoint,
-                      GenerationRequest& r) const;
+                      MaxTokens policy, GenerationRequest& r) const;
   ValidatedRequest validate_for_engine(GenerationRequest r, Endpoint endpoint) const;
 
   const Tokenizer& tokenizer_;

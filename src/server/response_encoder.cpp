@@ -9,7 +9,9 @@ namespace kvserve::server {
 
 using json = nlohmann::json;
 
-void ChoiceResult::add(const GenerationEvent& event) {
+void ChoiceResult::add(const GenerationEvent& event, Clock::time_point at) {
+  if (first_event_at == Clock::time_point{}) first_event_at = at;
+  if (event.finished) finished_at = at;
   text += event.text;
   logprobs.insert(logprobs.end(), event.logprobs.begin(), event.logprobs.end());
   if (!event.prompt_logprobs.empty()) prompt_logprobs = event.prompt_logprobs;

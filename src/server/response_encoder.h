@@ -28,8 +28,11 @@ struct ChoiceResult {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;  // of which the prefix cache held
   int64_t completion_tokens = 0;
+  // When the engine sent its first event (its prompt was computed, its first token sampled) and its final one.
+  Clock::time_point first_event_at{};
+  Clock::time_point finished_at{};
 
-  void add(const GenerationEvent& event);
+  void add(const GenerationEvent& event, Clock::time_point at = Clock::now());
 };
 
 class ResponseEncoder {
@@ -43,6 +46,11 @@ class ResponseEncoder {
   virtual std::string stream_start() { return ""; }
   virtual std::string stream_event(const ChoiceEvent& event) = 0;
   virtual std::string stream_end() = 0;
+  // What an idle stream sends now and then, so that a client that left is
+  // noticed while its request waits: an SSE comment, or a no-op chunk where
+  // the stream is not SSE.
+  virtual std::string keep_alive() { return ": keep-alive\n\n"; }
+  virtual std::string content_type() const { return "text/event-stream"; }
 };
 
 // How a chat request's output is taken apart (reasoning, content, tool calls).

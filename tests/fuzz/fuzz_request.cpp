@@ -1,7 +1,7 @@
 // libFuzzer target: an HTTP request body as each endpoint parses it. The
 // first byte picks the endpoint (completions, chat, tokenize, detokenize,
 // Anthropic messages, count_tokens, OpenAI responses, vLLM's tokenize,
-// llama-server's infill), the rest is the body. Only ApiError 400 and
+// llama-server's infill, Ollama's chat and generate), the rest is the body. Only ApiError 400 and
 // kvserve::Error may come out (the server turns both into a 400 response).
 #include <cstdlib>
 #include <string>
@@ -10,6 +10,7 @@
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/infill_request.h"
+#include "server/ollama_request.h"
 #include "server/responses_request.h"
 #include "server/request_parser.h"
 #include "tests/tiny_vocab.h"
@@ -31,8 +32,19 @@ void parse_generation_body(const RequestParser& parser, const nlohmann::json& bo
   parser.parse(Endpoint::kCompletions, body);
 }
 
+// Ollama's /api/chat and /api/generate, as the server does them (format's key order kept, num_predict a bound).
+void parse_ollama(const RequestParser& parser, bool chat, const std::string& text) {
+  RequestBody body = parse_request_body(text, ollama_schema_paths());
+  ollama_requested_model(body.tree);
+  const OllamaGeneration g = chat ? generation_from_ollama_chat(body.tree, std::move(body.schemas_in_order))
+                                  : generation_from_ollama_generate(body.tree, std::move(body.schemas_in_order));
+  if (g.load_reason) return;
+  ParsedRequest parsed = parser.parse(g.endpoint, g.body, MaxTokens::kAtMost);
+  if (parsed.constraint) restore_key_order(*parsed.constraint, g.schemas_in_order);
+}
+
 void parse_request(const Tokenizer& tokenizer, const RequestParser& parser, uint8_t endpoint, const std::string& body) {
-  switch (endpoint % 9) {
+  switch (endpoint % 11) {
     case 0: parse_generation(parser, Endpoint::kCompletions, body); break;
     case 1: parse_generation(parser, Endpoint::kChat, body); break;
     case 2: tokenizer.encode(parse_tokenize_request(parse_json_body(body)).content, true); break;
@@ -47,6 +59,8 @@ void parse_request(const Tokenizer& tokenizer, const RequestParser& parser, uint
     }
     case 7: parser.vllm_tokenize(parse_json_body(body)); break;  // vLLM's /tokenize
     case 8: parse_generation_body(parser, completion_body_from_infill(parse_json_body(body), tokenizer, 256)); break;
+    case 9: parse_ollama(parser, true, body); break;
+    case 10: parse_ollama(parser, false, body); break;
   }
 }
 
