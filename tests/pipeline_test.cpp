@@ -162,6 +162,24 @@ TEST_F(PipelineTest, ThreeRanksOnSlidingWindowLayersGiveTheOutputsOfOneProcess) 
   pipeline.finish();
 }
 
+// MLA and a mixture of experts (issue #35): each stage keeps its layers' latent
+// rows (no V) and its dense or MoE blocks; three ranks of tiny-deepseek3's three blocks.
+TEST_F(PipelineTest, ThreeRanksOnLatentAttentionAndExpertsGiveTheOutputsOfOneProcess) {
+  TempFile mla(".gguf");
+  test_util::write_synth_model(mla.path(), "tiny-deepseek3", DType::Q8_0, 5);
+  const auto whole = Model::load(mla.path());
+  const Tokenizer tok = Tokenizer::from_gguf(whole->file());
+  const std::vector<GenerationRequest> rs = workload(whole->config().vocab_size);
+  Engine reference(*whole, tok, small_pool());
+  const std::vector<Output> want = run_sequences(reference, rs);
+  LoopbackPipeline pipeline(mla.path(), 3);
+  {
+    Engine engine(pipeline.first_stage(), tok, pipeline.engine_options(small_pool()));
+    expect_same_outputs(run_sequences(engine, rs), want);
+  }
+  pipeline.finish();
+}
+
 // Two engines one after the other over one pipeline (what bench --serving
 // does): draft-model speculation, then auto speculation whose step cost is
 // measured through the pipeline at start.
