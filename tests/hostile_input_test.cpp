@@ -183,7 +183,8 @@ TEST(HostileInput, MixtureOfExpertsCountsAndShapes) {
 // gating function and expert groups that cannot split the experts are refused.
 TEST(HostileInput, LatentAttentionSizesAndRouter) {
   // dim 4, one head: 2 latent + 2 RoPE dims cached, 2 + 2 query/key dims and 4 value dims per head.
-  const auto mla_writer = [] {
+  // fused: the older layout (key/value_length the decompressed sizes 4 / 4, one attn_kv_b of 1 x (2 + 4) rows).
+  const auto mla_writer = [](bool fused = false) {
     GGUFWriter w = test_util::tiny_model_writer();
     const std::string a = "deepseek2.";
     w.set_string("general.architecture", "deepseek2");
@@ -196,9 +197,11 @@ TEST(HostileInput, LatentAttentionSizesAndRouter) {
     w.set_u32(a + "rope.dimension_count", 2);
     w.set_u32(a + "attention.kv_lora_rank", 2);
     w.set_u32(a + "attention.key_length", 4);
-    w.set_u32(a + "attention.value_length", 2);
-    w.set_u32(a + "attention.key_length_mla", 4);
-    w.set_u32(a + "attention.value_length_mla", 4);
+    w.set_u32(a + "attention.value_length", fused ? 4 : 2);
+    if (!fused) {
+      w.set_u32(a + "attention.key_length_mla", 4);
+      w.set_u32(a + "attention.value_length_mla", 4);
+    }
     w.set_u32(a + "expert_count", 4);
     w.set_u32(a + "expert_used_count", 2);
     w.set_u32(a + "expert_feed_forward_length", 8);
@@ -211,11 +214,16 @@ TEST(HostileInput, LatentAttentionSizesAndRouter) {
     };
     tensor("blk.0.attn_kv_a_mqa.weight", {4, 4});
     tensor("blk.0.attn_kv_a_norm.weight", {2});
-    tensor("blk.0.attn_k_b.weight", {2, 2, 1});
-    tensor("blk.0.attn_v_b.weight", {2, 4, 1});
+    if (fused) {
+      tensor("blk.0.attn_kv_b.weight", {2, 6});
+    } else {
+      tensor("blk.0.attn_k_b.weight", {2, 2, 1});
+      tensor("blk.0.attn_v_b.weight", {2, 4, 1});
+    }
     return w;
   };
   EXPECT_NO_THROW(load_everything(mla_writer().serialize()));
+  EXPECT_NO_THROW(load_everything(mla_writer(true).serialize()));
   const auto refused = [&](const std::string& what, const GGUFWriter& w) {
     expect_clean(what, [&] { load_everything(w.serialize()); });
     EXPECT_THROW(load_everything(w.serialize()), Error) << what;
@@ -228,6 +236,12 @@ TEST(HostileInput, LatentAttentionSizesAndRouter) {
       w.set_u64(std::string("deepseek2.") + key, bad);
       expect_clean(std::string(key) + " " + std::to_string(bad), [&] { load_everything(w.serialize()); });
     }
+  GGUFWriter fused_wrong = mla_writer(true);
+  fused_wrong.set_u32("deepseek2.attention.value_length", 8);  // attn_kv_b then needs 1 x (2 + 8) rows
+  refused("attn_kv_b of the wrong shape", fused_wrong);
+  GGUFWriter half_split = mla_writer(true);
+  half_split.set_u32("deepseek2.attention.key_length_mla", 4);  // one of the two _mla keys
+  refused("key_length_mla without value_length_mla", half_split);
   GGUFWriter short_key = mla_writer();
   short_key.set_u32("deepseek2.attention.key_length_mla", 2);
   refused("key_length_mla 2 (not above the RoPE dims)", short_key);

@@ -17,6 +17,7 @@
 #include "model/expert_routing.h"
 #include "model/model.h"
 #include "model/transformer.h"
+#include "kernels/quantize.h"
 #include "test_util.h"
 
 using namespace kvserve;
@@ -136,11 +137,43 @@ TEST(MlaModel, ReadsTheLatentShapesAndCachesOneRowPerToken) {
   EXPECT_TRUE(v3->weights().layers[0].expert_bias.empty());  // the dense first block
 }
 
+// The older layout (one attn_kv_b per block, key/value_length the decompressed
+// sizes): W_UV_h is a view of its rows, W_UK_h their transpose, made at load
+// in f32 and kept through repacking.
+TEST(MlaModel, ReadsTheOlderFusedLayout) {
+  TempFile f(".gguf");
+  auto m = tiny_mla(f, "tiny-deepseek2-fused", DType::Q8_0);
+  const ModelConfig& c = m->config();
+  EXPECT_TRUE(c.mla_fused_kv_b);
+  EXPECT_EQ(c.head_dim, 96);
+  EXPECT_EQ(c.n_kv_heads, 1);
+  EXPECT_EQ(c.qk_nope_dim, 32);
+  EXPECT_EQ(c.v_head_dim, 32);
+  const LayerWeights& l = m->weights().layers[2];
+  ASSERT_EQ(l.wk_b.size(), 4u);
+  EXPECT_EQ(l.wk_b[1].rows(), 64);
+  EXPECT_EQ(l.wk_b[1].cols(), 32);
+  EXPECT_EQ(l.wk_b[1].type, DType::F32);
+  EXPECT_FALSE(m->file().maps(l.wk_b[1].data));
+  EXPECT_TRUE(m->file().maps(l.wv_b[1].data));
+  // W_UK^T's row r is column r of the file's W_UK rows of head 1.
+  const TensorView& kv_b = m->file().tensor("blk.2.attn_kv_b.weight");
+  std::vector<float> file_row(64), ours(32);
+  dequantize_row(l.wk_b[1].type, l.wk_b[1].row(5), ours.data(), 32);
+  for (int64_t i = 0; i < 32; ++i) {
+    dequantize_row(kv_b.type, kv_b.row(1 * 64 + i), file_row.data(), 64);
+    EXPECT_EQ(ours[static_cast<size_t>(i)], file_row[5]) << i;
+  }
+  auto cached = make_decoder("cached", *m, 256, KVType::F16);
+  std::span<const float> logits = cached->append(prompt_of(30, c.vocab_size));
+  EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
+}
+
 // The absorbed form (queries into the latent space, MQA over the cached rows,
 // W_UV after the softmax) is the decompressed one reassociated: in f32 they
 // agree to rounding, over a prompt and greedy steps.
 TEST(MlaModel, AbsorbedAttentionEqualsTheDecompressedForm) {
-  for (const char* preset : {"tiny-deepseek2", "tiny-deepseek3", "tiny-deepseek2-yarn"}) {
+  for (const char* preset : {"tiny-deepseek2", "tiny-deepseek3", "tiny-deepseek2-yarn", "tiny-deepseek2-fused"}) {
     TempFile f(".gguf");
     auto m = tiny_mla(f, preset, DType::F32, ActivationPrecision::kF32);
     const ModelConfig& c = m->config();

@@ -150,16 +150,17 @@ void read_deepseek2_router(const GGUFFile& file, const std::string& p, ModelConf
   c.expert_groups_used = static_cast<int64_t>(used);
 }
 
-// MLA (deepseek2 as llama.cpp's current converter writes it): key_length /
+// MLA (deepseek2). As llama.cpp's current converter writes it, key_length /
 // value_length hold the absorbed sizes (kv_lora_rank + RoPE dims, and
 // kv_lora_rank), key_length_mla / value_length_mla the per-head sizes of the
-// decompressed form. The cache row is the kernel's one KV head.
+// decompressed form; older files have only the latter, as key_length /
+// value_length, and a fused attn_kv_b (mla_fused_kv_b). The cache row is the
+// kernel's one KV head either way.
 void read_mla(const GGUFFile& file, const std::string& p, ModelConfig& c) {
   const std::string& path = file.path();
-  if (!file.has(p + "attention.key_length_mla") || !file.has(p + "attention.value_length_mla"))
-    throw Error(path + ": this deepseek2 file lacks attention.key_length_mla / value_length_mla: it is the older "
-                "layout with a fused attn_kv_b, which kvserve does not read; convert the model again with a current "
-                "llama.cpp convert_hf_to_gguf.py");
+  c.mla_fused_kv_b = !file.has(p + "attention.key_length_mla") && !file.has(p + "attention.value_length_mla");
+  const std::string key_mla_key = c.mla_fused_kv_b ? "attention.key_length" : "attention.key_length_mla";
+  const std::string value_mla_key = c.mla_fused_kv_b ? "attention.value_length" : "attention.value_length_mla";
   constexpr uint64_t kMaxWidth = uint64_t{1} << 16;
   const auto bounded = [&](const std::string& key, uint64_t v, uint64_t lo) {
     if (v < lo || v > kMaxWidth)
@@ -169,15 +170,15 @@ void read_mla(const GGUFFile& file, const std::string& p, ModelConfig& c) {
   };
   const int64_t rank = bounded("attention.kv_lora_rank", file.get_uint(p + "attention.kv_lora_rank"), 1);
   const int64_t rope = bounded("rope.dimension_count", file.get_uint(p + "rope.dimension_count"), 2);
-  const int64_t key_mla = bounded("attention.key_length_mla", file.get_uint(p + "attention.key_length_mla"), 1);
-  c.v_head_dim = bounded("attention.value_length_mla", file.get_uint(p + "attention.value_length_mla"), 1);
+  const int64_t key_mla = bounded(key_mla_key, file.get_uint(p + key_mla_key), 1);
+  c.v_head_dim = bounded(value_mla_key, file.get_uint(p + value_mla_key), 1);
   c.q_lora_rank = bounded("attention.q_lora_rank", file.get_uint(p + "attention.q_lora_rank", 0), 0);
   if (key_mla <= rope)
-    throw Error(path + ": attention.key_length_mla " + std::to_string(key_mla) +
-                " must exceed rope.dimension_count " + std::to_string(rope));
+    throw Error(path + ": " + p + key_mla_key + " " + std::to_string(key_mla) + " must exceed rope.dimension_count " +
+                std::to_string(rope));
   const uint64_t key = file.get_uint(p + "attention.key_length", static_cast<uint64_t>(rank + rope));
   const uint64_t value = file.get_uint(p + "attention.value_length", static_cast<uint64_t>(rank));
-  if (key != static_cast<uint64_t>(rank + rope) || value != static_cast<uint64_t>(rank))
+  if (!c.mla_fused_kv_b && (key != static_cast<uint64_t>(rank + rope) || value != static_cast<uint64_t>(rank)))
     throw Error(path + ": attention.key_length / value_length " + std::to_string(key) + " / " + std::to_string(value) +
                 " must be kv_lora_rank + rope.dimension_count / kv_lora_rank (" + std::to_string(rank + rope) + " / " +
                 std::to_string(rank) + ")");

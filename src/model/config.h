@@ -80,6 +80,7 @@ struct ModelConfig {
   int64_t kv_lora_rank = 0;  // 0: not MLA
   int64_t qk_nope_dim = 0;   // per head: the query/key part without RoPE
   int64_t v_head_dim = 0;    // per head: the decompressed value width
+  bool mla_fused_kv_b = false;  // the older layout: attn_kv_b holds every head's W_UK and W_UV rows
   double mla_yarn_log_mul = 0;  // rope.scaling.yarn_log_multiplier / 0.1 (llama.cpp's deepseek2 reading)
 
   RopeParams rope_params() const {

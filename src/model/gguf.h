@@ -85,6 +85,8 @@ class GGUFFile {
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   size_t file_size() const { return size_; }
+  // Whether p points into the mapped file (not into memory a loader derived from it).
+  bool maps(const uint8_t* p) const { return p >= base_ && p < base_ + size_; }
   uint32_t alignment() const { return alignment_; }
   // The heap bytes the parse keeps (the reader's own count; bounded above).
   size_t parsed_memory() const { return parsed_memory_; }

@@ -149,6 +149,7 @@ class Model {
   LayerRange layer_range_;
   std::optional<ActivationPrecision> activations_;
   std::vector<AlignedBuffer<uint8_t>> packed_;
+  std::vector<AlignedBuffer<uint8_t>> derived_;  // matrices computed at load (an older deepseek2 file's W_UK^T)
 
   // quantized: the packable quantized types; floats: f32 / f16 / bf16.
   void repack_matrices(bool quantized, bool floats);

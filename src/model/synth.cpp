@@ -297,8 +297,12 @@ void add_mla_attention(ModelSynthesizer& synth, const SynthPreset& p, const std:
   }
   synth.matrix(prefix + "attn_kv_a_mqa.weight", p.dim, rank + p.qk_rope_dim);
   synth.norm(prefix + "attn_kv_a_norm.weight", rank);
-  synth.stacked(prefix + "attn_k_b.weight", p.qk_nope_dim, rank, H);
-  synth.stacked(prefix + "attn_v_b.weight", rank, p.v_head_dim, H);
+  if (p.mla_fused_kv_b) {
+    synth.matrix(prefix + "attn_kv_b.weight", rank, H * (p.qk_nope_dim + p.v_head_dim));
+  } else {
+    synth.stacked(prefix + "attn_k_b.weight", p.qk_nope_dim, rank, H);
+    synth.stacked(prefix + "attn_v_b.weight", rank, p.v_head_dim, H);
+  }
   synth.matrix(prefix + "attn_output.weight", H * p.v_head_dim, p.dim);
 }
 
@@ -373,7 +377,12 @@ void write_model_metadata(GGUFWriter& w, const SynthPreset& p, int layers, uint6
   w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(p.n_kv_heads));
   w.set_f32(a + ".rope.freq_base", p.rope_theta);
   w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(p.kv_lora_rank > 0 ? p.qk_rope_dim : p.head_dim()));
-  if (p.kv_lora_rank > 0) {
+  if (p.kv_lora_rank > 0 && p.mla_fused_kv_b) {
+    w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(p.qk_nope_dim + p.qk_rope_dim));
+    w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(p.v_head_dim));
+    w.set_u32(a + ".attention.q_lora_rank", static_cast<uint32_t>(p.q_lora_rank));
+    w.set_u32(a + ".attention.kv_lora_rank", static_cast<uint32_t>(p.kv_lora_rank));
+  } else if (p.kv_lora_rank > 0) {
     w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(p.kv_lora_rank + p.qk_rope_dim));
     w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(p.kv_lora_rank));
     w.set_u32(a + ".attention.key_length_mla", static_cast<uint32_t>(p.qk_nope_dim + p.qk_rope_dim));
@@ -494,6 +503,15 @@ SynthPreset tiny_deepseek2_yarn() {
   return p;
 }
 
+// tiny-deepseek2 in the older layout (a fused attn_kv_b; llama.cpp reads it as
+// plain MHA with a decompressed cache, kvserve as MLA).
+SynthPreset tiny_deepseek2_fused() {
+  SynthPreset p = mla_preset("tiny-deepseek2-fused", 64, 3, 4, 128, 384, 256, 0, 64, 32, 32, 32, 8, 2, 32, 2, 1);
+  p.mla_fused_kv_b = true;
+  p.n_kv_heads = p.n_heads;
+  return p;
+}
+
 const std::vector<SynthPreset>& synth_presets() {
   // name, arch, dim, layers, heads, kv heads, ffn, vocab, context, theta, eps, tied, qkv bias, Llama 3 RoPE factor,
   // head size (0: dim / heads), Q/K norms, fused QKV and gate+up, sliding window, experts, used experts, expert
@@ -543,6 +561,7 @@ const std::vector<SynthPreset>& synth_presets() {
       mla_preset("tiny-deepseek2", 64, 3, 4, 128, 384, 256, 0, 64, 32, 32, 32, 8, 2, 32, 2, 1),
       tiny_deepseek3(),
       tiny_deepseek2_yarn(),
+      tiny_deepseek2_fused(),
   };
   return presets;
 }

@@ -52,6 +52,7 @@ struct SynthPreset {
   int qk_nope_dim = 0;
   int qk_rope_dim = 0;
   int v_head_dim = 0;
+  bool mla_fused_kv_b = false;  // the older deepseek2 layout: one attn_kv_b, key/value_length the decompressed sizes
   bool expert_gating_sigmoid = false;
   bool expert_bias = false;  // exp_probs_b.bias per MoE block
   bool expert_weights_norm = false;
