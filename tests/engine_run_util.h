@@ -100,4 +100,46 @@ class TinyModelTest : public ::testing::Test {
   std::unique_ptr<Tokenizer> tokenizer_;
 };
 
+// The engine's features over one model file: shared prefixes (prefix cache,
+// copy-on-write), a pool too small for every sequence (preemption and
+// recompute), and speculative decoding with n-gram drafts and with a draft
+// model made of the file's first block. Each request's greedy tokens must
+// equal what it gets alone.
+inline void expect_engine_features_keep_greedy_tokens(const std::string& model_path) {
+  auto m = Model::load(model_path);
+  ModelLoadOptions draft_options;
+  draft_options.max_layers = 1;
+  auto draft = Model::load(model_path, draft_options);
+  const Tokenizer tok = Tokenizer::from_gguf(m->file());
+  std::vector<GenerationRequest> rs;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p;
+    for (int j = 0; j < 40; ++j) p.push_back(static_cast<int32_t>(j < 24 ? (j * 17 + 5) % 300 : (j * 13 + 11 * i) % 300));
+    rs.push_back(greedy_request(p, 24));
+  }
+  const auto alone = run_alone(*m, tok, rs);
+  for (const std::string variant : {"prefix+preemption", "ngram", "draft"}) {
+    EngineOptions o;
+    o.kv_type = KVType::F32;
+    o.max_running = 6;
+    o.max_batch_tokens = 32;
+    o.block_size = 4;
+    o.draft_model = draft.get();
+    if (variant == "prefix+preemption") o.kv_blocks = 40;  // 6 x 64 positions need 96 blocks
+    std::vector<GenerationRequest> with = rs;
+    for (GenerationRequest& r : with) {
+      if (variant == "ngram") r.speculation = {SpeculativeMode::kNgram, 4, false};
+      if (variant == "draft") r.speculation = {SpeculativeMode::kDraftModel, 3, false};
+    }
+    Engine engine(*m, tok, o);
+    const auto together = run_together(engine, with);
+    test_util::wait_idle(engine);
+    for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ(together[i].tokens, alone[i].tokens) << variant << " request " << i;
+    if (variant == "prefix+preemption") {
+      EXPECT_GT(engine.metrics().prefix_hit_tokens, 0);
+      EXPECT_GT(engine.metrics().preemptions, 0);
+    }
+  }
+}
+
 }  // namespace kvserve::engine_run

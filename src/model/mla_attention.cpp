@@ -56,43 +56,40 @@ void Transformer::project_mla(const LayerWeights& w, int64_t n) {
   absorb_queries(w, n);
 }
 
-void Transformer::absorb_queries(const LayerWeights& w, int64_t n) {
-  const int64_t H = cfg_.n_heads, kq = cfg_.mla_key_dim(), nope = cfg_.qk_nope_dim, rank = cfg_.kv_lora_rank;
-  const int64_t hd = cfg_.head_dim, rot = cfg_.rope_dims;
-  // Head-major copies of q_nope, so that every head's product is one matmul over its n rows.
+void Transformer::per_head_products(const std::vector<TensorView>& w, const float* in, int64_t in_row,
+                                    int64_t in_head, int64_t n, float* out, int64_t out_row, int64_t out_head) {
+  const auto H = static_cast<int64_t>(w.size());
+  const int64_t cols = w[0].cols(), rows = w[0].rows();
+  // Head-major copies, so that every head's product is one matmul over its n rows.
   for (int64_t h = 0; h < H; ++h)
     for (int64_t t = 0; t < n; ++t)
-      std::memcpy(mla_in_.data() + (h * n + t) * nope, mla_q_.data() + t * H * kq + h * kq,
-                  static_cast<size_t>(nope) * sizeof(float));
+      std::memcpy(mla_in_.data() + (h * n + t) * cols, in + t * in_row + h * in_head,
+                  static_cast<size_t>(cols) * sizeof(float));
   mla_tasks_.clear();
   for (int64_t h = 0; h < H; ++h)
-    mla_tasks_.push_back({&w.wk_b[static_cast<size_t>(h)], mla_in_.data() + h * n * nope, n,
-                          mla_out_.data() + h * n * rank});
-  matmul_tasks(mla_tasks_);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t h = 0; h < H; ++h) {
-      float* q = q_.data() + (t * H + h) * hd;
-      std::memcpy(q, mla_out_.data() + (h * n + t) * rank, static_cast<size_t>(rank) * sizeof(float));
-      std::memcpy(q + rank, mla_q_.data() + t * H * kq + h * kq + nope, static_cast<size_t>(rot) * sizeof(float));
-    }
-}
-
-void Transformer::mla_values(const LayerWeights& w, int64_t n) {
-  const int64_t H = cfg_.n_heads, rank = cfg_.kv_lora_rank, hd = cfg_.head_dim, vd = cfg_.v_head_dim;
-  // attn_ holds each head's weighted sum of cache rows; its first rank values are the latent output.
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t t = 0; t < n; ++t)
-      std::memcpy(mla_in_.data() + (h * n + t) * rank, attn_.data() + (t * H + h) * hd,
-                  static_cast<size_t>(rank) * sizeof(float));
-  mla_tasks_.clear();
-  for (int64_t h = 0; h < H; ++h)
-    mla_tasks_.push_back({&w.wv_b[static_cast<size_t>(h)], mla_in_.data() + h * n * rank, n,
-                          mla_out_.data() + h * n * vd});
+    mla_tasks_.push_back({&w[static_cast<size_t>(h)], mla_in_.data() + h * n * cols, n, mla_out_.data() + h * n * rows});
   matmul_tasks(mla_tasks_);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t h = 0; h < H; ++h)
-      std::memcpy(mla_v_.data() + (t * H + h) * vd, mla_out_.data() + (h * n + t) * vd,
-                  static_cast<size_t>(vd) * sizeof(float));
+      std::memcpy(out + t * out_row + h * out_head, mla_out_.data() + (h * n + t) * rows,
+                  static_cast<size_t>(rows) * sizeof(float));
+}
+
+void Transformer::absorb_queries(const LayerWeights& w, int64_t n) {
+  const int64_t H = cfg_.n_heads, kq = cfg_.mla_key_dim(), nope = cfg_.qk_nope_dim, rank = cfg_.kv_lora_rank;
+  const int64_t hd = cfg_.head_dim;
+  // q_ per head: [W_UK^T q_nope | RoPE(q_pe)].
+  per_head_products(w.wk_b, mla_q_.data(), H * kq, kq, n, q_.data(), H * hd, hd);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < H; ++h)
+      std::memcpy(q_.data() + (t * H + h) * hd + rank, mla_q_.data() + t * H * kq + h * kq + nope,
+                  static_cast<size_t>(cfg_.rope_dims) * sizeof(float));
+}
+
+void Transformer::mla_values(const LayerWeights& w, int64_t n) {
+  const int64_t H = cfg_.n_heads, hd = cfg_.head_dim, vd = cfg_.v_head_dim;
+  // attn_ holds each head's weighted sum of cache rows; W_UV_h reads its first kv_lora_rank values.
+  per_head_products(w.wv_b, attn_.data(), H * hd, hd, n, mla_v_.data(), H * vd, vd);
 }
 
 void Transformer::project_attention(const LayerWeights& w, int64_t n) {

@@ -99,6 +99,10 @@ class Transformer {
   void attention_output(const LayerWeights& w, int64_t n, bool values_ready = false);
   void resize_mla_scratch(int64_t n);
   void project_mla(const LayerWeights& w, int64_t n);
+  // out's rows of head h = w[h] x in's rows of head h, all heads in one parallel region (row t of head h
+  // at in + t * in_row + h * in_head, w[h].cols() values; out likewise, w[h].rows() values).
+  void per_head_products(const std::vector<TensorView>& w, const float* in, int64_t in_row, int64_t in_head,
+                         int64_t n, float* out, int64_t out_row, int64_t out_head);
   void absorb_queries(const LayerWeights& w, int64_t n);
   void mla_values(const LayerWeights& w, int64_t n);
   void attend_decompressed(int64_t layer, int64_t n, int64_t pos0, const ContiguousKVCache& cache);
