@@ -45,6 +45,7 @@ struct ServeOptions {
   std::vector<std::string> cors_origins;   // --cors-origins
   size_t responses_store = 1024;           // --responses-store
   int64_t reasoning_budget = -1;           // --reasoning-budget
+  bool no_webui = false;                   // --no-webui
   std::string alias;
   int64_t max_queue = 64;
   int64_t max_running = 16;
@@ -144,6 +145,7 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
   server_options.cors_origins = opt.cors_origins;
   server_options.responses_store = opt.responses_store;
   server_options.reasoning_budget = opt.reasoning_budget;
+  server_options.webui = !opt.no_webui;
   server_options.model_id = opt.alias.empty() ? std::filesystem::path(opt.model).stem().string() : opt.alias;
   server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
   server_options.speculation = spec_default;
@@ -178,8 +180,8 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
     std::fprintf(stderr, "kvserve: the KV pool holds %lld tokens, so a sequence's context is %lld, not -c %lld "
                  "(raise --kv-mem)\n", static_cast<long long>(engine.metrics().kv_blocks_total * engine_options.block_size),
                  static_cast<long long>(context), static_cast<long long>(opt.context));
-  std::fprintf(stderr, "kvserve: %s; serving %s on http://%s:%d\n", template_note.c_str(),
-               server_options.model_id.c_str(), opt.host.c_str(), port);
+  std::fprintf(stderr, "kvserve: %s; serving %s on http://%s:%d%s\n", template_note.c_str(),
+               server_options.model_id.c_str(), opt.host.c_str(), port, opt.no_webui ? "" : " (chat page at /)");
   server.listen();
   // listen() also returns when serving failed; wake the watcher so that it
   // shuts down (a no-op after a signal) and can be joined.
@@ -226,6 +228,8 @@ void register_serve(CLI::App& app) {
                   "without thinking_token_budget (-1: no budget; 0: the answer at once)")
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40))
       ->capture_default_str();
+  cmd->add_flag("--no-webui", opt->no_webui,
+                "Do not serve the chat page at / (and /webui.js, /webui.css): those paths answer 404");
   cmd->add_option("--alias", opt->alias, "Model id reported by the API (default: the file name)");
   cmd->add_option("--max-queue", opt->max_queue, "Waiting requests before 429")->check(CLI::Range(1, 4096))
       ->capture_default_str();

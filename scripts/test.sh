@@ -9,6 +9,15 @@ cd "$(dirname "$0")/.."
 python3 -c "import openai, jsonschema, anthropic, ollama" 2>/dev/null ||
   python3 -m pip install --quiet --disable-pip-version-check openai jsonschema anthropic ollama || \
   echo "warning: could not install the openai, jsonschema, anthropic and ollama packages; their tests will be skipped" >&2
+# The chat page in a real browser (tests/webui_browser_test.py): headless Chromium and its driver from Debian,
+# Selenium from PyPI; the test is skipped, with a message, without them.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; } ||
+    echo "warning: could not install chromium and chromium-driver; the chat page's browser test will be skipped" >&2
+fi
+python3 -c "import selenium" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check selenium ||
+  echo "warning: could not install the selenium package; the chat page's browser test will be skipped" >&2
 # The agent loop of tests/responses_client_test.py (skipped, with a message, without it).
 python3 -c "import agents" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check openai-agents || \
   echo "warning: could not install the openai-agents package; the agent loop test will be skipped" >&2

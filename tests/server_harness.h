@@ -70,15 +70,15 @@ class TestServer {
   // The model and tokenizer must outlive the server.
   TestServer(const Model& model, const Tokenizer& tokenizer, const EngineOptions& engine_options = {},
              std::vector<std::string> api_keys = {}, const server::ConnectionGateLimits& connections = {},
-             std::vector<std::string> cors_origins = {}, ChatTemplate chat_template = ChatTemplate::chatml()) {
+             std::vector<std::string> cors_origins = {}, ChatTemplate chat_template = ChatTemplate::chatml())
+      : TestServer(server_options(std::move(api_keys), connections, std::move(cors_origins)), model, tokenizer,
+                   engine_options, std::move(chat_template)) {}
+  // A server with these options (on a free port: `options.port` is ignored).
+  TestServer(server::ServerOptions options, const Model& model, const Tokenizer& tokenizer,
+             const EngineOptions& engine_options = {}, ChatTemplate chat_template = ChatTemplate::chatml()) {
     engine_ = std::make_unique<Engine>(model, tokenizer, engine_options);
-    server::ServerOptions o;
-    o.port = 0;
-    o.connections = connections;
-    o.api_keys = std::move(api_keys);
-    o.cors_origins = std::move(cors_origins);
-    o.model_id = "tiny";
-    server_ = std::make_unique<server::ApiServer>(*engine_, model, tokenizer, std::move(chat_template), o);
+    options.port = 0;
+    server_ = std::make_unique<server::ApiServer>(*engine_, model, tokenizer, std::move(chat_template), std::move(options));
     port_ = server_->bind();
     listener_ = std::thread([this] { server_->listen(); });
     // Answered once the accept loop runs: a stop() before that would be lost (httplib 0.11).
@@ -87,6 +87,18 @@ class TestServer {
   ~TestServer() { stop(); }
   TestServer(const TestServer&) = delete;
   TestServer& operator=(const TestServer&) = delete;
+
+  // The options of the other constructor: model id "tiny", the rest defaults.
+  static server::ServerOptions server_options(std::vector<std::string> api_keys,
+                                              const server::ConnectionGateLimits& connections,
+                                              std::vector<std::string> cors_origins) {
+    server::ServerOptions o;
+    o.connections = connections;
+    o.api_keys = std::move(api_keys);
+    o.cors_origins = std::move(cors_origins);
+    o.model_id = "tiny";
+    return o;
+  }
 
   // Graceful shutdown (requests in flight finish); the port stops listening.
   void stop() {

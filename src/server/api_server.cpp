@@ -23,6 +23,7 @@
 #include "server/open_file_limit.h"
 #include "server/response_format.h"
 #include "server/tool_constraint.h"
+#include "server/webui.h"
 
 namespace kvserve::server {
 namespace {
@@ -60,7 +61,7 @@ bool is_quick_request(const std::string& method, const std::string& target) {
   if (method != "GET") return false;
   const std::string path = target.substr(0, target.find('?'));
   return path == "/health" || path == "/metrics" || path == "/version" || path == "/v1/models" ||
-         path == "/api/version" || path == "/api/tags" || path == "/api/ps";
+         path == "/api/version" || path == "/api/tags" || path == "/api/ps" || is_webui_path(path);
 }
 
 size_t worker_threads(const EngineOptions& engine) {
@@ -131,6 +132,7 @@ void ApiServer::install_routes() {
   s.Delete(R"(/v1/responses/([A-Za-z0-9_-]+))", [this](const auto& req, auto& res) { handle_stored_response(req, res, true); });
   s.Get("/v1/models", [this](const auto&, auto& res) { handle_models(res); });
   install_ollama_routes();
+  if (options_.webui) install_webui_routes(s);
   s.Post("/tokenize", [this](const auto& req, auto& res) { handle_tokenize(req, res); });
   s.Post("/detokenize", [this](const auto& req, auto& res) { handle_detokenize(req, res); });
   s.Get("/health", [this](const auto&, auto& res) {
@@ -164,7 +166,8 @@ void ApiServer::install_ollama_routes() {
 }
 
 void ApiServer::check_api_key(const httplib::Request& req) const {
-  if (api_keys_.empty() || req.path == "/health") return;
+  // The chat page holds no secret; it asks for the key and sends it with its API calls.
+  if (api_keys_.empty() || req.path == "/health" || (options_.webui && is_webui_path(req.path))) return;
   if (!api_keys_.accepts_headers(req.get_header_value("Authorization"), req.get_header_value("x-api-key")))
     throw ApiError(401, "missing or wrong API key: send it as \"Authorization: Bearer <key>\" or \"x-api-key: <key>\"", {},
                    "authentication_error");

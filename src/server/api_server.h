@@ -1,7 +1,8 @@
 #pragma once
 // The OpenAI-compatible HTTP server over an Engine (see docs/server.md):
 // /v1/completions, /v1/chat/completions (both with SSE streaming),
-// /v1/models, /health, /version, /tokenize, /detokenize and /metrics; and
+// /v1/models, /health, /version, /tokenize, /detokenize and /metrics; a chat
+// page at / (server/webui.h); and
 // Anthropic's Messages, OpenAI's Responses and Ollama's /api/ endpoints
 // translated onto the same path.
 #include <atomic>
@@ -55,6 +56,8 @@ struct ServerOptions {
   // Reasoning models: tokens of thinking before the end tag is forced, for requests that give no
   // thinking_token_budget (--reasoning-budget; -1: no budget).
   int64_t reasoning_budget = -1;
+  // GET / serves the chat page (server/webui.h) and its /webui.js and /webui.css; --no-webui: off (404).
+  bool webui = true;
 };
 
 class ApiServer {
