@@ -12,7 +12,7 @@ python3 -c "import openai, jsonschema, anthropic, ollama" 2>/dev/null ||
 # The chat page in a real browser (tests/webui_browser_test.py): headless Chromium and its driver from Debian,
 # Selenium from PyPI; the test is skipped, with a message, without them.
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"  # optional: never stop to ask for a password
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; } ||
     echo "warning: could not install chromium and chromium-driver; the chat page's browser test will be skipped" >&2
 fi
