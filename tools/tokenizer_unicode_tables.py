@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Generates src/tokenizer/unicode_tables.cpp: the code point ranges of the
-Unicode general categories L* (letters) and N* (numbers) that the
-pre-tokenizer's \\p{L} and \\p{N} classes need, from Python's unicodedata.
+Unicode general categories L* (letters), N* (numbers), P* (punctuation),
+S* (symbols) and M* (marks) that the pre-tokenizers' \\p{L}, \\p{N}, \\p{P},
+\\p{S} and \\p{M} classes need, from Python's unicodedata.
 
 Usage: python3 tools/tokenizer_unicode_tables.py > src/tokenizer/unicode_tables.cpp
 """
@@ -41,8 +42,17 @@ def main():
     print()
     emit_table("kNumberRanges", category_ranges("N"))
     print()
+    emit_table("kPunctuationRanges", category_ranges("P"))
+    print()
+    emit_table("kSymbolRanges", category_ranges("S"))
+    print()
+    emit_table("kMarkRanges", category_ranges("M"))
+    print()
     print("const std::span<const CodepointRange> kLetters(kLetterRanges);")
     print("const std::span<const CodepointRange> kNumbers(kNumberRanges);")
+    print("const std::span<const CodepointRange> kPunctuation(kPunctuationRanges);")
+    print("const std::span<const CodepointRange> kSymbols(kSymbolRanges);")
+    print("const std::span<const CodepointRange> kMarks(kMarkRanges);")
     print()
     print("}  // namespace kvserve::unicode_tables")
 

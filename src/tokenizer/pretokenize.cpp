@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "tokenizer/pretokenize_deepseek.h"
 #include "tokenizer/unicode.h"
 
 namespace kvserve {
@@ -28,6 +29,9 @@ constexpr std::array kPreTokenizerNames{
     PreTokenizerName{"dbrx", PreTokenizer::kLlama3},
     PreTokenizerName{"qwen2", PreTokenizer::kQwen2},
     PreTokenizerName{"deepseek-r1-qwen", PreTokenizer::kQwen2},
+    PreTokenizerName{"deepseek-llm", PreTokenizer::kDeepSeekLlm},
+    PreTokenizerName{"deepseek-v3", PreTokenizer::kDeepSeekV3},
+    PreTokenizerName{"deepseek-coder", PreTokenizer::kDeepSeekCoder},
 };
 
 bool is_cr_or_lf(uint32_t cp) { return cp == '\r' || cp == '\n'; }
@@ -161,6 +165,10 @@ std::string known_pre_tokenizer_names() {
 
 std::vector<ByteSpan> pre_tokenize(std::string_view text, PreTokenizer kind) {
   const std::vector<Utf8Char> chars = decode_utf8(text);
+  if (kind == PreTokenizer::kDeepSeekLlm || kind == PreTokenizer::kDeepSeekV3 ||
+      kind == PreTokenizer::kDeepSeekCoder) {
+    return pre_tokenize_deepseek(chars, kind);
+  }
   std::vector<ByteSpan> spans;
   if (kind != PreTokenizer::kGpt2SplitDigits) {
     split_segment(chars, 0, chars.size(), kind, spans);

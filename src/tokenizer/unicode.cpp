@@ -28,13 +28,13 @@ LeadInfo lead_info(uint8_t b) {
   return {0, 0, 0};
 }
 
+}  // namespace
+
 bool in_ranges(std::span<const CodepointRange> ranges, uint32_t cp) {
   auto it = std::upper_bound(ranges.begin(), ranges.end(), cp,
                              [](uint32_t v, const CodepointRange& r) { return v < r.first; });
   return it != ranges.begin() && cp <= std::prev(it)->last;
 }
-
-}  // namespace
 
 size_t utf8_lead_length(uint8_t lead) { return lead_info(lead).length; }
 
@@ -105,6 +105,12 @@ bool is_number(uint32_t cp) {
   if (cp < 0x80) return cp >= '0' && cp <= '9';
   return in_ranges(unicode_tables::kNumbers, cp);
 }
+
+bool is_punctuation(uint32_t cp) { return in_ranges(unicode_tables::kPunctuation, cp); }
+
+bool is_symbol(uint32_t cp) { return in_ranges(unicode_tables::kSymbols, cp); }
+
+bool is_mark(uint32_t cp) { return cp >= 0x300 && in_ranges(unicode_tables::kMarks, cp); }
 
 bool is_whitespace(uint32_t cp) {
   if (cp < 0x80) return cp == ' ' || (cp >= 0x09 && cp <= 0x0D);

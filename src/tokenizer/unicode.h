@@ -2,8 +2,9 @@
 // The small slice of Unicode the tokenizer needs: lenient UTF-8 decoding
 // (invalid bytes survive as themselves so that byte-level encoding stays
 // lossless), and the letter / number / whitespace classes of the
-// pre-tokenizer's patterns. The letter and number classes are the full
-// general-category tables of Unicode 14 (generated, see unicode_tables.cpp);
+// pre-tokenizer's patterns. The letter, number, punctuation, symbol and mark
+// classes are the full general-category tables of Unicode 14 (generated, see
+// unicode_tables.cpp);
 // a regex engine on a newer Unicode version may classify a few recently
 // added characters differently.
 #include <cstddef>
@@ -23,7 +24,13 @@ struct CodepointRange {
 namespace unicode_tables {
 extern const std::span<const CodepointRange> kLetters;  // general category L*
 extern const std::span<const CodepointRange> kNumbers;  // general category N*
+extern const std::span<const CodepointRange> kPunctuation;  // general category P*
+extern const std::span<const CodepointRange> kSymbols;      // general category S*
+extern const std::span<const CodepointRange> kMarks;        // general category M*
 }  // namespace unicode_tables
+
+// Whether cp lies in one of ranges, sorted by first and not overlapping.
+bool in_ranges(std::span<const CodepointRange> ranges, uint32_t cp);
 
 constexpr uint32_t kReplacementChar = 0xFFFD;
 
@@ -51,6 +58,9 @@ void append_utf8(std::string& out, uint32_t codepoint);
 
 bool is_letter(uint32_t cp);      // \p{L}
 bool is_number(uint32_t cp);      // \p{N}
+bool is_punctuation(uint32_t cp); // \p{P}
+bool is_symbol(uint32_t cp);      // \p{S}
+bool is_mark(uint32_t cp);        // \p{M}
 bool is_whitespace(uint32_t cp);  // \s: the Unicode White_Space property
 
 }  // namespace kvserve
