@@ -75,12 +75,12 @@ TEST(OllamaRequest, ChatBecomesTheChatBodyItStandsFor) {
   EXPECT_EQ(chat["top_k"], 5);
   EXPECT_EQ(chat["max_tokens"], 32);
   EXPECT_EQ(chat["repetition_penalty"], 1.1);
-  EXPECT_EQ(chat["stop"], json({"END"}));
+  EXPECT_EQ(chat["stop"], json::array({"END"}));
   EXPECT_EQ(chat["seed"], 7);
   EXPECT_FALSE(chat.contains("num_ctx"));
   EXPECT_FALSE(chat.contains("mirostat"));
   EXPECT_EQ(chat["chat_template_kwargs"], json({{"enable_thinking", false}}));
-  EXPECT_EQ(chat["tools"], json({ollama_weather_tool()}));
+  EXPECT_EQ(chat["tools"], json::array({ollama_weather_tool()}));
   const json& messages = chat["messages"];
   ASSERT_EQ(messages.size(), 5u);
   EXPECT_EQ(messages[2]["reasoning_content"], "Need the tool.");
