@@ -55,14 +55,14 @@ fi
 cat "$sanitizer_log"
 rm -f "$sanitizer_log"
 
-# The real-model tests are slow without optimization, and the client and cluster tests drive the same
+# The real-model tests are slow without optimization, and the client, browser and cluster tests drive the same
 # server code through processes; they ran above. This build has no MPI (KVSERVE_MPI is off): the mpirun
 # tests (pipeline_mpi, pipeline_failure) ran above, the in-process pipeline tests run here.
 # Three at a time on two cores: these tests wait on sockets, threads and child
 # processes for a quarter of their time (603 -> 551 s, docs/reliability.md).
 echo "== fast tests under ASan + UBSan (clang), ${SECONDS} s after the start ==" >&2
 KVSERVE_SKIP_SLOW=1 ctest --test-dir build-sanitize --output-on-failure -j3 \
-  -E 'RealModel|_client$|tool_calls_qwen|^cluster$'
+  -E 'RealModel|_client$|tool_calls_qwen|^cluster$|^webui_browser$'
 
 echo "== fuzzing under ASan + UBSan, ${KVSERVE_FUZZ_SECONDS:-12} s per target, ${SECONDS} s after the start ==" >&2
 ./scripts/fuzz.sh build-sanitize "${KVSERVE_FUZZ_SECONDS:-12}"
