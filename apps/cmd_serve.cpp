@@ -26,6 +26,7 @@
 #include "kv/kv_planner.h"
 #include "model/model.h"
 #include "server/api_server.h"
+#include "server/model_router.h"
 #include "server/open_file_limit.h"
 #include "speculation/request_speculation.h"
 #include "speculation/step_cost.h"
@@ -35,9 +36,14 @@
 namespace kvserve::cli {
 namespace {
 
+constexpr const char* kDefaultModel = "models/smollm2-135m-instruct-q4_1.gguf";
+
 struct ServeOptions {
   RopeFlags rope;
-  std::string model = "models/smollm2-135m-instruct-q4_1.gguf";
+  std::vector<std::string> models;  // -m, repeatable; none and no --models-dir: kDefaultModel
+  std::string models_dir;           // --models-dir: every *.gguf in it
+  int64_t models_max = 1;           // --models-max: models loaded at once (many models)
+  double models_wait_seconds = 300; // --models-wait: a request's wait for a slot while every loaded model is busy
   std::string host = "127.0.0.1";
   int port = 8080;
   std::vector<std::string> api_keys;       // --api-key, repeatable
@@ -84,18 +90,34 @@ sigset_t block_shutdown_signals() {
 void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_default, const sigset_t& signals,
                  const PipelineSession& pipeline);
 
+void serve_many(const ServeOptions& opt, const SpeculationSettings& spec_default, const sigset_t& signals);
+
+// The one model of a single-model server (-m once, or the default).
+std::string single_model(const ServeOptions& opt) { return opt.models.empty() ? kDefaultModel : opt.models[0]; }
+bool serves_many(const ServeOptions& opt) { return opt.models.size() > 1 || !opt.models_dir.empty(); }
+
 void serve(const ServeOptions& opt) {
   if (opt.threads < 0) throw Error("--threads must be >= 0, got " + std::to_string(opt.threads));
+  if (serves_many(opt)) {
+    if (opt.pipeline.ranks > 1) throw Error("--pipeline-parallel serves one model: give -m once, no --models-dir");
+    if (!opt.draft.empty()) throw Error("--draft needs one model (-m once): a draft model must share its vocabulary");
+    if (!opt.alias.empty()) throw Error("--alias names one model (-m once); with several, each id is its file name");
+  }
   const SpeculationSettings spec_default{parse_speculative_mode(opt.spec), opt.draft_k, opt.adaptive_k};
   validate_speculation(spec_default, !opt.draft.empty());
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
+  if (serves_many(opt)) {
+    const sigset_t signals = block_shutdown_signals();
+    serve_many(opt, spec_default, signals);
+    return;
+  }
   // Before MPI starts its threads: every thread must leave the signals to the watcher.
   const sigset_t signals = block_shutdown_signals();
   PipelineSession pipeline(opt.pipeline);
   pipeline.guard([&] {
     if (pipeline.rank() != 0) {  // no watcher here: mpirun's SIGTERM ends a later stage at once
       pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
-      return pipeline.run_stage(opt.model, opt.rope.apply({}));
+      return pipeline.run_stage(single_model(opt), opt.rope.apply({}));
     }
     serve_rank0(opt, spec_default, signals, pipeline);
   });
@@ -107,7 +129,7 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
                  const PipelineSession& pipeline) {
   // Before the model loads: a missing key file fails at once.
   std::vector<std::string> api_keys = server::collect_api_keys(opt.api_keys, opt.api_key_files, std::getenv("KVSERVE_API_KEY"));
-  auto model = Model::load(opt.model, pipeline.load_options(opt.rope.apply({})));
+  auto model = Model::load(single_model(opt), pipeline.load_options(opt.rope.apply({})));
   // Requests in draft mode draft with it; the Engine refuses a draft with another vocabulary.
   const std::unique_ptr<Model> draft = opt.draft.empty() ? nullptr : Model::load(opt.draft, opt.draft_flags.load_options());
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
@@ -146,7 +168,7 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
   server_options.responses_store = opt.responses_store;
   server_options.reasoning_budget = opt.reasoning_budget;
   server_options.webui = !opt.no_webui;
-  server_options.model_id = opt.alias.empty() ? std::filesystem::path(opt.model).stem().string() : opt.alias;
+  server_options.model_id = opt.alias.empty() ? std::filesystem::path(single_model(opt)).stem().string() : opt.alias;
   server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
   server_options.speculation = spec_default;
   server_options.connections.request_deadline =
@@ -193,6 +215,63 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
   std::fprintf(stderr, "kvserve: stopped\n");
 }
 
+// Many models (-m A -m B, --models-dir): a ModelRouter loads each on demand (docs/server.md, "Many models").
+void serve_many(const ServeOptions& opt, const SpeculationSettings& spec_default, const sigset_t& signals) {
+  std::vector<std::string> api_keys = server::collect_api_keys(opt.api_keys, opt.api_key_files, std::getenv("KVSERVE_API_KEY"));
+  std::vector<server::ModelSource> sources;
+  if (!opt.models_dir.empty()) sources = server::models_in_dir(opt.models_dir);
+  for (const std::string& path : opt.models) {
+    if (!std::filesystem::is_regular_file(path)) throw Error("-m " + path + ": no such file");
+    sources.push_back({std::filesystem::path(path).stem().string(), path});
+  }
+  if (sources.empty()) throw Error("--models-dir " + opt.models_dir + " holds no *.gguf file");
+  EngineOptions engine_options;
+  engine_options.max_context = opt.context;
+  engine_options.max_queue = opt.max_queue;
+  engine_options.max_running = opt.max_running;
+  engine_options.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
+  engine_options.kv_memory_bytes = opt.kv_mem_mib << 20;
+  engine_options.threads = opt.threads;
+  engine_options.measure_step_cost = spec_default.mode == SpeculativeMode::kAuto;
+
+  server::ServerOptions server_options;
+  server_options.host = opt.host;
+  server_options.port = opt.port;
+  server_options.api_keys = std::move(api_keys);
+  server_options.cors_origins = opt.cors_origins;
+  server_options.responses_store = opt.responses_store;
+  server_options.reasoning_budget = opt.reasoning_budget;
+  server_options.webui = !opt.no_webui;
+  server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
+  server_options.speculation = spec_default;
+  server_options.connections.request_deadline =
+      std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_seconds * 1000));
+  server_options.connections.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.idle_timeout_seconds * 1000));
+  server_options.connections.max_body_bytes = static_cast<size_t>(opt.max_body_bytes);
+  server::raise_open_file_limit();
+  server_options.constraints.compile_timeout_seconds = opt.grammar_timeout_seconds;
+  server_options.constraints.max_spec_bytes = static_cast<size_t>(opt.max_grammar_bytes);
+  server::RouterLimits limits;
+  limits.max_loaded = static_cast<size_t>(opt.models_max);
+  limits.slot_wait = std::chrono::milliseconds(static_cast<int64_t>(opt.models_wait_seconds * 1000));
+  std::string ids;
+  for (const server::ModelSource& s : sources) ids += (ids.empty() ? "" : ", ") + s.id;
+  server::ApiServer server(std::move(sources), limits, opt.rope.apply({}), engine_options, server_options);
+  const int port = server.bind();
+  std::thread watcher([&] {
+    int signal_number = 0;
+    sigwait(&signals, &signal_number);
+    std::fprintf(stderr, "kvserve: signal %d, shutting down\n", signal_number);
+    server.shutdown();
+  });
+  std::fprintf(stderr, "kvserve: serving %s (loaded on demand, at most %lld at once) on http://%s:%d%s\n", ids.c_str(),
+               static_cast<long long>(opt.models_max), opt.host.c_str(), port, opt.no_webui ? "" : " (chat page at /)");
+  server.listen();
+  pthread_kill(watcher.native_handle(), SIGTERM);
+  watcher.join();
+  std::fprintf(stderr, "kvserve: stopped\n");
+}
+
 }  // namespace
 
 void register_serve(CLI::App& app) {
@@ -200,7 +279,22 @@ void register_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   add_activations_flag(cmd);
   opt->rope.add_to(cmd);
-  cmd->add_option("-m,--model", opt->model, "GGUF model file")->capture_default_str();
+  cmd->add_option("-m,--model", opt->models,
+                  std::string("GGUF model file (default ") + kDefaultModel + "); repeat it to serve several, each "
+                  "loaded when a request names it (its id: the file name without .gguf)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--models-dir", opt->models_dir,
+                  "Serve every *.gguf in this folder (with any -m), each loaded when a request's \"model\" names it "
+                  "(its id: the file name without .gguf)");
+  cmd->add_option("--models-max", opt->models_max,
+                  "Many models: at most this many loaded at once; the least recently used idle one is unloaded first")
+      ->check(CLI::Range(int64_t{1}, int64_t{64}))
+      ->capture_default_str();
+  cmd->add_option("--models-wait", opt->models_wait_seconds,
+                  "Many models: seconds a request waits for a slot while every loaded model is busy (then 503)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   cmd->add_option("--host", opt->host, "Address to bind")->capture_default_str();
   cmd->add_option("--port", opt->port, "Port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
   cmd->add_option("--api-key", opt->api_keys,

@@ -57,6 +57,12 @@ json parse_body(const httplib::Request& req) { return parse_json_body(req.body);
 
 // Answered at once, without waiting on the engine: served by workers of their
 // own, so that they never queue behind streaming responses.
+// The "model" a request body names ("" when it names none).
+std::string requested_model(const json& body) {
+  const json* v = body.is_object() ? field(body, "model") : nullptr;
+  return v && v->is_string() ? v->get<std::string>() : std::string();
+}
+
 bool is_quick_request(const std::string& method, const std::string& target) {
   if (method != "GET") return false;
   const std::string path = target.substr(0, target.find('?'));
@@ -75,28 +81,35 @@ size_t worker_threads(const EngineOptions& engine) {
 
 ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokenizer, ChatTemplate chat_template,
                      ServerOptions options)
-    : engine_(engine),
-      model_(model),
-      tokenizer_(tokenizer),
-      chat_template_(std::move(chat_template)),
-      options_(std::move(options)),
+    : ApiServer(std::move(options), engine.options(), [&](const ServerOptions& o) {
+        return std::make_unique<ModelRouter>(std::make_shared<ServedModel>(
+            o.model_id, engine, model, tokenizer, std::move(chat_template), ServedModelSettings{o.speculation, o.constraints}));
+      }) {}
+
+ApiServer::ApiServer(std::vector<ModelSource> models, RouterLimits limits, ModelLoadOptions load_options,
+                     EngineOptions engine_options, ServerOptions options)
+    : ApiServer(std::move(options), engine_options, [&](const ServerOptions& o) {
+        ModelLoader loader = [load_options, engine_options, settings = ServedModelSettings{o.speculation, o.constraints}](
+                                 const ModelSource& source) {
+          return ServedModel::load(source.id, source.path, load_options, engine_options, settings);
+        };
+        return std::make_unique<ModelRouter>(std::move(models), limits, std::move(loader));
+      }) {}
+
+ApiServer::ApiServer(ServerOptions options, const EngineOptions& engine_options,
+                     const std::function<std::unique_ptr<ModelRouter>(const ServerOptions&)>& make_router)
+    : options_(std::move(options)),
       api_keys_(options_.api_keys),
       cors_(options_.cors_origins),
       responses_(options_.responses_store, options_.responses_store_bytes),
-      context_(std::min(engine.options().max_context, model.config().context_length)),
-      parser_(tokenizer_, chat_template_, context_, options_.speculation, engine.options().draft_model != nullptr,
-              engine.request_limits()),
-      ollama_model_(model, options_.model_id, context_, chat_template_),
-      constraints_(tokenizer_, model.config().vocab_size, options_.constraints),
-      http_(std::make_unique<GatedHttpServer>(options_.connections, worker_threads(engine.options()), is_quick_request)) {
+      router_(make_router(options_)),
+      http_(std::make_unique<GatedHttpServer>(options_.connections, worker_threads(engine_options), is_quick_request)) {
   http_->set_payload_max_length(options_.connections.max_body_bytes);
   http_->set_keep_alive_timeout(kKeepAliveSeconds);
   http_->set_socket_options([this](socket_t sock) {
     httplib::default_socket_options(sock);
     listen_socket_ = sock;
   });
-  if (std::optional<ReasoningSyntax> syntax = reasoning_syntax_for(chat_template_.source()))
-    reasoning_tags_ = ReasoningTags::of(tokenizer_, syntax->start, syntax->end);
   install_routes();
 }
 
@@ -139,10 +152,8 @@ void ApiServer::install_routes() {
     res.status = draining_ ? 503 : 200;
     write_json(res, {{"status", draining_ ? "shutting down" : "ok"}});
   });
-  s.Get("/metrics", [this](const auto&, auto& res) {
-    res.set_content(metrics_.render(engine_.metrics(), options_.model_id, engine_.options().block_size),
-                    "text/plain; version=0.0.4");
-  });
+  s.Get("/metrics", [this](const auto&, auto& res) { handle_metrics(res); });
+  install_router_routes();
   // vLLM's endpoint: SGLang's router (smg) registers an HTTP worker only once
   // /v1/models, /version or /server_info tells it the engine, and reads a
   // "vllm" worker's load from the vllm: gauges in /metrics (docs/scaling.md).
@@ -156,13 +167,64 @@ void ApiServer::install_ollama_routes() {
   s.Post("/api/chat", [this](const auto& req, auto& res) { handle_ollama_generation(OllamaShape::kChat, req, res); });
   s.Post("/api/generate", [this](const auto& req, auto& res) { handle_ollama_generation(OllamaShape::kGenerate, req, res); });
   s.Post("/api/show", [this](const auto& req, auto& res) { handle_ollama_show(req, res); });
-  s.Get("/api/tags", [this](const auto&, auto& res) { write_json(res, ollama_model_.tags()); });
-  s.Get("/api/ps", [this](const auto&, auto& res) { write_json(res, ollama_model_.ps()); });
+  s.Get("/api/tags", [this](const auto&, auto& res) { handle_ollama_tags(res); });
+  s.Get("/api/ps", [this](const auto&, auto& res) { handle_ollama_ps(res); });
   s.Get("/api/version", [](const auto&, auto& res) { write_json(res, {{"version", kOllamaApiVersion}}); });
   for (const char* path : {"/api/embed", "/api/embeddings"})
     s.Post(path, [](const auto&, auto&) {
       throw ApiError(404, "embeddings are not implemented: kvserve serves text generation only", {}, "not_found_error");
     });
+}
+
+void ApiServer::install_router_routes() {
+  httplib::Server& s = *http_;
+  s.Post("/models/load", [this](const auto& req, auto& res) { handle_model_load(req, res, true); });
+  s.Post("/models/unload", [this](const auto& req, auto& res) { handle_model_load(req, res, false); });
+}
+
+ModelRouter::Lease ApiServer::lease(const std::string& requested) { return router_->acquire(requested); }
+
+void ApiServer::handle_model_load(const httplib::Request& req, httplib::Response& res, bool load) {
+  const json body = parse_body(req);
+  const std::string requested = requested_model(body);
+  if (requested.empty()) throw invalid("model", "\"model\" (the id of a model /v1/models lists) is required");
+  if (load) {
+    if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
+    const ModelRouter::Lease m = lease(requested);
+    write_json(res, {{"success", true}, {"model", m->id}, {"status", "loaded"}});
+    return;
+  }
+  const std::string& id = router_->resolve(requested);
+  write_json(res, {{"success", true}, {"model", id}, {"status", router_->unload(requested)}});
+}
+
+void ApiServer::handle_metrics(httplib::Response& res) {
+  // The engine's series are those of the most recently used loaded model (docs/server.md).
+  ModelRouter::Lease shown;
+  uint64_t shown_used = 0;
+  for (ModelRouter::Entry& e : router_->entries(true))
+    if (e.model && (!shown || e.last_used > shown_used)) {
+      shown = std::move(e.model);
+      shown_used = e.last_used;
+    }
+  std::string text;
+  if (shown) {
+    text = metrics_.render(shown->engine.metrics(), router_->fixed() ? options_.model_id : shown->id,
+                           shown->engine.options().block_size);
+  }
+  if (!router_->fixed()) {
+    const RouterCounters c = router_->counters();
+    text += "# HELP kvserve:models_loaded Models loaded now (--models-max at most).\n# TYPE kvserve:models_loaded gauge\n";
+    text += "kvserve:models_loaded " + std::to_string(c.loaded) + "\n";
+    text += "# HELP kvserve:model_loads_total Models loaded.\n# TYPE kvserve:model_loads_total counter\n";
+    text += "kvserve:model_loads_total " + std::to_string(c.loads) + "\n";
+    text += "# HELP kvserve:model_unloads_total Models unloaded.\n# TYPE kvserve:model_unloads_total counter\n";
+    text += "kvserve:model_unloads_total " + std::to_string(c.unloads) + "\n";
+    text += "# HELP kvserve:model_load_failures_total Model loads that failed.\n";
+    text += "# TYPE kvserve:model_load_failures_total counter\n";
+    text += "kvserve:model_load_failures_total " + std::to_string(c.load_failures) + "\n";
+  }
+  res.set_content(text, "text/plain; version=0.0.4");
 }
 
 void ApiServer::check_api_key(const httplib::Request& req) const {
@@ -177,32 +239,37 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
   const Clock::time_point arrival = Clock::now();
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
   const RequestBody body = parse_request_body(req.body);  // the body's one parse
-  ParsedRequest parsed = prepare(endpoint, body.tree, body.schemas_in_order);
-  auto encoder = std::make_unique<OpenAiEncoder>(ResponseFormatter(tokenizer_, parsed, options_.model_id),
-                                                 parsed.include_usage);
-  run(std::move(parsed), std::move(encoder), arrival, req, res);
+  ModelRouter::Lease m = lease(requested_model(body.tree));
+  ParsedRequest parsed = prepare(*m, endpoint, body.tree, body.schemas_in_order);
+  auto encoder = std::make_unique<OpenAiEncoder>(ResponseFormatter(m->tokenizer, parsed, m->id), parsed.include_usage);
+  run(std::move(m), std::move(parsed), std::move(encoder), arrival, req, res);
 }
 
 void ApiServer::handle_messages(const httplib::Request& req, httplib::Response& res) {
   const Clock::time_point arrival = Clock::now();
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
-  const json chat_body = chat_body_from_messages(parse_json_body(req.body));
+  const json messages_body = parse_json_body(req.body);
+  const json chat_body = chat_body_from_messages(messages_body);
   std::optional<ParsedRequest> parsed_chat;
+  ModelRouter::Lease m;
   try {
-    parsed_chat = prepare(Endpoint::kChat, chat_body, {});
+    m = lease(requested_model(messages_body));
+    parsed_chat = prepare(*m, Endpoint::kChat, chat_body, {});
   } catch (const ApiError& e) {
     throw as_messages_error(e);
   }
   ParsedRequest parsed = std::move(*parsed_chat);
-  auto encoder = std::make_unique<AnthropicEncoder>(parsed, options_.model_id);
-  run(std::move(parsed), std::move(encoder), arrival, req, res);
+  auto encoder = std::make_unique<AnthropicEncoder>(parsed, m->id);
+  run(std::move(m), std::move(parsed), std::move(encoder), arrival, req, res);
 }
 
 void ApiServer::handle_count_tokens(const httplib::Request& req, httplib::Response& res) const {
-  const json chat_body = chat_body_from_messages(parse_json_body(req.body), true);
+  const json messages_body = parse_json_body(req.body);
+  const json chat_body = chat_body_from_messages(messages_body, true);
   std::optional<ParsedRequest> parsed;
   try {
-    parsed = parser_.parse(Endpoint::kChat, chat_body);
+    const ModelRouter::Lease m = router_->acquire(requested_model(messages_body));
+    parsed = m->parser.parse(Endpoint::kChat, chat_body);
   } catch (const ApiError& e) {
     throw as_messages_error(e);
   }
@@ -226,8 +293,10 @@ void ApiServer::handle_responses(const httplib::Request& req, httplib::Response&
   }
   const json chat_body = chat_body_from_responses(body.tree, history);
   std::optional<ParsedRequest> parsed_chat;
+  ModelRouter::Lease m;
   try {
-    parsed_chat = prepare(Endpoint::kChat, chat_body, schemas_for_chat_body(body.schemas_in_order));
+    m = lease(requested_model(body.tree));
+    parsed_chat = prepare(*m, Endpoint::kChat, chat_body, schemas_for_chat_body(body.schemas_in_order));
   } catch (const ApiError& e) {
     throw as_responses_error(e);
   }
@@ -240,17 +309,20 @@ void ApiServer::handle_responses(const httplib::Request& req, httplib::Response&
     conversation.push_back(answer);
     responses_.put(response["id"].get<std::string>(), {response, std::move(conversation)});
   };
-  auto encoder = std::make_unique<ResponsesEncoder>(parsed, tokenizer_, options_.model_id,
-                                                    responses_settings(body.tree), std::move(finished));
-  run(std::move(parsed), std::move(encoder), arrival, req, res);
+  auto encoder = std::make_unique<ResponsesEncoder>(parsed, m->tokenizer, m->id, responses_settings(body.tree),
+                                                    std::move(finished));
+  run(std::move(m), std::move(parsed), std::move(encoder), arrival, req, res);
 }
 
 void ApiServer::handle_infill(const httplib::Request& req, httplib::Response& res) {
   const Clock::time_point arrival = Clock::now();
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
-  const json completion = completion_body_from_infill(parse_json_body(req.body), tokenizer_, context_);
-  ParsedRequest parsed = prepare(Endpoint::kCompletions, completion, {});
-  run(std::move(parsed), std::make_unique<LlamaServerEncoder>(options_.model_id), arrival, req, res);
+  const json infill_body = parse_json_body(req.body);
+  ModelRouter::Lease m = lease(requested_model(infill_body));
+  const json completion = completion_body_from_infill(infill_body, m->tokenizer, m->context);
+  ParsedRequest parsed = prepare(*m, Endpoint::kCompletions, completion, {});
+  auto encoder = std::make_unique<LlamaServerEncoder>(m->id);
+  run(std::move(m), std::move(parsed), std::move(encoder), arrival, req, res);
 }
 
 void ApiServer::handle_ollama_generation(OllamaShape shape, const httplib::Request& req, httplib::Response& res) {
@@ -258,33 +330,56 @@ void ApiServer::handle_ollama_generation(OllamaShape shape, const httplib::Reque
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
   RequestBody body = parse_request_body(req.body, ollama_schema_paths());
   const std::string requested = ollama_requested_model(body.tree);
-  ollama_model_.check_requested(requested);
-  const std::string model_name = requested.empty() ? ollama_model_.name() : requested;  // Ollama echoes the name given
+  // An unknown name: 404 (naming the served model, or every available one).
+  if (router_->fixed()) lease(requested)->ollama.check_requested(requested);
+  else if (!requested.empty()) router_->resolve(requested);
   const OllamaGeneration generation = shape == OllamaShape::kChat
                                           ? generation_from_ollama_chat(body.tree, std::move(body.schemas_in_order))
                                           : generation_from_ollama_generate(body.tree, std::move(body.schemas_in_order));
-  if (generation.load_reason) {  // nothing to generate: the model is loaded already, and stays so
+  if (generation.load_reason && *generation.load_reason == "unload" && !router_->fixed() && !requested.empty()) {
+    router_->unload(requested);  // keep_alive 0 with nothing to generate: unloaded now, or once its requests end
+    write_json(res, ollama_load_answer(shape, requested, *generation.load_reason));
+    return;
+  }
+  ModelRouter::Lease m = lease(requested);  // with nothing to generate, this is Ollama's way to load it
+  const std::string model_name = requested.empty() ? m->ollama.name() : requested;  // Ollama echoes the name given
+  if (generation.load_reason) {  // nothing to generate: the model is loaded now (a single -m: it stays so)
     write_json(res, ollama_load_answer(shape, model_name, *generation.load_reason));
     return;
   }
   std::optional<ParsedRequest> parsed;
   try {
-    parsed = prepare(generation.endpoint, generation.body, generation.schemas_in_order, MaxTokens::kAtMost);
+    parsed = prepare(*m, generation.endpoint, generation.body, generation.schemas_in_order, MaxTokens::kAtMost);
   } catch (const ApiError& e) {
     throw as_ollama_error(e);
   }
   if (generation.thinking_asked && !parsed->template_reasons)
     throw invalid("think", "\"" + model_name + "\" does not support thinking");
   auto encoder = std::make_unique<OllamaEncoder>(*parsed, shape, model_name, arrival);
-  run(std::move(*parsed), std::move(encoder), arrival, req, res);
+  run(std::move(m), std::move(*parsed), std::move(encoder), arrival, req, res);
 }
 
-void ApiServer::handle_ollama_show(const httplib::Request& req, httplib::Response& res) const {
+void ApiServer::handle_ollama_show(const httplib::Request& req, httplib::Response& res) {
   const json body = parse_json_body(req.body);
   std::string requested = ollama_requested_model(body);
   if (requested.empty() && body.contains("name")) requested = ollama_requested_model({{"model", body["name"]}});
-  ollama_model_.check_requested(requested);
-  write_json(res, ollama_model_.show());
+  const ModelRouter::Lease m = lease(requested);
+  if (router_->fixed()) m->ollama.check_requested(requested);
+  write_json(res, m->ollama.show());
+}
+
+void ApiServer::handle_ollama_tags(httplib::Response& res) {
+  json models = json::array();
+  for (const ModelRouter::Entry& e : router_->entries(true))
+    models.push_back(e.model ? e.model->ollama.tags()["models"][0] : ollama_unloaded_entry(e.id, e.path));
+  write_json(res, {{"models", models}});
+}
+
+void ApiServer::handle_ollama_ps(httplib::Response& res) {
+  json models = json::array();
+  for (const ModelRouter::Entry& e : router_->entries(true))
+    if (e.model) models.push_back(e.model->ollama.ps()["models"][0]);
+  write_json(res, {{"models", models}});
 }
 
 void ApiServer::handle_stored_response(const httplib::Request& req, httplib::Response& res, bool erase) {
@@ -299,40 +394,43 @@ void ApiServer::handle_stored_response(const httplib::Request& req, httplib::Res
   write_json(res, entry->response);
 }
 
-ParsedRequest ApiServer::prepare(Endpoint endpoint, const json& body, const KeyOrderCapture::Copies& schemas_in_order,
-                                 MaxTokens max_tokens) {
-  ParsedRequest parsed = parser_.parse(endpoint, body, max_tokens);
+ParsedRequest ApiServer::prepare(ServedModel& m, Endpoint endpoint, const json& body,
+                                 const KeyOrderCapture::Copies& schemas_in_order, MaxTokens max_tokens) {
+  ParsedRequest parsed = m.parser.parse(endpoint, body, max_tokens);
   if (parsed.tools && parsed.constraint &&
       (parsed.tools->choice.kind == ToolChoice::kRequired || parsed.tools->choice.kind == ToolChoice::kNamed))
     throw invalid("tool_choice", "a required tool call cannot also follow " + parsed.constraint->param);
-  if (parsed.tools && parsed.tools->calls_allowed()) check_tool_schemas(*parsed.tools);
+  if (parsed.tools && parsed.tools->calls_allowed()) check_tool_schemas(m, *parsed.tools);
   if (parsed.tools && !parsed.constraint)
     if (std::optional<ConstraintSpec> calls = tool_call_constraint(*parsed.tools, parsed.tool_format))
       parsed.constraint = ConstraintParam{std::move(*calls), "tools", {}};
   std::shared_ptr<const CompiledConstraint> compiled;
   if (parsed.constraint) {  // compiled here, in the request's thread: the engine never waits for a compile
     restore_key_order(*parsed.constraint, schemas_in_order);
-    compiled = compile_constraint(*parsed.constraint);
+    compiled = compile_constraint(m, *parsed.constraint);
   }
   const int64_t budget = parsed.reasoning_budget.value_or(options_.reasoning_budget);
-  if (parsed.template_reasons && reasoning_tags_ && (compiled || budget >= 0))
-    compiled = gate_after_reasoning(*reasoning_tags_, tokenizer_, std::move(compiled), {parsed.reasoning_open, budget});
+  if (parsed.template_reasons && m.reasoning_tags && (compiled || budget >= 0))
+    compiled = gate_after_reasoning(*m.reasoning_tags, m.tokenizer, std::move(compiled), {parsed.reasoning_open, budget});
   if (compiled)
     for (ValidatedRequest& r : parsed.requests) r.set_constraint(compiled);
   return parsed;
 }
 
-void ApiServer::run(ParsedRequest parsed, std::unique_ptr<ResponseEncoder> encoder, Clock::time_point arrival,
-                    const httplib::Request& req, httplib::Response& res) {
+void ApiServer::run(ModelRouter::Lease m, ParsedRequest parsed, std::unique_ptr<ResponseEncoder> encoder,
+                    Clock::time_point arrival, const httplib::Request& req, httplib::Response& res) {
   const bool stream = parsed.stream;
-  auto job = std::make_shared<GenerationJob>(engine_, metrics_, jobs_, std::move(parsed.requests), arrival);
+  Engine& engine = m->engine;
+  // The job holds the lease: the model stays loaded until the answer is sent (or the stream ends).
+  auto job = std::make_shared<GenerationJob>(engine, metrics_, jobs_, std::move(parsed.requests), arrival, std::move(m));
   if (stream) send_event_stream(std::move(job), std::move(encoder), metrics_, res);
   else send_whole_response(*job, *encoder, ClientConnection(http_->socket_of(req)), metrics_, res);
 }
 
-std::shared_ptr<const CompiledConstraint> ApiServer::compile_constraint(const ConstraintParam& constraint) {
+std::shared_ptr<const CompiledConstraint> ApiServer::compile_constraint(ServedModel& m,
+                                                                       const ConstraintParam& constraint) {
   try {
-    return constraints_.compile(constraint.spec);
+    return m.constraints.compile(constraint.spec);
   } catch (const ConstraintError& e) {
     if (e.reason() == ConstraintError::Reason::kBusy) throw ApiError(503, e.what(), constraint.param, "server_error");
     if (e.reason() == ConstraintError::Reason::kTooLarge) throw invalid(constraint.param, constraint.param + ": " + e.what());
@@ -342,53 +440,64 @@ std::shared_ptr<const CompiledConstraint> ApiServer::compile_constraint(const Co
 
 // A tool's parameters become part of the calls' grammar: the same caps as a
 // response_format schema, named by the tool.
-void ApiServer::check_tool_schemas(const ToolRequest& tools) const {
+void ApiServer::check_tool_schemas(const ServedModel& m, const ToolRequest& tools) const {
   for (size_t i = 0; i < tools.tools.size(); ++i) {
     const std::string param = "tools[" + std::to_string(i) + "].function.parameters";
     try {
-      check_schema_limits(tools.tools[i].parameters, constraints_.limits());
+      check_schema_limits(tools.tools[i].parameters, m.constraints.limits());
     } catch (const ConstraintError& e) {
       throw invalid(param, param + ": " + e.what());
     }
   }
 }
 
-void ApiServer::handle_models(httplib::Response& res) const {
-  const ModelConfig& c = model_.config();
-  json model = {{"id", options_.model_id},
-                {"object", "model"},
-                {"created", 0},
-                {"owned_by", "kvserve"},
-                {"meta", {{"architecture", c.arch}, {"context_length", context_}, {"vocab_size", c.vocab_size},
-                          {"layers", c.n_layers}}}};
-  write_json(res, {{"object", "list"}, {"data", json::array({model})}});
+void ApiServer::handle_models(httplib::Response& res) {
+  json data = json::array();
+  for (const ModelRouter::Entry& e : router_->entries(true)) {
+    json model = {{"id", router_->fixed() ? options_.model_id : e.id}, {"object", "model"}, {"created", 0},
+                  {"owned_by", "kvserve"}};
+    if (e.model) {
+      const ModelConfig& c = e.model->model.config();
+      model["meta"] = {{"architecture", c.arch}, {"context_length", e.model->context}, {"vocab_size", c.vocab_size},
+                       {"layers", c.n_layers}};
+    }
+    // Many models: whether each is loaded (llama-server's router reports {"status": {"value": ...}}).
+    if (!router_->fixed()) model["status"] = {{"value", e.status}};
+    data.push_back(std::move(model));
+  }
+  write_json(res, {{"object", "list"}, {"data", data}});
 }
 
-void ApiServer::handle_tokenize(const httplib::Request& req, httplib::Response& res) const {
+void ApiServer::handle_tokenize(const httplib::Request& req, httplib::Response& res) {
   const json body = parse_body(req);
+  const ModelRouter::Lease m = lease(requested_model(body));
+  const RequestParser& parser = m->parser;
+  const Tokenizer& tokenizer = m->tokenizer;
   if (body.is_object() && (body.contains("prompt") || body.contains("messages"))) {  // vLLM's shape
-    const std::vector<int32_t> ids = parser_.vllm_tokenize(body);
-    json out = {{"count", ids.size()}, {"max_model_len", parser_.context()}, {"tokens", ids}, {"token_strs", nullptr}};
+    const std::vector<int32_t> ids = parser.vllm_tokenize(body);
+    json out = {{"count", ids.size()}, {"max_model_len", parser.context()}, {"tokens", ids}, {"token_strs", nullptr}};
     if (field(body, "return_token_strs") && *field(body, "return_token_strs") == true) {
       out["token_strs"] = json::array();
-      for (int32_t id : ids) out["token_strs"].push_back(tokenizer_.token_bytes(id));
+      for (int32_t id : ids) out["token_strs"].push_back(tokenizer.token_bytes(id));
     }
     write_json(res, out);
     return;
   }
   const TokenizeRequest request = parse_tokenize_request(body);  // llama-server's shape
-  const std::vector<int32_t> ids = parser_.tokenize(request);
+  const std::vector<int32_t> ids = parser.tokenize(request);
   json tokens = json::array();
   for (int32_t id : ids) {
-    if (request.with_pieces) tokens.push_back({{"id", id}, {"piece", tokenizer_.token_bytes(id)}});
+    if (request.with_pieces) tokens.push_back({{"id", id}, {"piece", tokenizer.token_bytes(id)}});
     else tokens.push_back(id);
   }
   write_json(res, {{"tokens", tokens}});
 }
 
 // llama-server answers {"content"}, vLLM {"prompt"}: both are given.
-void ApiServer::handle_detokenize(const httplib::Request& req, httplib::Response& res) const {
-  const std::string text = tokenizer_.decode(parser_.detokenize_ids(parse_body(req)));
+void ApiServer::handle_detokenize(const httplib::Request& req, httplib::Response& res) {
+  const json body = parse_body(req);
+  const ModelRouter::Lease m = lease(requested_model(body));
+  const std::string text = m->tokenizer.decode(m->parser.detokenize_ids(body));
   write_json(res, {{"content", text}, {"prompt", text}});
 }
 
@@ -413,7 +522,7 @@ void ApiServer::shutdown() {
   // Only now: httplib ends the streams in progress when it stops.
   http_->close_gate();
   http_->stop();  // listen() returns once the last handlers are done
-  engine_.shutdown(false);
+  router_->shutdown();
 }
 
 }  // namespace kvserve::server

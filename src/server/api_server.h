@@ -7,6 +7,7 @@
 // translated onto the same path.
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "server/connection_gate.h"
 #include "server/cors.h"
 #include "server/generation_job.h"
+#include "server/model_router.h"
 #include "server/ollama_encoder.h"
 #include "server/ollama_models.h"
 #include "server/request_parser.h"
@@ -62,9 +64,13 @@ struct ServerOptions {
 
 class ApiServer {
  public:
-  // The engine, model and tokenizer must outlive the server.
+  // One model: the engine, model and tokenizer must outlive the server.
   ApiServer(Engine& engine, const Model& model, const Tokenizer& tokenizer, ChatTemplate chat_template,
             ServerOptions options);
+  // Many models (serve -m A -m B, --models-dir; docs/server.md "Many models"): each loaded on demand with these
+  // options, at most limits.max_loaded at once. options.model_id is not used.
+  ApiServer(std::vector<ModelSource> models, RouterLimits limits, ModelLoadOptions load_options,
+            EngineOptions engine_options, ServerOptions options);
   ~ApiServer();
   ApiServer(const ApiServer&) = delete;
   ApiServer& operator=(const ApiServer&) = delete;
@@ -79,7 +85,11 @@ class ApiServer {
   void shutdown();
 
  private:
+  // The router is made once options_ is set (from it).
+  ApiServer(ServerOptions options, const EngineOptions& engine_options,
+            const std::function<std::unique_ptr<ModelRouter>(const ServerOptions&)>& make_router);
   void install_routes();
+  void install_router_routes();
   void install_ollama_routes();
   void check_api_key(const httplib::Request& req) const;
   void handle_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
@@ -93,35 +103,34 @@ class ApiServer {
   void handle_stored_response(const httplib::Request& req, httplib::Response& res, bool erase);
   // Ollama's /api/chat and /api/generate: translated onto the chat or completions path (ollama_request.h).
   void handle_ollama_generation(OllamaShape shape, const httplib::Request& req, httplib::Response& res);
-  void handle_ollama_show(const httplib::Request& req, httplib::Response& res) const;
+  void handle_ollama_show(const httplib::Request& req, httplib::Response& res);
+  void handle_ollama_tags(httplib::Response& res);
+  void handle_ollama_ps(httplib::Response& res);
+  void handle_metrics(httplib::Response& res);
+  // POST /models/load and /models/unload (llama-server's router): {"model": "..."}.
+  void handle_model_load(const httplib::Request& req, httplib::Response& res, bool load);
+  // The model a request names (its "model"; "": the default), loaded: throws ApiError (model_router.h).
+  ModelRouter::Lease lease(const std::string& requested);
   // A generation body parsed, its tool-call grammar added and its constraint compiled; throws ApiError.
-  ParsedRequest prepare(Endpoint endpoint, const nlohmann::json& body, const KeyOrderCapture::Copies& schemas_in_order,
+  ParsedRequest prepare(ServedModel& m, Endpoint endpoint, const nlohmann::json& body, const KeyOrderCapture::Copies& schemas_in_order,
                         MaxTokens max_tokens = MaxTokens::kExact);
   // Submits the parsed requests and answers in the encoder's shape, streamed or whole.
-  void run(ParsedRequest parsed, std::unique_ptr<ResponseEncoder> encoder, Clock::time_point arrival,
+  void run(ModelRouter::Lease m, ParsedRequest parsed, std::unique_ptr<ResponseEncoder> encoder, Clock::time_point arrival,
            const httplib::Request& req, httplib::Response& res);
   // The compiled constraint of a request's response_format etc. (cached); throws ApiError.
-  std::shared_ptr<const CompiledConstraint> compile_constraint(const ConstraintParam& constraint);
+  std::shared_ptr<const CompiledConstraint> compile_constraint(ServedModel& m, const ConstraintParam& constraint);
   // The caps of a constraint on each tool's parameters schema; throws ApiError 400 naming the tool.
-  void check_tool_schemas(const ToolRequest& tools) const;
-  void handle_models(httplib::Response& res) const;
-  void handle_tokenize(const httplib::Request& req, httplib::Response& res) const;
-  void handle_detokenize(const httplib::Request& req, httplib::Response& res) const;
+  void check_tool_schemas(const ServedModel& m, const ToolRequest& tools) const;
+  void handle_models(httplib::Response& res);
+  void handle_tokenize(const httplib::Request& req, httplib::Response& res);
+  void handle_detokenize(const httplib::Request& req, httplib::Response& res);
 
-  Engine& engine_;
-  const Model& model_;
-  const Tokenizer& tokenizer_;
-  ChatTemplate chat_template_;
   ServerOptions options_;
   ApiKeys api_keys_;
   CorsPolicy cors_;
   ResponseStore responses_;
-  int64_t context_;
-  RequestParser parser_;
-  OllamaModelCard ollama_model_;  // the model as Ollama's /api/ endpoints describe it
-  ConstraintCompiler constraints_;
-  // The template's reasoning tags as tokens (nullopt: the model does not reason), for the reasoning gate.
-  std::optional<ReasoningTags> reasoning_tags_;
+  // The served models (one fixed model for a single -m): before http_, whose handlers hold leases.
+  std::unique_ptr<ModelRouter> router_;
   ServerMetrics metrics_;
   JobRegistry jobs_;
   std::atomic<bool> draining_{false};

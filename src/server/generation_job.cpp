@@ -54,8 +54,9 @@ bool JobRegistry::wait_until_empty(std::chrono::milliseconds timeout) {
 }
 
 GenerationJob::GenerationJob(Engine& engine, ServerMetrics& metrics, JobRegistry& registry,
-                             std::vector<ValidatedRequest> requests, Clock::time_point arrival)
-    : engine_(engine), registry_(registry), shared_(std::make_shared<Shared>()) {
+                             std::vector<ValidatedRequest> requests, Clock::time_point arrival,
+                             std::shared_ptr<const void> hold)
+    : hold_(std::move(hold)), engine_(engine), registry_(registry), shared_(std::make_shared<Shared>()) {
   shared_->metrics = &metrics;
   shared_->arrival = arrival;
   for (const ValidatedRequest& r : requests) n_choices_ += static_cast<size_t>(r.request().n);

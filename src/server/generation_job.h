@@ -47,8 +47,9 @@ class GenerationJob {
  public:
   // Submits every request. Throws ApiError 429 when the engine's queue is
   // full (the requests already submitted are cancelled first).
+  // hold: kept until the job is destroyed (the model's lease: its engine stays loaded while the job uses it).
   GenerationJob(Engine& engine, ServerMetrics& metrics, JobRegistry& registry, std::vector<ValidatedRequest> requests,
-                Clock::time_point arrival);
+                Clock::time_point arrival, std::shared_ptr<const void> hold = nullptr);
   ~GenerationJob();  // cancels whatever has not finished, freeing its KV blocks
   GenerationJob(const GenerationJob&) = delete;
   GenerationJob& operator=(const GenerationJob&) = delete;
@@ -64,6 +65,7 @@ class GenerationJob {
   struct Shared;
   void submit_all(std::vector<ValidatedRequest> requests);
 
+  std::shared_ptr<const void> hold_;  // first: let go last, after the destructor has cancelled on engine_
   Engine& engine_;
   JobRegistry& registry_;
   std::shared_ptr<Shared> shared_;  // also held by the engine callbacks, which may outlive the job

@@ -151,6 +151,15 @@ json OllamaModelCard::entry() const {
           {"size", file_bytes_}, {"digest", digest_}, {"details", details_}};
 }
 
+json ollama_unloaded_entry(const std::string& model_id, const std::string& path) {
+  std::error_code error;
+  const auto size = std::filesystem::file_size(path, error);
+  const int64_t bytes = error ? 0 : static_cast<int64_t>(size);
+  const std::string name = model_id.find(':') == std::string::npos ? model_id + ":latest" : model_id;
+  return {{"name", name}, {"model", name}, {"modified_at", modified_at(path)}, {"size", bytes},
+          {"digest", stable_digest(name, bytes)}, {"details", {{"format", "gguf"}}}};
+}
+
 json OllamaModelCard::tags() const { return {{"models", json::array({entry()})}}; }
 
 json OllamaModelCard::show() const {

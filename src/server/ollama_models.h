@@ -51,6 +51,9 @@ class OllamaModelCard {
   int64_t context_;
 };
 
+// GET /api/tags' entry of a model not loaded (many models: docs/server.md): name, file size and time, digest, no details.
+nlohmann::json ollama_unloaded_entry(const std::string& model_id, const std::string& path);
+
 // Ollama's "8.0B" / "134.52M" for a parameter count (its format.HumanNumber).
 std::string ollama_parameter_size(uint64_t parameters);
 
