@@ -96,6 +96,26 @@ void serve_many(const ServeOptions& opt, const SpeculationSettings& spec_default
 std::string single_model(const ServeOptions& opt) { return opt.models.empty() ? kDefaultModel : opt.models[0]; }
 bool serves_many(const ServeOptions& opt) { return opt.models.size() > 1 || !opt.models_dir.empty(); }
 
+// The server's settings from the flags, shared by the one-model and many-model servers.
+server::ServerOptions server_options_of(const ServeOptions& opt, const SpeculationSettings& spec_default,
+                                        std::vector<std::string> api_keys) {
+  server::ServerOptions server_options;
+  server_options.host = opt.host;
+  server_options.port = opt.port;
+  server_options.api_keys = std::move(api_keys);
+  server_options.cors_origins = opt.cors_origins;
+  server_options.responses_store = opt.responses_store;
+  server_options.reasoning_budget = opt.reasoning_budget;
+  server_options.webui = !opt.no_webui;
+  server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
+  server_options.speculation = spec_default;
+  server_options.connections.request_deadline =
+      std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_seconds * 1000));
+  server_options.connections.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.idle_timeout_seconds * 1000));
+  server_options.connections.max_body_bytes = static_cast<size_t>(opt.max_body_bytes);
+  return server_options;
+}
+
 void serve(const ServeOptions& opt) {
   if (opt.threads < 0) throw Error("--threads must be >= 0, got " + std::to_string(opt.threads));
   if (serves_many(opt)) {
@@ -160,21 +180,8 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
     std::fprintf(stderr, "kvserve: step cost measured for auto speculation: %s\n", cost.c_str());
   }
 
-  server::ServerOptions server_options;
-  server_options.host = opt.host;
-  server_options.port = opt.port;
-  server_options.api_keys = std::move(api_keys);
-  server_options.cors_origins = opt.cors_origins;
-  server_options.responses_store = opt.responses_store;
-  server_options.reasoning_budget = opt.reasoning_budget;
-  server_options.webui = !opt.no_webui;
+  server::ServerOptions server_options = server_options_of(opt, spec_default, std::move(api_keys));
   server_options.model_id = opt.alias.empty() ? std::filesystem::path(single_model(opt)).stem().string() : opt.alias;
-  server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
-  server_options.speculation = spec_default;
-  server_options.connections.request_deadline =
-      std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_seconds * 1000));
-  server_options.connections.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.idle_timeout_seconds * 1000));
-  server_options.connections.max_body_bytes = static_cast<size_t>(opt.max_body_bytes);
   if (const size_t files = server::raise_open_file_limit(); files < server::kWantedOpenFiles)
     std::fprintf(stderr,
                  "kvserve: warning: at most %zu open files (the hard RLIMIT_NOFILE); the server cannot hold 1,000 "
@@ -234,20 +241,7 @@ void serve_many(const ServeOptions& opt, const SpeculationSettings& spec_default
   engine_options.threads = opt.threads;
   engine_options.measure_step_cost = spec_default.mode == SpeculativeMode::kAuto;
 
-  server::ServerOptions server_options;
-  server_options.host = opt.host;
-  server_options.port = opt.port;
-  server_options.api_keys = std::move(api_keys);
-  server_options.cors_origins = opt.cors_origins;
-  server_options.responses_store = opt.responses_store;
-  server_options.reasoning_budget = opt.reasoning_budget;
-  server_options.webui = !opt.no_webui;
-  server_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(opt.grace_seconds * 1000));
-  server_options.speculation = spec_default;
-  server_options.connections.request_deadline =
-      std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_seconds * 1000));
-  server_options.connections.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.idle_timeout_seconds * 1000));
-  server_options.connections.max_body_bytes = static_cast<size_t>(opt.max_body_bytes);
+  server::ServerOptions server_options = server_options_of(opt, spec_default, std::move(api_keys));
   server::raise_open_file_limit();
   server_options.constraints.compile_timeout_seconds = opt.grammar_timeout_seconds;
   server_options.constraints.max_spec_bytes = static_cast<size_t>(opt.max_grammar_bytes);
