@@ -53,3 +53,24 @@ TEST(Perplexity, RejectsBadInput) {
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.output.find("cannot open"), std::string::npos) << missing.output;
 }
+
+// --kl-divergence against exact activations: a small positive divergence for the default 8-bit activations on a
+// quantized model, none at all when this run's activations are the exact ones too.
+TEST(Perplexity, KlDivergenceFromExactActivations) {
+  const std::string model = kvserve::test_util::model_dir() + "/smollm2-135m-instruct-q4_1.gguf";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " not found";
+  const std::string command = "perplexity -m " + model + " -f " + text_file() + " --ctx 64 --chunks 2 --kl-divergence";
+  const auto mean_kl = [](const CommandResult& r) {
+    const size_t at = r.output.find("KL divergence from exact f32 activations: mean ");
+    return at == std::string::npos ? -1.0 : std::stod(r.output.substr(at + 47));
+  };
+  const CommandResult q8 = run_kvserve(command + " --activations q8");
+  ASSERT_EQ(q8.exit_code, 0) << q8.output;
+  EXPECT_GT(mean_kl(q8), 0.0) << q8.output;
+  EXPECT_LT(mean_kl(q8), 0.05) << q8.output;
+  EXPECT_NE(q8.output.find("same top token"), std::string::npos) << q8.output;
+  const CommandResult exact = run_kvserve(command + " --activations f32");
+  ASSERT_EQ(exact.exit_code, 0) << exact.output;
+  EXPECT_EQ(mean_kl(exact), 0.0) << exact.output;
+  EXPECT_NE(exact.output.find("(+0.000% +/- 0.000%)"), std::string::npos) << exact.output;
+}
