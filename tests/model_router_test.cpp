@@ -504,6 +504,13 @@ TEST_F(ModelRouterTest, RequestKeepAliveSetsWhenItsModelIsUnloaded) {
   EXPECT_EQ(s.statuses().at("tiny-llama"), "unloaded");
   chat["keep_alive"] = "soon";
   EXPECT_EQ(s.post("/api/chat", chat)->status, 400);
+  // kvserve's extension: the OpenAI paths take keep_alive too.
+  json openai = completion("tiny-qwen2", 4);
+  openai["keep_alive"] = 0;
+  text_of(s.post("/v1/completions", openai));
+  EXPECT_EQ(s.statuses().at("tiny-qwen2"), "unloaded");
+  openai["keep_alive"] = json::array();
+  EXPECT_EQ(s.post("/v1/completions", openai)->status, 400);
 }
 
 TEST_F(ModelRouterTest, MetricsLabelEachLoadedModelsEngineSeries) {

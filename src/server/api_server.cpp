@@ -257,7 +257,8 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
   const Clock::time_point arrival = Clock::now();
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
   const RequestBody body = parse_request_body(req.body);  // the body's one parse
-  ModelRouter::Lease m = lease(requested_model(body.tree));
+  // keep_alive: Ollama's field, taken here too (llama-server has none; other servers ignore it).
+  ModelRouter::Lease m = lease(requested_model(body.tree), keep_alive_field(body.tree));
   ParsedRequest parsed = prepare(*m, endpoint, body.tree, body.schemas_in_order);
   auto encoder = std::make_unique<OpenAiEncoder>(ResponseFormatter(m->tokenizer, parsed, m->id), parsed.include_usage);
   run(std::move(m), std::move(parsed), std::move(encoder), arrival, req, res);

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "server/api_error.h"
+
 namespace kvserve::server {
 namespace {
 
@@ -64,6 +66,16 @@ std::optional<KeepAlive> parse_keep_alive(const std::string& text) {
     rest.remove_prefix(unit_end);
   }
   return of_millis(millis, negative);
+}
+
+std::optional<KeepAlive> keep_alive_field(const nlohmann::json& body) {
+  const auto it = body.is_object() ? body.find("keep_alive") : body.end();
+  if (!body.is_object() || it == body.end() || it->is_null()) return std::nullopt;
+  if (it->is_number()) return keep_alive_of_seconds(it->get<double>());
+  std::optional<KeepAlive> parsed = it->is_string() ? parse_keep_alive(it->get<std::string>()) : std::nullopt;
+  if (!parsed)
+    throw invalid("keep_alive", "keep_alive must be a number of seconds or a duration such as \"5m\" or \"1h30m\"");
+  return parsed;
 }
 
 std::string keep_alive_text(KeepAlive keep_alive) {

@@ -1,5 +1,7 @@
 #include "server/model_router.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -24,6 +26,27 @@ std::vector<ModelSource> models_in_dir(const std::string& dir) {
   std::sort(out.begin(), out.end(), [](const ModelSource& a, const ModelSource& b) { return a.id < b.id; });
   return out;
 }
+
+namespace {
+
+// Frees unloaded models (their last references, outside the router's lock) and gives the freed heap back to the
+// system: once glibc's mmap threshold has grown past a freed pool's size it keeps such blocks in its heap, and an
+// unloaded model's K/V pool and repacked weights would stay resident (docs/server.md, "Memory budget").
+void free_models(std::vector<std::shared_ptr<ServedModel>>& models) {
+  if (models.empty()) return;
+  models.clear();
+#ifdef __GLIBC__
+  ::malloc_trim(0);
+#endif
+}
+
+void free_model(std::shared_ptr<ServedModel>& model) {
+  std::vector<std::shared_ptr<ServedModel>> one;
+  if (model) one.push_back(std::move(model));
+  free_models(one);
+}
+
+}  // namespace
 
 // Held by every copy of one lease: its release tells the router.
 struct ModelRouter::LeaseToken {
@@ -136,6 +159,7 @@ void ModelRouter::release(size_t index, bool touch) {
       else if (touch) slot.expires_at.reset();
     }
   }
+  free_model(unloaded);  // before the wake-up: a request waiting for memory finds it given back
   changed_.notify_all();
   expiry_changed_.notify_all();
 }
@@ -235,7 +259,7 @@ ModelRouter::Lease ModelRouter::load_locked(std::unique_lock<std::mutex>& lock, 
   slots_[index].state = State::kLoading;  // its room is taken: counted in --models-max and --models-memory
   const ModelSource source = slots_[index].source;
   lock.unlock();
-  freed.clear();  // the unloaded models' memory goes back before this one loads
+  free_models(freed);  // the unloaded models' memory goes back before this one loads
   std::unique_ptr<ServedModel> loaded;
   std::string failure;
   try {
@@ -278,8 +302,8 @@ std::string ModelRouter::unload(const std::string& requested) {
     }
     unloaded = unload_locked(index);
   }
+  free_model(unloaded);
   changed_.notify_all();
-  unloaded.reset();
   return "unloaded";
 }
 
@@ -297,7 +321,7 @@ void ModelRouter::expire_loop() {
     }
     if (!expired.empty()) {
       lock.unlock();
-      expired.clear();  // freed outside the lock
+      free_models(expired);  // outside the lock
       changed_.notify_all();
       lock.lock();
       continue;

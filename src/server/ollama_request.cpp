@@ -54,17 +54,6 @@ void refuse_images(const json& obj, const std::string& param) {
   throw invalid(param, param + ": images are not supported (kvserve serves text-only models)");
 }
 
-// keep_alive: nullopt when absent (the server's default applies), else the duration (server/keep_alive.h).
-std::optional<KeepAlive> keep_alive_of(const json& body) {
-  const json* v = field(body, "keep_alive");
-  if (!v || v->is_null()) return std::nullopt;
-  if (v->is_number()) return keep_alive_of_seconds(v->get<double>());
-  std::optional<KeepAlive> parsed = v->is_string() ? parse_keep_alive(v->get<std::string>()) : std::nullopt;
-  if (!parsed)
-    throw invalid("keep_alive", "keep_alive must be a number of seconds or a duration such as \"5m\" or \"1h30m\"");
-  return parsed;
-}
-
 // What answers a request with nothing to generate: Ollama loads the model, or unloads it with keep_alive 0.
 std::string load_reason(const OllamaGeneration& out) {
   return out.keep_alive && out.keep_alive->count() == 0 ? "unload" : "load";
@@ -112,7 +101,7 @@ void add_shared_fields(const json& body, KeyOrderCapture::Copies schemas, Ollama
   add_think(body, out);
   const json* logprobs = field(body, "logprobs");
   if (logprobs && *logprobs != false) throw invalid("logprobs", "logprobs are not supported by kvserve's Ollama API");
-  out.keep_alive = keep_alive_of(body);
+  out.keep_alive = keep_alive_field(body);
 }
 
 struct PendingCall {
