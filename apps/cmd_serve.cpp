@@ -235,7 +235,6 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
   std::fprintf(stderr, "kvserve: stopped\n");
 }
 
-// Many models (-m A -m B, --models-dir): a ModelRouter loads each on demand (docs/server.md, "Many models").
 // The models of a many-model server: --models-dir's files, -m's, then the presets file's sections (a section
 // naming a model already listed sets its options; one with `model` adds a model or replaces the listed one's file).
 std::vector<server::ModelSource> model_sources(const ServeOptions& opt) {
@@ -275,6 +274,8 @@ server::RouterLimits router_limits(const ServeOptions& opt) {
   return limits;
 }
 
+// Many models (-m A -m B, --models-dir, --models-preset): a ModelRouter loads each on demand (docs/server.md,
+// "Many models").
 void serve_many(const ServeOptions& opt, const SpeculationSettings& spec_default, const sigset_t& signals) {
   std::vector<std::string> api_keys = server::collect_api_keys(opt.api_keys, opt.api_key_files, std::getenv("KVSERVE_API_KEY"));
   std::vector<server::ModelSource> sources = model_sources(opt);

@@ -48,6 +48,7 @@ def main():
 
     first = client.chat(model=SMOLLM, messages=QUESTION, options=GREEDY)
     assert first.done and first.message.content, first
+    assert first.total_duration > first.load_duration > 0, first  # this request loaded its model
     assert running(client) == [SMOLLM], running(client)
     assert client.ps().models[0].context_length == 1024, client.ps()  # [*] ctx-size
 

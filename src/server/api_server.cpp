@@ -361,7 +361,9 @@ void ApiServer::handle_ollama_generation(OllamaShape shape, const httplib::Reque
     return;
   }
   // With nothing to generate, this is Ollama's way to load it; keep_alive holds from when its requests end.
+  const Clock::time_point leasing = Clock::now();
   ModelRouter::Lease m = lease(requested, generation.keep_alive);
+  const Clock::duration load = router_->fixed() ? Clock::duration{} : Clock::now() - leasing;
   const std::string model_name = requested.empty() ? m->ollama.name() : requested;  // Ollama echoes the name given
   if (generation.load_reason) {  // nothing to generate: the model is loaded now (a single -m: it stays so)
     write_json(res, ollama_load_answer(shape, model_name, *generation.load_reason));
@@ -375,7 +377,7 @@ void ApiServer::handle_ollama_generation(OllamaShape shape, const httplib::Reque
   }
   if (generation.thinking_asked && !parsed->template_reasons)
     throw invalid("think", "\"" + model_name + "\" does not support thinking");
-  auto encoder = std::make_unique<OllamaEncoder>(*parsed, shape, model_name, arrival);
+  auto encoder = std::make_unique<OllamaEncoder>(*parsed, shape, model_name, arrival, load);
   run(std::move(m), std::move(*parsed), std::move(encoder), arrival, req, res);
 }
 
