@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -26,6 +27,9 @@
 #include "kv/kv_planner.h"
 #include "model/model.h"
 #include "server/api_server.h"
+#include "server/keep_alive.h"
+#include "server/model_memory.h"
+#include "server/model_presets.h"
 #include "server/model_router.h"
 #include "server/open_file_limit.h"
 #include "speculation/request_speculation.h"
@@ -44,6 +48,9 @@ struct ServeOptions {
   std::string models_dir;           // --models-dir: every *.gguf in it
   int64_t models_max = 1;           // --models-max: models loaded at once (many models)
   double models_wait_seconds = 300; // --models-wait: a request's wait for a slot while every loaded model is busy
+  std::string models_preset;        // --models-preset: an INI file of model ids and their options
+  std::string models_memory;        // --models-memory: weights + KV pools of the loaded models at most ("" : none)
+  std::string keep_alive = "5m";    // --keep-alive: many models: idle time before a model is unloaded
   std::string host = "127.0.0.1";
   int port = 8080;
   std::vector<std::string> api_keys;       // --api-key, repeatable
@@ -94,7 +101,17 @@ void serve_many(const ServeOptions& opt, const SpeculationSettings& spec_default
 
 // The one model of a single-model server (-m once, or the default).
 std::string single_model(const ServeOptions& opt) { return opt.models.empty() ? kDefaultModel : opt.models[0]; }
-bool serves_many(const ServeOptions& opt) { return opt.models.size() > 1 || !opt.models_dir.empty(); }
+bool serves_many(const ServeOptions& opt) {
+  return opt.models.size() > 1 || !opt.models_dir.empty() || !opt.models_preset.empty();
+}
+
+void warn_about_open_file_limit() {
+  if (const size_t files = server::raise_open_file_limit(); files < server::kWantedOpenFiles)
+    std::fprintf(stderr,
+                 "kvserve: warning: at most %zu open files (the hard RLIMIT_NOFILE); the server cannot hold 1,000 "
+                 "connections with fewer than %zu (raise it: ulimit -Hn, or LimitNOFILE= in a systemd unit)\n",
+                 files, server::kWantedOpenFiles);
+}
 
 // The server's settings from the flags, shared by the one-model and many-model servers.
 server::ServerOptions server_options_of(const ServeOptions& opt, const SpeculationSettings& spec_default,
@@ -120,8 +137,8 @@ void serve(const ServeOptions& opt) {
   if (opt.threads < 0) throw Error("--threads must be >= 0, got " + std::to_string(opt.threads));
   if (serves_many(opt)) {
     if (opt.pipeline.ranks > 1) throw Error("--pipeline-parallel serves one model: give -m once, no --models-dir");
-    if (!opt.draft.empty()) throw Error("--draft needs one model (-m once): a draft model must share its vocabulary");
-    if (!opt.alias.empty()) throw Error("--alias names one model (-m once); with several, each id is its file name");
+    if (!opt.draft.empty()) throw Error("--draft needs one model (-m once): with several, give each its draft in --models-preset");
+    if (!opt.alias.empty()) throw Error("--alias names one model (-m once); with several, each id is its file name or its --models-preset section");
   }
   const SpeculationSettings spec_default{parse_speculative_mode(opt.spec), opt.draft_k, opt.adaptive_k};
   validate_speculation(spec_default, !opt.draft.empty());
@@ -182,11 +199,7 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
 
   server::ServerOptions server_options = server_options_of(opt, spec_default, std::move(api_keys));
   server_options.model_id = opt.alias.empty() ? std::filesystem::path(single_model(opt)).stem().string() : opt.alias;
-  if (const size_t files = server::raise_open_file_limit(); files < server::kWantedOpenFiles)
-    std::fprintf(stderr,
-                 "kvserve: warning: at most %zu open files (the hard RLIMIT_NOFILE); the server cannot hold 1,000 "
-                 "connections with fewer than %zu (raise it: ulimit -Hn, or LimitNOFILE= in a systemd unit)\n",
-                 files, server::kWantedOpenFiles);
+  warn_about_open_file_limit();
   server_options.constraints.compile_timeout_seconds = opt.grammar_timeout_seconds;
   server_options.constraints.max_spec_bytes = static_cast<size_t>(opt.max_grammar_bytes);
   server::ApiServer server(engine, *model, tokenizer, std::move(chat_template), server_options);
@@ -222,15 +235,50 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
   std::fprintf(stderr, "kvserve: stopped\n");
 }
 
-// Many models (-m A -m B, --models-dir): a ModelRouter loads each on demand (docs/server.md, "Many models").
-void serve_many(const ServeOptions& opt, const SpeculationSettings& spec_default, const sigset_t& signals) {
-  std::vector<std::string> api_keys = server::collect_api_keys(opt.api_keys, opt.api_key_files, std::getenv("KVSERVE_API_KEY"));
+// The models of a many-model server: --models-dir's files, -m's, then the presets file's sections (a section
+// naming a model already listed sets its options; one with `model` adds a model or replaces the listed one's file).
+std::vector<server::ModelSource> model_sources(const ServeOptions& opt) {
   std::vector<server::ModelSource> sources;
   if (!opt.models_dir.empty()) sources = server::models_in_dir(opt.models_dir);
   for (const std::string& path : opt.models) {
     if (!std::filesystem::is_regular_file(path)) throw Error("-m " + path + ": no such file");
-    sources.push_back({std::filesystem::path(path).stem().string(), path});
+    sources.push_back({std::filesystem::path(path).stem().string(), path, {}});
   }
+  if (opt.models_preset.empty()) return sources;
+  const server::ModelPresets presets = server::load_model_presets(opt.models_preset);
+  for (const server::ModelPreset& p : presets.models) {
+    auto listed = std::find_if(sources.begin(), sources.end(), [&](const server::ModelSource& s) { return s.id == p.id; });
+    if (p.path.empty() && listed == sources.end())
+      throw Error(opt.models_preset + ":" + std::to_string(p.line) + ": [" + p.id + "] has no `model = FILE` and " +
+                  "no -m or --models-dir file has that id");
+    if (!p.path.empty() && !std::filesystem::is_regular_file(p.path))
+      throw Error(opt.models_preset + ":" + std::to_string(p.line) + ": [" + p.id + "] model = " + p.path +
+                  ": no such file");
+    if (listed == sources.end()) listed = sources.insert(sources.end(), {p.id, p.path, {}});
+    if (!p.path.empty()) listed->path = p.path;
+    listed->options = p.options;
+  }
+  for (server::ModelSource& s : sources) s.options = s.options.or_else(presets.defaults);
+  return sources;
+}
+
+server::RouterLimits router_limits(const ServeOptions& opt) {
+  server::RouterLimits limits;
+  limits.max_loaded = static_cast<size_t>(opt.models_max);
+  limits.slot_wait = std::chrono::milliseconds(static_cast<int64_t>(opt.models_wait_seconds * 1000));
+  if (!opt.models_memory.empty()) limits.memory_budget = parse_byte_size(opt.models_memory, "--models-memory");
+  const std::optional<server::KeepAlive> keep_alive = server::parse_keep_alive(opt.keep_alive);
+  if (!keep_alive)
+    throw Error("--keep-alive " + opt.keep_alive + ": expected a duration such as 5m, 30s, 1h30m, 0 or -1 (forever)");
+  limits.keep_alive = *keep_alive;
+  return limits;
+}
+
+// Many models (-m A -m B, --models-dir, --models-preset): a ModelRouter loads each on demand (docs/server.md,
+// "Many models").
+void serve_many(const ServeOptions& opt, const SpeculationSettings& spec_default, const sigset_t& signals) {
+  std::vector<std::string> api_keys = server::collect_api_keys(opt.api_keys, opt.api_key_files, std::getenv("KVSERVE_API_KEY"));
+  std::vector<server::ModelSource> sources = model_sources(opt);
   if (sources.empty()) throw Error("--models-dir " + opt.models_dir + " holds no *.gguf file");
   EngineOptions engine_options;
   engine_options.max_context = opt.context;
@@ -241,16 +289,16 @@ void serve_many(const ServeOptions& opt, const SpeculationSettings& spec_default
   engine_options.threads = opt.threads;
   engine_options.measure_step_cost = spec_default.mode == SpeculativeMode::kAuto;
 
+  for (const server::ModelSource& s : sources) server::model_setup(s.id, s.options, engine_options, spec_default);
   server::ServerOptions server_options = server_options_of(opt, spec_default, std::move(api_keys));
-  server::raise_open_file_limit();
+  warn_about_open_file_limit();
   server_options.constraints.compile_timeout_seconds = opt.grammar_timeout_seconds;
   server_options.constraints.max_spec_bytes = static_cast<size_t>(opt.max_grammar_bytes);
-  server::RouterLimits limits;
-  limits.max_loaded = static_cast<size_t>(opt.models_max);
-  limits.slot_wait = std::chrono::milliseconds(static_cast<int64_t>(opt.models_wait_seconds * 1000));
+  const server::RouterLimits limits = router_limits(opt);
   std::string ids;
   for (const server::ModelSource& s : sources) ids += (ids.empty() ? "" : ", ") + s.id;
-  server::ApiServer server(std::move(sources), limits, opt.rope.apply({}), engine_options, server_options);
+  server::ApiServer server(std::move(sources), limits, opt.rope.apply({}), engine_options, server_options,
+                           opt.draft_flags.load_options());
   const int port = server.bind();
   std::thread watcher([&] {
     int signal_number = 0;
@@ -258,8 +306,13 @@ void serve_many(const ServeOptions& opt, const SpeculationSettings& spec_default
     std::fprintf(stderr, "kvserve: signal %d, shutting down\n", signal_number);
     server.shutdown();
   });
-  std::fprintf(stderr, "kvserve: serving %s (loaded on demand, at most %lld at once) on http://%s:%d%s\n", ids.c_str(),
-               static_cast<long long>(opt.models_max), opt.host.c_str(), port, opt.no_webui ? "" : " (chat page at /)");
+  const std::string budget = limits.memory_budget > 0 ? ", within " + server::format_bytes(limits.memory_budget) : "";
+  std::fprintf(stderr,
+               "kvserve: serving %s (loaded on demand, at most %lld at once%s, idle ones unloaded after %s) on "
+               "http://%s:%d%s\n",
+               ids.c_str(), static_cast<long long>(opt.models_max), budget.c_str(),
+               server::keep_alive_text(limits.keep_alive).c_str(), opt.host.c_str(), port,
+               opt.no_webui ? "" : " (chat page at /)");
   server.listen();
   pthread_kill(watcher.native_handle(), SIGTERM);
   watcher.join();
@@ -288,6 +341,17 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--models-wait", opt->models_wait_seconds,
                   "Many models: seconds a request waits for a slot while every loaded model is busy (then 503)")
       ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--models-preset", opt->models_preset,
+                  "Many models: an INI file, one [id] section per model (its alias) with model = FILE and options "
+                  "named as these flags (ctx-size, kv-type, kv-mem, threads, draft, spec, draft-k); [*]: every "
+                  "model's defaults (docs/server.md, \"Presets file\")");
+  cmd->add_option("--models-memory", opt->models_memory,
+                  "Many models: the loaded models' weights + KV pools at most (8G, 512M, 6GiB, bytes); idle ones are "
+                  "unloaded, least recently used first, to make room. Default: no budget");
+  cmd->add_option("--keep-alive", opt->keep_alive,
+                  "Many models: how long a model stays loaded after its last request when the request gives no "
+                  "keep_alive (5m, 30s, 1h; 0: unload at once; -1: forever). One model (-m once) is never unloaded")
       ->capture_default_str();
   cmd->add_option("--host", opt->host, "Address to bind")->capture_default_str();
   cmd->add_option("--port", opt->port, "Port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();

@@ -153,7 +153,9 @@ TEST(KvPlanner, RejectsBadSizeStrings) {
   expect_error_containing([] { parse_byte_size("-4GiB", "--weights-bytes"); },
                           "--weights-bytes: size must not be negative");
   expect_error_containing([] { parse_byte_size("80 gigs", "--mem"); }, "--mem: unknown size unit 'gigs'");
-  expect_error_containing([] { parse_byte_size("80G", "--mem"); }, "unknown size unit 'G'");
+  expect_error_containing([] { parse_byte_size("80X", "--mem"); }, "unknown size unit 'X'");
+  EXPECT_EQ(parse_byte_size("80G", "--mem"), int64_t{80} << 30);  // one letter: docker's and the JVM's binary units
+  EXPECT_EQ(parse_byte_size("512m", "--mem"), int64_t{512} << 20);
   expect_error_containing([] { parse_byte_size("1.5", "--mem"); }, "not a whole number of bytes");
   expect_error_containing([] { parse_byte_size("99999999999TiB", "--mem"); }, "--mem is too large");
   expect_error_containing([] { parse_byte_size("12GiB34", "--mem"); }, "unknown size unit");

@@ -6,7 +6,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/model_memory.h"
 #include "server/model_router.h"
 #include "server_harness.h"
 #include "test_util.h"
@@ -55,16 +58,17 @@ EngineOptions small_engine() {
   return o;
 }
 
+server::RouterLimits limits_of(size_t max_loaded, std::chrono::milliseconds slot_wait);
+
 // An ApiServer over a ModelRouter on a free loopback port.
 class RouterServer {
  public:
   RouterServer(std::vector<server::ModelSource> sources, size_t max_loaded,
-               std::chrono::milliseconds slot_wait = std::chrono::seconds(60)) {
+               std::chrono::milliseconds slot_wait = std::chrono::seconds(60))
+      : RouterServer(std::move(sources), limits_of(max_loaded, slot_wait)) {}
+  RouterServer(std::vector<server::ModelSource> sources, server::RouterLimits limits) {
     server::ServerOptions options;
     options.port = 0;
-    server::RouterLimits limits;
-    limits.max_loaded = max_loaded;
-    limits.slot_wait = slot_wait;
     server_ = std::make_unique<server::ApiServer>(std::move(sources), limits, ModelLoadOptions{}, small_engine(),
                                                   options);
     port_ = server_->bind();
@@ -94,11 +98,16 @@ class RouterServer {
     for (const json& m : models["data"]) out[m["id"].get<std::string>()] = m["status"]["value"].get<std::string>();
     return out;
   }
+  // A sample's value ("name" or "name{labels}"); -1 when /metrics has none.
   double metric(const std::string& name) const {
     auto r = client().Get("/metrics");
     if (!r) return -1;
     const size_t at = r->body.find("\n" + name + " ");
     return at == std::string::npos ? -1 : std::stod(r->body.substr(at + name.size() + 2));
+  }
+  std::string metrics_text() const {
+    auto r = client().Get("/metrics");
+    return r ? r->body : "";
   }
 
  private:
@@ -106,6 +115,13 @@ class RouterServer {
   std::thread listener_;
   int port_ = 0;
 };
+
+server::RouterLimits limits_of(size_t max_loaded, std::chrono::milliseconds slot_wait) {
+  server::RouterLimits limits;
+  limits.max_loaded = max_loaded;
+  limits.slot_wait = slot_wait;
+  return limits;
+}
 
 std::vector<server::ModelSource> two_models(const ModelsDir& d) {
   return {{"tiny-llama", d.path("tiny-llama")}, {"tiny-qwen2", d.path("tiny-qwen2")}};
@@ -331,6 +347,201 @@ TEST_F(ModelRouterTest, UnloadingGivesTheMemoryBack) {
 TEST_F(ModelRouterTest, RouterRefusesRepeatedIds) {
   EXPECT_THROW(server::ModelRouter({{"a", "x.gguf"}, {"a", "y.gguf"}}, {}, nullptr), Error);
   EXPECT_THROW(server::ModelRouter(std::vector<server::ModelSource>{}, {}, nullptr), Error);
+}
+
+// The larger of each model's estimate (before loading) and measured memory (once loaded), for a budget that holds
+// either model but not both.
+int64_t one_model_budget(const ModelsDir& d) {
+  int64_t largest = 0, smallest = INT64_MAX;
+  for (const char* id : {"tiny-llama", "tiny-qwen2"}) {
+    const int64_t estimate = server::estimate_model_memory(d.path(id), "", small_engine()).total();
+    const int64_t measured = server::ServedModel::load(id, d.path(id), {}, small_engine(), {})->memory().total();
+    largest = std::max({largest, estimate, measured});
+    smallest = std::min({smallest, estimate, measured});
+  }
+  EXPECT_LT(largest + (int64_t{1} << 20), largest + smallest) << "the budget would hold both models";
+  return largest + (int64_t{1} << 20);
+}
+
+server::RouterLimits budget_limits(int64_t budget) {
+  server::RouterLimits limits = limits_of(4, std::chrono::seconds(60));  // only the budget limits them
+  limits.memory_budget = budget;
+  return limits;
+}
+
+TEST_F(ModelRouterTest, MemoryBudgetOfOneModelAlternatesThem) {
+  const std::string llama = one_model_answer(dir_.path("tiny-llama"));
+  const std::string qwen = one_model_answer(dir_.path("tiny-qwen2"));
+  const int64_t budget = one_model_budget(dir_);
+  RouterServer s(two_models(dir_), budget_limits(budget));
+  EXPECT_EQ(s.metric("kvserve:models_memory_budget_bytes"), static_cast<double>(budget));
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(text_of(s.post("/v1/completions", completion("tiny-llama"))), llama);
+    EXPECT_EQ(s.statuses(), (std::map<std::string, std::string>{{"tiny-llama", "loaded"}, {"tiny-qwen2", "unloaded"}}));
+    EXPECT_LE(s.metric("kvserve:models_memory_used_bytes"), static_cast<double>(budget));
+    EXPECT_GT(s.metric("kvserve:models_memory_used_bytes"), 0);
+    EXPECT_EQ(text_of(s.post("/v1/completions", completion("tiny-qwen2"))), qwen);
+    EXPECT_EQ(s.statuses(), (std::map<std::string, std::string>{{"tiny-llama", "unloaded"}, {"tiny-qwen2", "loaded"}}));
+  }
+  EXPECT_EQ(s.metric("kvserve:model_loads_total"), 4);
+  EXPECT_EQ(s.metric("kvserve:model_unloads_total"), 3);
+  // Its engine series are labelled with its id, and its KV blocks all went back after the requests.
+  EXPECT_EQ(s.metric("kvserve_kv_blocks_used{model=\"tiny-qwen2\"}"), 0);
+  EXPECT_GT(s.metric("kvserve_generation_tokens_total{model=\"tiny-qwen2\"}"), 0);
+  EXPECT_EQ(s.metric("kvserve_generation_tokens_total{model=\"tiny-llama\"}"), -1);  // unloaded: no series
+}
+
+TEST_F(ModelRouterTest, UnderABudgetConcurrentRequestsMatchAOneModelServer) {
+  const std::string llama_long = one_model_answer(dir_.path("tiny-llama"), 120);
+  const std::string qwen = one_model_answer(dir_.path("tiny-qwen2"));
+  RouterServer s(two_models(dir_), budget_limits(one_model_budget(dir_)));
+  ASSERT_EQ(s.post("/models/load", {{"model", "tiny-llama"}})->status, 200);
+  std::vector<std::string> llama_answers(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < llama_answers.size(); ++i)
+    threads.emplace_back([&, i] { llama_answers[i] = text_of(s.post("/v1/completions", completion("tiny-llama", 120))); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::string qwen_answer;  // waits for memory until tiny-llama is idle
+  threads.emplace_back([&] { qwen_answer = text_of(s.post("/v1/completions", completion("tiny-qwen2"))); });
+  for (std::thread& t : threads) t.join();
+  for (const std::string& a : llama_answers) EXPECT_EQ(a, llama_long);
+  EXPECT_EQ(qwen_answer, qwen);
+  EXPECT_EQ(s.statuses(), (std::map<std::string, std::string>{{"tiny-llama", "unloaded"}, {"tiny-qwen2", "loaded"}}));
+}
+
+TEST_F(ModelRouterTest, AModelLargerThanTheBudgetIsAnErrorAndTheOthersGoOn) {
+  std::vector<server::ModelSource> sources = two_models(dir_);
+  sources[1].options.kv_mem_mib = 64;  // tiny-qwen2 with a 64 MiB pool: more than the budget
+  const std::string llama = one_model_answer(dir_.path("tiny-llama"));
+  RouterServer s(std::move(sources), budget_limits(one_model_budget(dir_)));
+  EXPECT_EQ(text_of(s.post("/v1/completions", completion("tiny-llama"))), llama);
+  auto r = s.post("/v1/completions", completion("tiny-qwen2"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500) << r->body;
+  const std::string message = json::parse(r->body)["error"]["message"];
+  EXPECT_NE(message.find("model \"tiny-qwen2\" needs "), std::string::npos) << message;
+  EXPECT_NE(message.find("KV pool 64.0 MiB"), std::string::npos) << message;
+  EXPECT_NE(message.find("more than --models-memory"), std::string::npos) << message;
+  EXPECT_EQ(s.statuses().at("tiny-llama"), "loaded");  // nothing was unloaded for it
+  EXPECT_EQ(text_of(s.post("/v1/completions", completion("tiny-llama"))), llama);
+  EXPECT_EQ(s.metric("kvserve:model_load_failures_total"), 1);
+}
+
+TEST_F(ModelRouterTest, BusyModelsHoldingTheBudgetGiveA503AfterTheWait) {
+  server::ModelLoader loader = [](const server::ModelSource& source) {
+    return server::ServedModel::load(source.id, source.path, {}, small_engine(), {});
+  };
+  server::ModelSizer sizer = [](const server::ModelSource& source) {
+    return server::estimate_model_memory(source.path, "", small_engine());
+  };
+  server::RouterLimits limits = budget_limits(one_model_budget(dir_));
+  limits.slot_wait = std::chrono::milliseconds(200);
+  server::ModelRouter router(two_models(dir_), limits, loader, sizer);
+  server::ModelRouter::Lease llama = router.acquire("tiny-llama");
+  const server::ApiError timed_out = test_util::api_error_of([&] { router.acquire("tiny-qwen2"); });
+  EXPECT_EQ(timed_out.status(), 503);
+  EXPECT_NE(std::string(timed_out.what()).find("busy models hold"), std::string::npos) << timed_out.what();
+  llama.reset();
+  EXPECT_EQ(router.acquire("tiny-qwen2")->id, "tiny-qwen2");
+  EXPECT_THROW(server::ModelRouter(two_models(dir_), limits, loader), Error);  // a budget needs a sizer
+}
+
+TEST_F(ModelRouterTest, UnloadingUnderABudgetGivesTheMemoryBack) {
+  RouterServer s(two_models(dir_), budget_limits(one_model_budget(dir_)));
+  auto cycle = [&] {
+    text_of(s.post("/v1/completions", completion("tiny-llama", 4)));
+    text_of(s.post("/v1/completions", completion("tiny-qwen2", 4)));
+  };
+  cycle();
+  ASSERT_EQ(s.post("/models/unload", {{"model", "tiny-qwen2"}})->status, 200);
+  EXPECT_EQ(s.metric("kvserve:models_memory_used_bytes"), 0);
+  const size_t start = resident_bytes();
+  for (int i = 0; i < 6; ++i) cycle();
+  ASSERT_EQ(s.post("/models/unload", {{"model", "tiny-qwen2"}})->status, 200);
+  EXPECT_EQ(s.metric("kvserve:models_loaded"), 0);
+  EXPECT_EQ(s.metric("kvserve:models_memory_used_bytes"), 0);
+  EXPECT_EQ(s.metric("kvserve:model_unloads_total"), 14);
+  if (test_util::skip_slow()) return;  // ASan's quarantine keeps freed memory resident (as above)
+  EXPECT_LT(resident_bytes(), start + (size_t{8} << 20)) << "RSS grew from " << start << " to " << resident_bytes();
+}
+
+// Polls /v1/models until the model has this status (or 20 s pass); keep_alive timing is never asserted tightly.
+bool wait_for_status(const RouterServer& s, const std::string& id, const std::string& status) {
+  for (int i = 0; i < 200; ++i) {
+    if (s.statuses().at(id) == status) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+TEST_F(ModelRouterTest, IdleModelsAreUnloadedAfterTheDefaultKeepAlive) {
+  server::RouterLimits limits = limits_of(2, std::chrono::seconds(60));
+  limits.keep_alive = std::chrono::milliseconds(200);
+  RouterServer s(two_models(dir_), limits);
+  text_of(s.post("/v1/completions", completion("tiny-llama", 4)));
+  EXPECT_TRUE(wait_for_status(s, "tiny-llama", "unloaded"));
+  EXPECT_EQ(s.metric("kvserve:model_unloads_total"), 1);
+  // A request's keep_alive wins: -1 keeps it loaded past the default.
+  ASSERT_EQ(s.post("/api/generate", {{"model", "tiny-qwen2"}, {"keep_alive", -1}})->status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_EQ(s.statuses().at("tiny-qwen2"), "loaded");
+  EXPECT_EQ(s.get("/api/ps")["models"][0]["expires_at"], "9999-12-31T23:59:59Z");
+}
+
+TEST_F(ModelRouterTest, RequestKeepAliveSetsWhenItsModelIsUnloaded) {
+  RouterServer s(two_models(dir_), 2);  // the default: kept until unloaded
+  json chat = {{"model", "tiny-llama"}, {"stream", false}, {"options", {{"num_predict", 4}}},
+               {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}, {"keep_alive", "30m"}};
+  ASSERT_EQ(s.post("/api/chat", chat)->status, 200);
+  const json ps = s.get("/api/ps");
+  ASSERT_EQ(ps["models"].size(), 1u);
+  EXPECT_NE(ps["models"][0]["expires_at"], "9999-12-31T23:59:59Z");  // in half an hour
+  chat["keep_alive"] = "300ms";
+  ASSERT_EQ(s.post("/api/chat", chat)->status, 200);
+  EXPECT_TRUE(wait_for_status(s, "tiny-llama", "unloaded"));
+  chat["keep_alive"] = 0;  // generates, then unloads as soon as its request ends
+  ASSERT_EQ(s.post("/api/chat", chat)->status, 200);
+  EXPECT_EQ(s.statuses().at("tiny-llama"), "unloaded");
+  chat["keep_alive"] = "soon";
+  EXPECT_EQ(s.post("/api/chat", chat)->status, 400);
+  // kvserve's extension: the OpenAI paths take keep_alive too.
+  json openai = completion("tiny-qwen2", 4);
+  openai["keep_alive"] = 0;
+  text_of(s.post("/v1/completions", openai));
+  EXPECT_EQ(s.statuses().at("tiny-qwen2"), "unloaded");
+  openai["keep_alive"] = json::array();
+  EXPECT_EQ(s.post("/v1/completions", openai)->status, 400);
+}
+
+TEST_F(ModelRouterTest, MetricsLabelEachLoadedModelsEngineSeries) {
+  RouterServer s(two_models(dir_), 2);
+  text_of(s.post("/v1/completions", completion("tiny-llama", 5)));
+  text_of(s.post("/v1/completions", completion("tiny-qwen2", 7)));
+  EXPECT_EQ(s.metric("kvserve_generation_tokens_total{model=\"tiny-llama\"}"), 5);
+  EXPECT_EQ(s.metric("kvserve_generation_tokens_total{model=\"tiny-qwen2\"}"), 7);
+  EXPECT_EQ(s.metric("vllm:num_requests_running{model=\"tiny-qwen2\",model_name=\"tiny-qwen2\"}"), 0);
+  EXPECT_GT(s.metric("kvserve:model_memory_bytes{model=\"tiny-llama\"}"), 0);
+  const std::string text = s.metrics_text();
+  size_t families = 0;
+  for (size_t at = text.find("# TYPE kvserve_generation_tokens_total "); at != std::string::npos;
+       at = text.find("# TYPE kvserve_generation_tokens_total ", at + 1))
+    ++families;
+  EXPECT_EQ(families, 1u) << text;  // one family, a sample per model
+  EXPECT_NE(text.find("\nkvserve_requests_rejected_total 0\n"), std::string::npos);  // the server's own: unlabelled
+}
+
+TEST_F(ModelRouterTest, PresetAliasesAndOptionsAreServed) {
+  std::vector<server::ModelSource> sources = {{"chat", dir_.path("tiny-llama")}, {"story", dir_.path("tiny-qwen2")}};
+  sources[0].options.context = 64;
+  const std::string llama = one_model_answer(dir_.path("tiny-llama"));
+  RouterServer s(std::move(sources), 2);
+  EXPECT_EQ(s.statuses(), (std::map<std::string, std::string>{{"chat", "unloaded"}, {"story", "unloaded"}}));
+  EXPECT_EQ(s.get("/api/tags")["models"][0]["name"], "chat:latest");
+  EXPECT_EQ(text_of(s.post("/v1/completions", completion("chat"))), llama);
+  EXPECT_EQ(s.get("/v1/models")["data"][0]["meta"]["context_length"], 64);
+  auto r = s.post("/v1/completions", completion("chat", 100));  // 64 tokens of context: too long
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
 }
 
 }  // namespace

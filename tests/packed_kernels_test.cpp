@@ -183,9 +183,6 @@ TEST(PackedMatmul, UnpackableTypesAreRefused) {
 INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatmul, ::testing::ValuesIn(kPackedTypes),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
-}  // namespace
-}  // namespace kvserve
-
 // matmul_tasks (a mixture of experts' experts in one parallel region): every
 // product, over its own rows of activations, equals its own matmul() bit for
 // bit, on repacked weights of several types (K-quant and 32-blocks, as real
@@ -228,3 +225,6 @@ TEST(MatmulTasks, EachProductEqualsItsMatmulAlone) {
       EXPECT_EQ(together[p], alone[p]) << "product " << p << " on " << isa_name(isa);
   }
 }
+
+}  // namespace
+}  // namespace kvserve

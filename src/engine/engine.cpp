@@ -61,21 +61,28 @@ struct Pending {
   EventCallback on_event;
 };
 
-// The pools' sizes for this model and these options (kv/kv_pool_sizing.h).
-KVPoolBlocks pool_blocks(const ModelConfig& c, const EngineOptions& o, int64_t context) {
+// What the engine asks of its pools for this model and these options (kv/kv_pool_sizing.h).
+KVPoolRequest pool_request(const ModelConfig& c, const EngineOptions& o, const ModelConfig* draft) {
   KVPoolRequest r;
   r.block_size = o.block_size;
   r.type = o.kv_type;
-  r.context = context;
+  r.context = std::min(o.max_context, c.context_length);
   r.sequences = o.max_running;
   r.chunk = o.max_batch_tokens;
   r.blocks = o.kv_blocks;
   r.memory_bytes = o.kv_memory_bytes;
-  if (o.draft_model != nullptr && o.block_size > 0)
-    r.extra_bytes_per_block = DraftModelBatch::bytes_per_block(o.draft_model->config(), o.block_size);
+  if (draft != nullptr && o.block_size > 0) r.extra_bytes_per_block = DraftModelBatch::bytes_per_block(*draft, o.block_size);
   // A pipeline's stages mirror one pool shape: its ranks keep every position (docs/scaling.md).
   r.sliding_group = o.sliding_window_kv && o.pipeline.comm == nullptr;
-  return kv_pool_blocks(c.kv_shape(), r);
+  return r;
+}
+
+const ModelConfig* draft_config(const EngineOptions& o) {
+  return o.draft_model == nullptr ? nullptr : &o.draft_model->config();
+}
+
+KVPoolBlocks pool_blocks(const ModelConfig& c, const EngineOptions& o) {
+  return kv_pool_blocks(c.kv_shape(), pool_request(c, o, draft_config(o)));
 }
 
 // Every layer here, or the first stage of a pipeline (the model is then rank 0's slice).
@@ -91,7 +98,7 @@ class Engine::Impl {
  public:
   Impl(const Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
       : model_(model), tokenizer_(tokenizer), options_(options),
-        pools_(pool_blocks(model.config(), options, std::min(options.max_context, model.config().context_length))),
+        pools_(pool_blocks(model.config(), options)),
         // The longest sequence must fit in the context and in the whole pool
         // (the sliding pool holds at least one sequence's window: pool_blocks).
         context_limit_(std::min({options.max_context, model.config().context_length, pools_.full * options.block_size})),
@@ -397,6 +404,11 @@ const EngineOptions& checked_options(const Model& model, const EngineOptions& op
   return options;
 }
 }  // namespace
+
+int64_t planned_kv_pool_bytes(const ModelConfig& config, const EngineOptions& options, const ModelConfig* draft) {
+  const KVPoolRequest request = pool_request(config, options, draft);
+  return kv_pool_bytes(config.kv_shape(), request, kv_pool_blocks(config.kv_shape(), request));
+}
 
 Engine::Engine(const Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
     : impl_(std::make_unique<Impl>(model, tokenizer, checked_options(model, options))) {

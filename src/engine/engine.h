@@ -25,6 +25,7 @@ namespace kvserve {
 // Used here only by pointer or reference: their users include them.
 class CompiledConstraint;  // grammar/token_constraint.h
 class Model;               // model/model.h
+struct ModelConfig;        // model/config.h
 class Tokenizer;           // tokenizer/tokenizer.h
 struct RequestLimits;      // engine/request_validation.h
 class ValidatedRequest;    // engine/request_validation.h
@@ -154,6 +155,12 @@ struct EngineMetrics {
   int64_t draft_kv_blocks_total = 0; // the draft model's K/V pool (0 without a draft model)
   int64_t draft_kv_blocks_used = 0;
 };
+
+// The bytes of the K/V pools (the target's, and a draft model's with as many blocks) an Engine over a model of
+// this config with these options allocates: the same formula the engine sizes its pools with (kv_pool_sizing.h).
+// draft: the draft model's config (null: none; options.draft_model is not read). Throws kvserve::Error as the
+// Engine's constructor would for options that cannot make a pool.
+int64_t planned_kv_pool_bytes(const ModelConfig& config, const EngineOptions& options, const ModelConfig* draft);
 
 class Engine {
  public:

@@ -78,6 +78,11 @@ constexpr ByteUnit kByteUnits[] = {
     {"mib", int64_t{1} << 20},
     {"gib", int64_t{1} << 30},
     {"tib", int64_t{1} << 40},
+    // One letter, as docker's and the JVM's flags take them (8G, 512M): powers of 1024.
+    {"k", int64_t{1} << 10},
+    {"m", int64_t{1} << 20},
+    {"g", int64_t{1} << 30},
+    {"t", int64_t{1} << 40},
 };
 
 int64_t byte_unit_multiplier(const std::string& unit, const std::string& text, const std::string& flag) {
@@ -85,7 +90,7 @@ int64_t byte_unit_multiplier(const std::string& unit, const std::string& text, c
   for (const ByteUnit& u : kByteUnits)
     if (key == u.suffix) return u.multiplier;
   throw Error(flag + ": unknown size unit '" + unit + "' in '" + text +
-              "' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)");
+              "' (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, or K, M, G, T for KiB to TiB)");
 }
 
 }  // namespace

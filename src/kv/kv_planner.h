@@ -112,7 +112,8 @@ KVMemoryFit fit_kv_in_memory(const KVPlan& plan, const KVPlanRequest& request, i
                              int64_t weights_bytes);
 
 // Parses "80GiB", "500MB", "1.5 GiB", "123456" (bytes). Units: B, KB/MB/GB/TB
-// (powers of 1000) and KiB/MiB/GiB/TiB (powers of 1024), case-insensitive.
+// (powers of 1000) and KiB/MiB/GiB/TiB (powers of 1024), case-insensitive;
+// one letter K/M/G/T ("8G", "512M") is KiB/MiB/GiB/TiB.
 // Fractions round down to whole bytes. Bad text throws naming `flag`.
 int64_t parse_byte_size(const std::string& text, const std::string& flag);
 

@@ -35,6 +35,13 @@ KVPoolBlocks kv_pool_blocks(const KVShape& shape, const KVPoolRequest& r) {
   return {full, std::min(full, sliding_cap)};
 }
 
+int64_t kv_pool_bytes(const KVShape& shape, const KVPoolRequest& r, const KVPoolBlocks& pools) {
+  KVModelShape paged = kv_model_shape(shape);
+  if (!r.sliding_group) paged.n_sliding_layers = 0;
+  const KVPageLayout page = kv_page_layout(paged, r.type, r.block_size, r.context, std::max<int64_t>(r.chunk, 1));
+  return pools.full * (page.full_page_bytes + r.extra_bytes_per_block) + pools.sliding * page.sliding_page_bytes;
+}
+
 KVCacheManager make_kv_manager(const KVShape& shape, const KVPoolBlocks& pools, int64_t block_size, bool prefix_caching) {
   if (pools.sliding == 0) return KVCacheManager(pools.full, block_size, prefix_caching);
   return KVCacheManager(pools.full, block_size, prefix_caching, SlidingKVGroup{shape.sliding_window, pools.sliding});

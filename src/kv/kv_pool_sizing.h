@@ -43,6 +43,10 @@ struct KVPoolBlocks {
 // size cannot hold.
 KVPoolBlocks kv_pool_blocks(const KVShape& shape, const KVPoolRequest& request);
 
+// The bytes pools of these sizes take (K/V of both groups, and the extra bytes of
+// each full block): what PagedKVStorage and a draft model's pool allocate.
+int64_t kv_pool_bytes(const KVShape& shape, const KVPoolRequest& request, const KVPoolBlocks& pools);
+
 // The block tables and the K/V bytes of pools of these sizes.
 KVCacheManager make_kv_manager(const KVShape& shape, const KVPoolBlocks& pools, int64_t block_size, bool prefix_caching);
 PagedKVStorage make_kv_storage(const KVShape& shape, const KVPoolBlocks& pools, int64_t block_size, KVType type);

@@ -15,6 +15,7 @@
 #include "server/infill_request.h"
 #include "server/json_input.h"
 #include "server/llama_server_encoder.h"
+#include "server/metric_labels.h"
 #include "server/ollama_request.h"
 #include "server/responses_encoder.h"
 #include "server/responses_request.h"
@@ -22,6 +23,7 @@
 #include "server/generation_response.h"
 #include "server/open_file_limit.h"
 #include "server/response_format.h"
+#include "server/rfc3339_time.h"
 #include "server/tool_constraint.h"
 #include "server/webui.h"
 
@@ -87,13 +89,19 @@ ApiServer::ApiServer(Engine& engine, const Model& model, const Tokenizer& tokeni
       }) {}
 
 ApiServer::ApiServer(std::vector<ModelSource> models, RouterLimits limits, ModelLoadOptions load_options,
-                     EngineOptions engine_options, ServerOptions options)
+                     EngineOptions engine_options, ServerOptions options, ModelLoadOptions draft_load_options)
     : ApiServer(std::move(options), engine_options, [&](const ServerOptions& o) {
-        ModelLoader loader = [load_options, engine_options, settings = ServedModelSettings{o.speculation, o.constraints}](
-                                 const ModelSource& source) {
-          return ServedModel::load(source.id, source.path, load_options, engine_options, settings);
+        const ServedModelSettings settings{o.speculation, o.constraints};
+        ModelLoader loader = [load_options, draft_load_options, engine_options, settings](const ModelSource& source) {
+          const ModelSetup setup = model_setup(source.id, source.options, engine_options, settings.speculation);
+          return ServedModel::load(source.id, source.path, load_options, setup.engine,
+                                   {setup.speculation, settings.constraints}, setup.draft_path, draft_load_options);
         };
-        return std::make_unique<ModelRouter>(std::move(models), limits, std::move(loader));
+        ModelSizer sizer = [engine_options, speculation = o.speculation](const ModelSource& source) {
+          const ModelSetup setup = model_setup(source.id, source.options, engine_options, speculation);
+          return estimate_model_memory(source.path, setup.draft_path, setup.engine);
+        };
+        return std::make_unique<ModelRouter>(std::move(models), limits, std::move(loader), std::move(sizer));
       }) {}
 
 ApiServer::ApiServer(ServerOptions options, const EngineOptions& engine_options,
@@ -182,7 +190,9 @@ void ApiServer::install_router_routes() {
   s.Post("/models/unload", [this](const auto& req, auto& res) { handle_model_load(req, res, false); });
 }
 
-ModelRouter::Lease ApiServer::lease(const std::string& requested) { return router_->acquire(requested); }
+ModelRouter::Lease ApiServer::lease(const std::string& requested, std::optional<KeepAlive> keep_alive) {
+  return router_->acquire(requested, keep_alive);
+}
 
 void ApiServer::handle_model_load(const httplib::Request& req, httplib::Response& res, bool load) {
   const json body = parse_body(req);
@@ -199,32 +209,40 @@ void ApiServer::handle_model_load(const httplib::Request& req, httplib::Response
 }
 
 void ApiServer::handle_metrics(httplib::Response& res) {
-  // The engine's series are those of the most recently used loaded model (docs/server.md).
-  ModelRouter::Lease shown;
-  uint64_t shown_used = 0;
-  for (ModelRouter::Entry& e : router_->entries(true))
-    if (e.model && (!shown || e.last_used > shown_used)) {
-      shown = std::move(e.model);
-      shown_used = e.last_used;
-    }
-  std::string text;
-  if (shown) {
-    text = metrics_.render(shown->engine.metrics(), router_->fixed() ? options_.model_id : shown->id,
-                           shown->engine.options().block_size);
-  }
   if (!router_->fixed()) {
-    const RouterCounters c = router_->counters();
-    text += "# HELP kvserve:models_loaded Models loaded now (--models-max at most).\n# TYPE kvserve:models_loaded gauge\n";
-    text += "kvserve:models_loaded " + std::to_string(c.loaded) + "\n";
-    text += "# HELP kvserve:model_loads_total Models loaded.\n# TYPE kvserve:model_loads_total counter\n";
-    text += "kvserve:model_loads_total " + std::to_string(c.loads) + "\n";
-    text += "# HELP kvserve:model_unloads_total Models unloaded.\n# TYPE kvserve:model_unloads_total counter\n";
-    text += "kvserve:model_unloads_total " + std::to_string(c.unloads) + "\n";
-    text += "# HELP kvserve:model_load_failures_total Model loads that failed.\n";
-    text += "# TYPE kvserve:model_load_failures_total counter\n";
-    text += "kvserve:model_load_failures_total " + std::to_string(c.load_failures) + "\n";
+    res.set_content(many_model_metrics(), "text/plain; version=0.0.4");
+    return;
   }
-  res.set_content(text, "text/plain; version=0.0.4");
+  const ModelRouter::Lease m = router_->entries(true).at(0).model;  // the one model, always loaded
+  res.set_content(metrics_.render(m->engine.metrics(), options_.model_id, m->engine.options().block_size),
+                  "text/plain; version=0.0.4");
+}
+
+std::string ApiServer::many_model_metrics() {
+  std::vector<std::pair<std::string, std::string>> engines;  // (model id, its engine's series)
+  std::string memory;  // kvserve:model_memory_bytes{model="id"} of each loaded model
+  for (const ModelRouter::Entry& e : router_->entries(true)) {
+    if (!e.model) continue;
+    const EngineMetrics m = e.model->engine.metrics();
+    engines.emplace_back(e.id, ServerMetrics::render_engine(m) +
+                                   ServerMetrics::render_engine_vllm(m, e.id, e.model->engine.options().block_size));
+    memory += "kvserve:model_memory_bytes{model=\"" + prometheus_label_value(e.id) + "\"} " + std::to_string(e.memory) + "\n";
+  }
+  std::string text = merge_labelled(engines, "model") + metrics_.render_server();
+  const RouterCounters c = router_->counters();
+  auto counter_line = [&](const std::string& name, const char* type, const std::string& help, int64_t value) {
+    text += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + std::to_string(value) + "\n";
+  };
+  counter_line("kvserve:models_loaded", "gauge", "Models loaded now (--models-max at most).", static_cast<int64_t>(c.loaded));
+  counter_line("kvserve:model_loads_total", "counter", "Models loaded.", static_cast<int64_t>(c.loads));
+  counter_line("kvserve:model_unloads_total", "counter", "Models unloaded.", static_cast<int64_t>(c.unloads));
+  counter_line("kvserve:model_load_failures_total", "counter", "Model loads that failed.", static_cast<int64_t>(c.load_failures));
+  counter_line("kvserve:models_memory_budget_bytes", "gauge", "--models-memory (0: no budget).", c.memory_budget);
+  counter_line("kvserve:models_memory_used_bytes", "gauge", "Weights + KV pools counted for the loaded and loading models.",
+         c.memory_used);
+  text += "# HELP kvserve:model_memory_bytes Weights + KV pools of each loaded model.\n"
+          "# TYPE kvserve:model_memory_bytes gauge\n" + memory;
+  return text;
 }
 
 void ApiServer::check_api_key(const httplib::Request& req) const {
@@ -239,7 +257,8 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
   const Clock::time_point arrival = Clock::now();
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
   const RequestBody body = parse_request_body(req.body);  // the body's one parse
-  ModelRouter::Lease m = lease(requested_model(body.tree));
+  // keep_alive: Ollama's field, taken here too (llama-server has none; other servers ignore it).
+  ModelRouter::Lease m = lease(requested_model(body.tree), keep_alive_field(body.tree));
   ParsedRequest parsed = prepare(*m, endpoint, body.tree, body.schemas_in_order);
   auto encoder = std::make_unique<OpenAiEncoder>(ResponseFormatter(m->tokenizer, parsed, m->id), parsed.include_usage);
   run(std::move(m), std::move(parsed), std::move(encoder), arrival, req, res);
@@ -341,7 +360,10 @@ void ApiServer::handle_ollama_generation(OllamaShape shape, const httplib::Reque
     write_json(res, ollama_load_answer(shape, requested, *generation.load_reason));
     return;
   }
-  ModelRouter::Lease m = lease(requested);  // with nothing to generate, this is Ollama's way to load it
+  // With nothing to generate, this is Ollama's way to load it; keep_alive holds from when its requests end.
+  const Clock::time_point leasing = Clock::now();
+  ModelRouter::Lease m = lease(requested, generation.keep_alive);
+  const Clock::duration load = router_->fixed() ? Clock::duration{} : Clock::now() - leasing;
   const std::string model_name = requested.empty() ? m->ollama.name() : requested;  // Ollama echoes the name given
   if (generation.load_reason) {  // nothing to generate: the model is loaded now (a single -m: it stays so)
     write_json(res, ollama_load_answer(shape, model_name, *generation.load_reason));
@@ -355,7 +377,7 @@ void ApiServer::handle_ollama_generation(OllamaShape shape, const httplib::Reque
   }
   if (generation.thinking_asked && !parsed->template_reasons)
     throw invalid("think", "\"" + model_name + "\" does not support thinking");
-  auto encoder = std::make_unique<OllamaEncoder>(*parsed, shape, model_name, arrival);
+  auto encoder = std::make_unique<OllamaEncoder>(*parsed, shape, model_name, arrival, load);
   run(std::move(m), std::move(*parsed), std::move(encoder), arrival, req, res);
 }
 
@@ -377,8 +399,15 @@ void ApiServer::handle_ollama_tags(httplib::Response& res) {
 
 void ApiServer::handle_ollama_ps(httplib::Response& res) {
   json models = json::array();
-  for (const ModelRouter::Entry& e : router_->entries(true))
-    if (e.model) models.push_back(e.model->ollama.ps()["models"][0]);
+  const auto steady_now = std::chrono::steady_clock::now();
+  for (const ModelRouter::Entry& e : router_->entries(true)) {
+    if (!e.model) continue;
+    json model = e.model->ollama.ps()["models"][0];
+    if (e.expires_at)  // idle with a finite keep_alive: when the keep_alive thread unloads it
+      model["expires_at"] = rfc3339_utc(std::chrono::system_clock::now() +
+                                        std::chrono::duration_cast<std::chrono::system_clock::duration>(*e.expires_at - steady_now));
+    models.push_back(std::move(model));
+  }
   write_json(res, {{"models", models}});
 }
 

@@ -68,9 +68,10 @@ class ApiServer {
   ApiServer(Engine& engine, const Model& model, const Tokenizer& tokenizer, ChatTemplate chat_template,
             ServerOptions options);
   // Many models (serve -m A -m B, --models-dir; docs/server.md "Many models"): each loaded on demand with these
-  // options, at most limits.max_loaded at once. options.model_id is not used.
+  // options (a model's preset options over them: model_setup), at most limits.max_loaded at once and within
+  // limits.memory_budget; draft_load_options load the draft models presets name. options.model_id is not used.
   ApiServer(std::vector<ModelSource> models, RouterLimits limits, ModelLoadOptions load_options,
-            EngineOptions engine_options, ServerOptions options);
+            EngineOptions engine_options, ServerOptions options, ModelLoadOptions draft_load_options = {});
   ~ApiServer();
   ApiServer(const ApiServer&) = delete;
   ApiServer& operator=(const ApiServer&) = delete;
@@ -107,10 +108,12 @@ class ApiServer {
   void handle_ollama_tags(httplib::Response& res);
   void handle_ollama_ps(httplib::Response& res);
   void handle_metrics(httplib::Response& res);
+  // A many-model server's: each loaded model's engine series labelled {model="id"}, and the router's.
+  std::string many_model_metrics();
   // POST /models/load and /models/unload (llama-server's router): {"model": "..."}.
   void handle_model_load(const httplib::Request& req, httplib::Response& res, bool load);
   // The model a request names (its "model"; "": the default), loaded: throws ApiError (model_router.h).
-  ModelRouter::Lease lease(const std::string& requested);
+  ModelRouter::Lease lease(const std::string& requested, std::optional<KeepAlive> keep_alive = std::nullopt);
   // A generation body parsed, its tool-call grammar added and its constraint compiled; throws ApiError.
   ParsedRequest prepare(ServedModel& m, Endpoint endpoint, const nlohmann::json& body, const KeyOrderCapture::Copies& schemas_in_order,
                         MaxTokens max_tokens = MaxTokens::kExact);

@@ -1,5 +1,7 @@
 #include "server/model_router.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -25,6 +27,27 @@ std::vector<ModelSource> models_in_dir(const std::string& dir) {
   return out;
 }
 
+namespace {
+
+// Frees unloaded models (their last references, outside the router's lock) and gives the freed heap back to the
+// system: once glibc's mmap threshold has grown past a freed pool's size it keeps such blocks in its heap, and an
+// unloaded model's K/V pool and repacked weights would stay resident (docs/server.md, "Memory budget").
+void free_models(std::vector<std::shared_ptr<ServedModel>>& models) {
+  if (models.empty()) return;
+  models.clear();
+#ifdef __GLIBC__
+  ::malloc_trim(0);
+#endif
+}
+
+void free_model(std::shared_ptr<ServedModel>& model) {
+  std::vector<std::shared_ptr<ServedModel>> one;
+  if (model) one.push_back(std::move(model));
+  free_models(one);
+}
+
+}  // namespace
+
 // Held by every copy of one lease: its release tells the router.
 struct ModelRouter::LeaseToken {
   ModelRouter* router;
@@ -46,10 +69,12 @@ ModelRouter::ModelRouter(std::shared_ptr<ServedModel> fixed) : fixed_(true) {
   counters_.loaded = 1;
 }
 
-ModelRouter::ModelRouter(std::vector<ModelSource> sources, RouterLimits limits, ModelLoader loader)
-    : fixed_(false), limits_(limits), loader_(std::move(loader)) {
+ModelRouter::ModelRouter(std::vector<ModelSource> sources, RouterLimits limits, ModelLoader loader, ModelSizer sizer)
+    : fixed_(false), limits_(limits), loader_(std::move(loader)), sizer_(std::move(sizer)) {
   if (sources.empty()) throw Error("no models to serve");
   if (limits_.max_loaded < 1) throw Error("--models-max must be at least 1");
+  if (limits_.memory_budget < 0) throw Error("--models-memory must not be negative");
+  if (limits_.memory_budget > 0 && !sizer_) throw Error("a memory budget needs a way to size the models");
   for (ModelSource& s : sources) {
     for (const Slot& other : slots_)
       if (other.source.id == s.id)
@@ -58,6 +83,8 @@ ModelRouter::ModelRouter(std::vector<ModelSource> sources, RouterLimits limits, 
     slot.source = std::move(s);
     slots_.push_back(std::move(slot));
   }
+  counters_.memory_budget = limits_.memory_budget;
+  expiry_thread_ = std::thread([this] { expire_loop(); });
 }
 
 ModelRouter::~ModelRouter() { shutdown(); }
@@ -82,14 +109,41 @@ const std::string& ModelRouter::resolve(const std::string& requested) const {
   return slots_[index_of(requested)].source.id;
 }
 
-ModelRouter::Lease ModelRouter::lease_locked(size_t index, bool touch) {
+// A name, or none: the most recently used loaded model, else the first.
+size_t ModelRouter::pick_locked(const std::string& requested) const {
+  if (!requested.empty() || fixed_) return index_of(requested);
+  size_t index = 0;
+  uint64_t latest = 0;
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].state == State::kLoaded && slots_[i].last_used >= latest) {
+      latest = slots_[i].last_used;
+      index = i;
+    }
+  return index;
+}
+
+ModelRouter::Lease ModelRouter::lease_locked(size_t index, bool touch, std::optional<KeepAlive> keep_alive) {
   Slot& slot = slots_[index];
   ++slot.active;
   if (touch) slot.last_used = ++tick_;
+  if (touch && !fixed_) {  // a request: its keep_alive (or the server's) holds from when the model goes idle
+    slot.keep_alive = keep_alive.value_or(limits_.keep_alive);
+    slot.unload_when_idle = slot.keep_alive.count() == 0;
+  }
   // Made in place: a temporary LeaseToken would release on destruction.
   std::shared_ptr<LeaseToken> token(new LeaseToken{this, index, touch, slot.model});
   ServedModel* model = token->model.get();
   return Lease(std::move(token), model);
+}
+
+std::shared_ptr<ServedModel> ModelRouter::unload_locked(size_t index) {
+  Slot& slot = slots_[index];
+  slot.state = State::kUnloaded;
+  slot.unload_when_idle = false;
+  slot.expires_at.reset();
+  ++counters_.unloads;
+  --counters_.loaded;
+  return std::move(slot.model);
 }
 
 void ModelRouter::release(size_t index, bool touch) {
@@ -99,118 +153,182 @@ void ModelRouter::release(size_t index, bool touch) {
     Slot& slot = slots_[index];
     --slot.active;
     if (touch) slot.last_used = ++tick_;
-    if (slot.active == 0 && slot.unload_when_idle && slot.state == State::kLoaded) {
-      unloaded = std::move(slot.model);
-      slot.state = State::kUnloaded;
-      slot.unload_when_idle = false;
-      ++counters_.unloads;
-      --counters_.loaded;
+    if (slot.active == 0 && slot.state == State::kLoaded) {
+      if (slot.unload_when_idle) unloaded = unload_locked(index);
+      else if (touch && slot.keep_alive.count() > 0) slot.expires_at = Clock::now() + slot.keep_alive;
+      else if (touch) slot.expires_at.reset();
     }
   }
+  free_model(unloaded);  // before the wake-up: a request waiting for memory finds it given back
   changed_.notify_all();
+  expiry_changed_.notify_all();
 }
 
-ModelRouter::Lease ModelRouter::acquire(const std::string& requested) {
-  std::unique_lock lock(mutex_);
-  size_t index = 0;
-  if (!requested.empty() || fixed_) {
-    index = index_of(requested);
-  } else {  // no name: the most recently used loaded model, else the first
-    uint64_t latest = 0;
-    for (size_t i = 0; i < slots_.size(); ++i)
-      if (slots_[i].state == State::kLoaded && slots_[i].last_used >= latest) {
-        latest = slots_[i].last_used;
-        index = i;
-      }
+int64_t ModelRouter::used_memory_locked() const {
+  int64_t used = 0;
+  for (const Slot& s : slots_)
+    if (s.state != State::kUnloaded && s.memory) used += s.memory->total();
+  return used;
+}
+
+bool ModelRouter::make_room_locked(size_t index, std::vector<std::shared_ptr<ServedModel>>& freed) {
+  const int64_t need = limits_.memory_budget > 0 && slots_[index].memory ? slots_[index].memory->total() : 0;
+  size_t in_use = 0;
+  std::vector<size_t> idle;  // loaded with no lease out, least recently used first
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].state == State::kUnloaded) continue;
+    ++in_use;
+    if (slots_[i].state == State::kLoaded && slots_[i].active == 0) idle.push_back(i);
   }
-  const auto deadline = std::chrono::steady_clock::now() + limits_.slot_wait;
+  std::sort(idle.begin(), idle.end(), [&](size_t a, size_t b) { return slots_[a].last_used < slots_[b].last_used; });
+  int64_t used = used_memory_locked();
+  auto fits = [&] { return in_use < limits_.max_loaded && (limits_.memory_budget == 0 || used + need <= limits_.memory_budget); };
+  size_t victims = 0;
+  for (; victims < idle.size() && !fits(); ++victims) {
+    --in_use;
+    used -= slots_[idle[victims]].memory ? slots_[idle[victims]].memory->total() : 0;
+  }
+  if (!fits()) return false;
+  for (size_t v = 0; v < victims; ++v) freed.push_back(unload_locked(idle[v]));
+  return true;
+}
+
+ApiError ModelRouter::load_failure_locked(size_t index, const std::string& why) {
+  ++counters_.load_failures;
+  const ModelSource& source = slots_[index].source;
+  return ApiError(500, "model \"" + source.id + "\" failed to load from " + source.path + ": " + why, "model",
+                  "server_error");
+}
+
+void ModelRouter::size_locked(std::unique_lock<std::mutex>& lock, size_t index) {
+  const ModelSource source = slots_[index].source;
+  lock.unlock();
+  std::optional<ModelMemory> memory;
+  std::string failure;
+  try {
+    memory = sizer_(source);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  lock.lock();
+  if (!memory) throw load_failure_locked(index, failure);
+  if (!slots_[index].memory) slots_[index].memory = memory;
+}
+
+ModelRouter::Lease ModelRouter::acquire(const std::string& requested, std::optional<KeepAlive> keep_alive) {
+  std::unique_lock lock(mutex_);
+  const size_t index = pick_locked(requested);
+  const auto deadline = Clock::now() + limits_.slot_wait;
   for (;;) {
     if (shut_down_) throw ApiError(503, "the server is shutting down", {}, "server_error");
     Slot& slot = slots_[index];
-    if (slot.state == State::kLoaded) return lease_locked(index, true);
+    if (slot.state == State::kLoaded) return lease_locked(index, true, keep_alive);
     if (slot.state == State::kLoading) {  // another request loads it: wait for that
       changed_.wait(lock);
       continue;
     }
-    // Unloaded: it needs a slot, made by unloading the least recently used idle model if none is free.
-    size_t in_use = 0;
-    std::optional<size_t> victim;
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      const Slot& s = slots_[i];
-      if (s.state == State::kUnloaded) continue;
-      ++in_use;
-      if (s.state == State::kLoaded && s.active == 0 && (!victim || s.last_used < slots_[*victim].last_used)) victim = i;
+    if (limits_.memory_budget > 0 && !slot.memory) {
+      size_locked(lock, index);
+      continue;  // the lock was let go: look again
     }
-    if (in_use >= limits_.max_loaded && !victim) {  // every loaded model is busy: wait for one to go idle
-      if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && std::chrono::steady_clock::now() >= deadline)
-        throw ApiError(503,
-                       "model \"" + slot.source.id + "\" waits for a slot: all " + std::to_string(limits_.max_loaded) +
-                           " loaded models stayed busy (--models-max)",
-                       {}, "server_error");
-      continue;
-    }
-    std::shared_ptr<ServedModel> unloaded;
-    if (in_use >= limits_.max_loaded) {
-      Slot& v = slots_[*victim];
-      unloaded = std::move(v.model);
-      v.state = State::kUnloaded;
-      v.unload_when_idle = false;
-      ++counters_.unloads;
-      --counters_.loaded;
-    }
-    slot.state = State::kLoading;
-    const ModelSource source = slot.source;
-    lock.unlock();
-    unloaded.reset();  // its memory goes back before the next model loads
-    std::unique_ptr<ServedModel> loaded;
-    std::string failure;
-    try {
-      loaded = loader_(source);
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-    lock.lock();
-    Slot& s = slots_[index];
-    if (!loaded) {
-      s.state = State::kUnloaded;
+    const int64_t need = limits_.memory_budget > 0 ? slot.memory->total() : 0;
+    if (need > limits_.memory_budget && limits_.memory_budget > 0) {
       ++counters_.load_failures;
-      lock.unlock();
-      changed_.notify_all();
-      throw ApiError(500, "model \"" + source.id + "\" failed to load from " + source.path + ": " + failure, "model",
-                     "server_error");
+      throw ApiError(500,
+                     "model \"" + slot.source.id + "\" needs " + format_bytes(need) + " (weights " +
+                         format_bytes(slot.memory->weights) + " + KV pool " + format_bytes(slot.memory->kv) +
+                         "), more than --models-memory " + format_bytes(limits_.memory_budget),
+                     "model", "server_error");
     }
-    s.model = std::shared_ptr<ServedModel>(std::move(loaded));
-    s.state = State::kLoaded;
-    ++counters_.loads;
-    ++counters_.loaded;
-    Lease lease = lease_locked(index, true);
-    if (shut_down_) s.model->engine.shutdown(false);
+    std::vector<std::shared_ptr<ServedModel>> freed;
+    if (make_room_locked(index, freed)) return load_locked(lock, index, keep_alive, std::move(freed));
+    // Busy models hold the slots or the memory it needs: wait for one to go idle.
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && Clock::now() >= deadline) {
+      const std::string why = limits_.memory_budget > 0
+                                  ? "busy models hold " + format_bytes(used_memory_locked()) + " of --models-memory " +
+                                        format_bytes(limits_.memory_budget) + " and it needs " + format_bytes(need)
+                                  : "all " + std::to_string(limits_.max_loaded) + " loaded models stayed busy (--models-max)";
+      throw ApiError(503, "model \"" + slot.source.id + "\" waits for a slot: " + why, {}, "server_error");
+    }
+  }
+}
+
+ModelRouter::Lease ModelRouter::load_locked(std::unique_lock<std::mutex>& lock, size_t index,
+                                            std::optional<KeepAlive> keep_alive,
+                                            std::vector<std::shared_ptr<ServedModel>> freed) {
+  slots_[index].state = State::kLoading;  // its room is taken: counted in --models-max and --models-memory
+  const ModelSource source = slots_[index].source;
+  lock.unlock();
+  free_models(freed);  // the unloaded models' memory goes back before this one loads
+  std::unique_ptr<ServedModel> loaded;
+  std::string failure;
+  try {
+    loaded = loader_(source);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  lock.lock();
+  Slot& s = slots_[index];
+  if (!loaded) {
+    s.state = State::kUnloaded;
+    ApiError error = load_failure_locked(index, failure);
     lock.unlock();
     changed_.notify_all();
-    return lease;
+    throw error;
   }
+  if (sizer_) s.memory = loaded->memory();  // measured: what the next load of it is counted with
+  s.model = std::shared_ptr<ServedModel>(std::move(loaded));
+  s.state = State::kLoaded;
+  ++counters_.loads;
+  ++counters_.loaded;
+  Lease lease = lease_locked(index, true, keep_alive);
+  if (shut_down_) s.model->engine.shutdown(false);
+  lock.unlock();
+  changed_.notify_all();
+  return lease;
 }
 
 std::string ModelRouter::unload(const std::string& requested) {
   if (fixed_) throw ApiError(400, "this server serves one model (-m): it stays loaded", "model");
   std::shared_ptr<ServedModel> unloaded;
-  std::string answer;
   {
     std::lock_guard lock(mutex_);
-    Slot& slot = slots_[index_of(requested)];
+    const size_t index = index_of(requested);
+    Slot& slot = slots_[index];
     if (slot.state != State::kLoaded) return "not loaded";
     if (slot.active > 0) {
       slot.unload_when_idle = true;
       return "unloading";
     }
-    unloaded = std::move(slot.model);
-    slot.state = State::kUnloaded;
-    ++counters_.unloads;
-    --counters_.loaded;
+    unloaded = unload_locked(index);
   }
+  free_model(unloaded);
   changed_.notify_all();
-  unloaded.reset();
   return "unloaded";
+}
+
+void ModelRouter::expire_loop() {
+  std::unique_lock lock(mutex_);
+  while (!shut_down_) {
+    const Clock::time_point now = Clock::now();
+    std::vector<std::shared_ptr<ServedModel>> expired;
+    std::optional<Clock::time_point> next;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const Slot& s = slots_[i];
+      if (s.state != State::kLoaded || s.active > 0 || !s.expires_at) continue;
+      if (*s.expires_at <= now) expired.push_back(unload_locked(i));
+      else if (!next || *s.expires_at < *next) next = s.expires_at;
+    }
+    if (!expired.empty()) {
+      lock.unlock();
+      free_models(expired);  // outside the lock
+      changed_.notify_all();
+      lock.lock();
+      continue;
+    }
+    if (next) expiry_changed_.wait_until(lock, *next);
+    else expiry_changed_.wait(lock);
+  }
 }
 
 std::vector<ModelRouter::Entry> ModelRouter::entries(bool leases_for_loaded) {
@@ -220,9 +338,9 @@ std::vector<ModelRouter::Entry> ModelRouter::entries(bool leases_for_loaded) {
     const Slot& s = slots_[i];
     Entry e{s.source.id, s.source.path,
             s.state == State::kLoaded ? "loaded" : s.state == State::kLoading ? "loading" : "unloaded", nullptr,
-            s.last_used};
+            s.last_used, s.memory ? s.memory->total() : 0, s.active == 0 ? s.expires_at : std::nullopt};
     if (leases_for_loaded && s.state == State::kLoaded) {
-      e.model = lease_locked(i, false);  // a look, not a use: the LRU order stays
+      e.model = lease_locked(i, false, std::nullopt);  // a look, not a use: the LRU order stays
     }
     out.push_back(std::move(e));
   }
@@ -231,7 +349,9 @@ std::vector<ModelRouter::Entry> ModelRouter::entries(bool leases_for_loaded) {
 
 RouterCounters ModelRouter::counters() const {
   std::lock_guard lock(mutex_);
-  return counters_;
+  RouterCounters c = counters_;
+  c.memory_used = used_memory_locked();
+  return c;
 }
 
 void ModelRouter::shutdown() {
@@ -243,6 +363,10 @@ void ModelRouter::shutdown() {
       if (s.model) loaded.push_back(s.model);
   }
   changed_.notify_all();
+  expiry_changed_.notify_all();
+  std::call_once(expiry_joined_, [this] {
+    if (expiry_thread_.joinable()) expiry_thread_.join();
+  });
   for (auto& m : loaded) m->engine.shutdown(false);
 }
 

@@ -31,12 +31,13 @@ std::string ndjson_line(const json& value) { return dump_json(value) + "\n"; }
 }  // namespace
 
 OllamaEncoder::OllamaEncoder(const ParsedRequest& request, OllamaShape shape, std::string model_name,
-                             Clock::time_point arrival)
+                             Clock::time_point arrival, Clock::duration load)
     : syntax_(chat_output_syntax(request)),
       output_(syntax_),
       shape_(shape),
       model_(std::move(model_name)),
       arrival_(arrival),
+      load_(load),
       prompt_tokens_(static_cast<int64_t>(request.requests.at(0).request().prompt.size())) {}
 
 json OllamaEncoder::answer(const ChatDelta& parts, const std::vector<ToolCall>& calls, size_t first_call,
@@ -63,9 +64,9 @@ void OllamaEncoder::add_final_fields(json& out, const std::string& finish_reason
                                      Clock::time_point finished_at) const {
   out["done_reason"] = finish_reason == "length" ? "length" : "stop";
   out["total_duration"] = nanoseconds_between(arrival_, finished_at);
-  out["load_duration"] = 0;  // the one model is loaded before the server listens
+  out["load_duration"] = nanoseconds_between(arrival_, arrival_ + load_);  // 0 for a one-model server's
   out["prompt_eval_count"] = prompt_tokens;
-  out["prompt_eval_duration"] = nanoseconds_between(arrival_, first_event_at);
+  out["prompt_eval_duration"] = nanoseconds_between(arrival_ + load_, first_event_at);
   out["eval_count"] = completion_tokens;
   out["eval_duration"] = nanoseconds_between(first_event_at, finished_at);
 }

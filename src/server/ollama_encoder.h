@@ -23,8 +23,10 @@ enum class OllamaShape { kChat, kGenerate };
 
 class OllamaEncoder : public ResponseEncoder {
  public:
-  // One choice (Ollama has no n). `arrival`: when the request came, where its durations start.
-  OllamaEncoder(const ParsedRequest& request, OllamaShape shape, std::string model_name, Clock::time_point arrival);
+  // One choice (Ollama has no n). `arrival`: when the request came, where its durations start. `load`: how long
+  // it waited for its model (a load, or room for one, on a many-model server): load_duration, and not prompt time.
+  OllamaEncoder(const ParsedRequest& request, OllamaShape shape, std::string model_name, Clock::time_point arrival,
+                Clock::duration load = {});
 
   nlohmann::json whole(const std::vector<ChoiceResult>& choices) override;
   std::string stream_event(const ChoiceEvent& event) override;
@@ -51,6 +53,7 @@ class OllamaEncoder : public ResponseEncoder {
   OllamaShape shape_;
   std::string model_;
   Clock::time_point arrival_;
+  Clock::duration load_;
   // Streaming: the calls so far (pieces joined), and the counts, times and reason of the answer.
   std::vector<ToolCall> calls_;
   int64_t prompt_tokens_ = 0;

@@ -54,37 +54,10 @@ void refuse_images(const json& obj, const std::string& param) {
   throw invalid(param, param + ": images are not supported (kvserve serves text-only models)");
 }
 
-// Go's time.ParseDuration syntax ("5m", "1h30m", "300ms", "-1s") or a plain
-// number of seconds, as a string or a number.
-bool valid_duration_text(const std::string& text) {
-  static const std::set<std::string> kUnits = {"ns", "us", "µs", "ms", "s", "m", "h"};
-  size_t i = text.starts_with("-") || text.starts_with("+") ? 1 : 0;
-  if (i == text.size()) return false;
-  if (text.find_first_not_of("0123456789.", i) == std::string::npos) return true;  // seconds
-  while (i < text.size()) {
-    const size_t digits = text.find_first_not_of("0123456789.", i);
-    if (digits == i || digits == std::string::npos) return false;
-    const size_t unit_end = text.find_first_of("0123456789.", digits);
-    if (!kUnits.contains(text.substr(digits, unit_end - digits))) return false;
-    i = unit_end == std::string::npos ? text.size() : unit_end;
-  }
-  return true;
-}
-
-// keep_alive: checked, and whether it asks to unload (0); the one model stays loaded whatever it says (docs/server.md).
-bool keep_alive_is_zero(const json& body) {
-  const json* v = field(body, "keep_alive");
-  if (!v) return false;
-  if (v->is_number()) return v->get<double>() == 0;
-  if (!v->is_string() || v->get_ref<const std::string&>().size() > 64 ||
-      !valid_duration_text(v->get<std::string>()))
-    throw invalid("keep_alive", "keep_alive must be a number of seconds or a duration such as \"5m\" or \"1h30m\"");
-  const std::string& text = v->get_ref<const std::string&>();
-  return text.find_first_not_of("+-0.nsuµmh") == std::string::npos;  // "0", "0s", "0m": zero
-}
-
 // What answers a request with nothing to generate: Ollama loads the model, or unloads it with keep_alive 0.
-std::string load_reason(const json& body) { return keep_alive_is_zero(body) ? "unload" : "load"; }
+std::string load_reason(const OllamaGeneration& out) {
+  return out.keep_alive && out.keep_alive->count() == 0 ? "unload" : "load";
+}
 
 void add_format(const json& body, KeyOrderCapture::Copies schemas, OllamaGeneration& out) {
   const json* format = field(body, "format");
@@ -128,7 +101,7 @@ void add_shared_fields(const json& body, KeyOrderCapture::Copies schemas, Ollama
   add_think(body, out);
   const json* logprobs = field(body, "logprobs");
   if (logprobs && *logprobs != false) throw invalid("logprobs", "logprobs are not supported by kvserve's Ollama API");
-  keep_alive_is_zero(body);  // checked here; it matters only when there is nothing to generate
+  out.keep_alive = keep_alive_field(body);
 }
 
 struct PendingCall {
@@ -269,7 +242,7 @@ OllamaGeneration generation_from_ollama_chat(const json& body, KeyOrderCapture::
   const json* messages = field(body, "messages");
   out.body["messages"] = messages ? ollama_chat_messages(*messages) : json::array();
   if (out.body["messages"].empty()) {
-    out.load_reason = load_reason(body);
+    out.load_reason = load_reason(out);
     return out;
   }
   add_continuation(out.body);
@@ -288,7 +261,7 @@ OllamaGeneration generation_from_ollama_generate(const json& body, KeyOrderCaptu
   const json* raw = field(body, "raw");
   if (raw && !raw->is_boolean()) throw invalid("raw", "raw must be true or false");
   if (prompt.empty() && suffix.empty()) {
-    out.load_reason = load_reason(body);
+    out.load_reason = load_reason(out);
     return out;
   }
   if (!suffix.empty() || (raw && raw->get<bool>())) {  // the prompt as is (with the suffix: fill-in-the-middle)

@@ -11,6 +11,7 @@
 
 #include "server/api_error.h"
 #include "server/json_key_order.h"
+#include "server/keep_alive.h"
 #include "server/request_parser.h"
 
 namespace kvserve::server {
@@ -24,6 +25,8 @@ struct OllamaGeneration {
   // Nothing to generate (chat without messages, generate without a prompt):
   // Ollama's way to load a model, or to unload it with keep_alive 0.
   std::optional<std::string> load_reason;  // "load" or "unload"
+  // How long the model stays loaded after this request (nullopt: the server's --keep-alive).
+  std::optional<KeepAlive> keep_alive;
 };
 
 // Where an Ollama body may hold a schema as an object (its `format`), for

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "server/metric_labels.h"
+
 namespace kvserve::server {
 namespace {
 
@@ -35,13 +37,7 @@ void render_speculation(std::string& out, const EngineMetrics& e) {
 // Inference Extension scrape (its model-server protocol): queue, running
 // requests, KV-cache use, prefix-cache hits and the cache's shape.
 void render_vllm_names(std::string& out, const EngineMetrics& e, const std::string& model_id, int64_t block_size) {
-  std::string quoted;  // a Prometheus label value: \, " and newlines escaped
-  for (char c : model_id) {
-    if (c == '\\' || c == '"') quoted += '\\';
-    if (c == '\n') quoted += "\\n";
-    else quoted += c;
-  }
-  const std::string label = "{model_name=\"" + quoted + "\"}";
+  const std::string label = "{model_name=\"" + prometheus_label_value(model_id) + "\"}";
   auto labelled = [&](const std::string& name, const char* type, const std::string& help, double value) {
     out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
     out += name + label + " " + number(value) + "\n";
@@ -87,6 +83,10 @@ std::string LatencyHistogram::render(const std::string& name, const std::string&
 }
 
 std::string ServerMetrics::render(const EngineMetrics& e, const std::string& model_id, int64_t block_size) const {
+  return render_engine(e) + render_server() + render_engine_vllm(e, model_id, block_size);
+}
+
+std::string ServerMetrics::render_engine(const EngineMetrics& e) {
   std::string out;
   auto d = [](int64_t v) { return static_cast<double>(v); };
   sample(out, "kvserve_requests_running", "gauge", "Requests being decoded.", d(e.running));
@@ -112,14 +112,24 @@ std::string ServerMetrics::render(const EngineMetrics& e, const std::string& mod
   sample(out, "kvserve_requests_finished_total", "counter", "Engine requests finished.", d(e.requests_finished));
   sample(out, "kvserve_preemptions_total", "counter", "Sequences preempted for KV memory.", d(e.preemptions));
   render_speculation(out, e);
+  return out;
+}
+
+std::string ServerMetrics::render_server() const {
+  std::string out;
   sample(out, "kvserve_requests_rejected_total", "counter", "Requests refused with 429 (queue full).",
-         d(requests_rejected.load()));
+         static_cast<double>(requests_rejected.load()));
   sample(out, "kvserve_client_disconnects_total", "counter", "Requests cancelled because the client went away.",
-         d(client_disconnects.load()));
+         static_cast<double>(client_disconnects.load()));
   out += time_to_first_token.render("kvserve_time_to_first_token_seconds",
                                     "Request arrival to first generated text, per choice, measured in the server.");
   out += inter_token_latency.render("kvserve_inter_token_latency_seconds",
                                     "Time between generated tokens of one choice, measured in the server.");
+  return out;
+}
+
+std::string ServerMetrics::render_engine_vllm(const EngineMetrics& e, const std::string& model_id, int64_t block_size) {
+  std::string out;
   render_vllm_names(out, e, model_id, block_size);
   return out;
 }

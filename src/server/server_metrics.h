@@ -36,6 +36,11 @@ struct ServerMetrics {
   // model-server protocol asks for under vLLM's names (routers such as SGLang's
   // read them for load): labelled with the served model's id like vLLM's.
   std::string render(const EngineMetrics& engine, const std::string& model_id, int64_t block_size) const;
+  // render()'s parts, for a many-model server that labels each model's engine series (metric_labels.h):
+  // the engine's kvserve_ series; the server's own (refusals, disconnects, latency histograms); vLLM's names.
+  static std::string render_engine(const EngineMetrics& engine);
+  std::string render_server() const;
+  static std::string render_engine_vllm(const EngineMetrics& engine, const std::string& model_id, int64_t block_size);
 };
 
 }  // namespace kvserve::server
