@@ -30,6 +30,7 @@ class ChatPage {
     };
     this.models = new Map();  // id -> /v1/models' entry
     this.modelsRead = 0;  // the number of the latest model list asked for: an older answer is not shown
+    this.listFailed = false;  // the last read of the model list failed (the status line says so)
     this.conversation = loadJson(STORAGE_KEYS.conversation, []);
     this.apiKey = loadJson(STORAGE_KEYS.apiKey, "");
     this.controller = null;  // the AbortController of the answer streaming now
@@ -49,7 +50,11 @@ class ChatPage {
     el.stop.addEventListener("click", () => this.controller && this.controller.abort());
     el.newChat.addEventListener("click", () => this.newChat());
     el.settings.addEventListener("input", () => this.saveSettings());
-    el.model.addEventListener("change", () => { this.saveSettings(); this.showModelStatus(); });
+    el.model.addEventListener("change", () => {
+      this.saveSettings();
+      this.showModelStatus();
+      this.refreshModels();  // the chosen model's status now
+    });
     el.keyForm.addEventListener("submit", (e) => { e.preventDefault(); this.useKey(el.key.value.trim()); });
     el.changeKey.addEventListener("click", () => this.askForKey("Enter another API key."));
   }
@@ -105,6 +110,8 @@ class ChatPage {
     const read = ++this.modelsRead;
     const models = await this.fetchModels();
     if (models !== null && read === this.modelsRead) this.showModels(models);
+    if (models !== null && this.listFailed) this.setStatus("");
+    this.listFailed = models === null;
     return models;
   }
 
