@@ -137,7 +137,7 @@ def check_model_text_is_never_html(driver):
 
 STUB_REASONING = "The user wants a function. I will write it in Python."
 STUB_CODE = "def add(a, b):\n    return a + b"
-STUB_ANSWER = ['Here it is <img src=x onerror="window.pwned = 3">:\n\n', "```python\n", STUB_CODE + "\n", "```\n",
+STUB_ANSWER = ['Here it is <img src=x onerror="window.pwned = 3">:\n\n', "```python\n", STUB_CODE + "\n", "```\n\n",
                "Call `add(1, 2)` <script>window.pwned = 4</script>"]
 
 
@@ -164,6 +164,8 @@ def check_reasoning_code_and_markup(driver):
     assert not find_all(driver, "#messages img, #messages script")
     assert driver.execute_script("return window.pwned") is None
     check_code_block(answer.find_element(By.CSS_SELECTOR, "pre"))
+    after = answer.find_element(By.CSS_SELECTOR, "pre + p").get_property("textContent")
+    assert after.startswith("Call add(1, 2)"), repr(after)  # no blank line between the block and the text
     assert stats_of(answer).startswith("42 tokens · ") and "tokens/s" in stats_of(answer), stats_of(answer)
     details.find_element(By.CSS_SELECTOR, "summary").click()
     wait_for(driver, lambda d: answer.find_element(By.CSS_SELECTOR, ".reasoning-text").is_displayed(), "unfolded")

@@ -55,7 +55,7 @@ function proseBlocks(text) {
   for (const paragraph of text.split(/\n{2,}/)) {
     if (paragraph.trim() === "") continue;
     const p = document.createElement("p");
-    appendInline(p, paragraph);
+    appendInline(p, paragraph.replace(/^\n+|\n+$/g, ""));  // (pre-wrap would show a blank line after a fence)
     blocks.push(p);
   }
   return blocks;
