@@ -42,13 +42,15 @@ new MutationObserver((records) => {
 }).observe(document.getElementById('messages'), {subtree: true, childList: true});
 """
 
-# Each text the note under a waiting answer had ("Loading MODEL…") is kept in window.pendingNotes.
+# Each text the note under a waiting answer was given ("Loading MODEL…"), in order, once each time it changed.
 RECORD_PENDING = """
 window.pendingNotes = [];
-new MutationObserver(() => {
-  for (const note of document.querySelectorAll('#messages .pending'))
-    if (note.textContent && window.pendingNotes.at(-1) !== note.textContent) window.pendingNotes.push(note.textContent);
-}).observe(document.getElementById('messages'), {subtree: true, childList: true, characterData: true});
+new MutationObserver((records) => {
+  for (const r of records) {
+    const text = r.target.matches('.pending') ? [...r.addedNodes].map((n) => n.textContent).join('') : '';
+    if (text && window.pendingNotes.at(-1) !== text) window.pendingNotes.push(text);
+  }
+}).observe(document.getElementById('messages'), {subtree: true, childList: true});
 """
 
 # The next /v1/chat/completions is answered by the page itself with these SSE events (arguments[0]), one per
