@@ -172,6 +172,7 @@ def check_reasoning_code_and_markup(driver):
     assert answer.find_element(By.CSS_SELECTOR, ".reasoning-text").text == STUB_REASONING
     assert driver.execute_script("return window.kvserveChat.page.requestMessages().at(-1).content").startswith(
         "Here it is"), "the thinking is not sent back"
+    driver.execute_script("arguments[0].scrollIntoView({block: 'end'})", answer)  # all of it, unfolded
     screenshot(driver, "reasoning")
     print("reasoning folded, markup as text, code block:", repr(content.text))
 
