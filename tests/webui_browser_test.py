@@ -9,8 +9,8 @@ are from a run with KVSERVE_WEBUI_SCREENSHOTS=docs/images. Helpers: tests/webui_
 """
 import os
 
-from webui_browser_support import (KEY, RECORD_LENGTHS, RECORD_PENDING, RECORD_REQUESTS, ROOT, STUB_NEXT_ANSWER, answers, find,
-                                   find_all, growth_steps, last_answer, metric, model_options, pick_model,
+from webui_browser_support import (KEY, RECORD_LENGTHS, RECORD_PENDING, RECORD_REQUESTS, ROOT, STUB_NEXT_ANSWER,
+                                   answers, find, find_all, growth_steps, metric, model_options, pick_model,
                                    screenshot, send, server_statuses, set_value, sse_event, start_browser,
                                    stats_of, wait_answered, wait_for)
 from selenium.webdriver.common.by import By
@@ -222,7 +222,8 @@ def check_loading_shown(driver):
     shown = driver.execute_script("""
       const page = window.kvserveChat.page;
       const models = [...page.models.values()];
-      page.showModels(models.map((m) => ({...m, status: {value: m.id === page.el.model.value ? 'loading' : 'unloaded'}})));
+      const chosen = page.el.model.value;
+      page.showModels(models.map((m) => ({...m, status: {value: m.id === chosen ? 'loading' : 'unloaded'}})));
       const result = {options: [...page.el.model.options].map((o) => o.text), status: page.el.modelStatus.textContent,
                       loadingClass: page.el.modelStatus.classList.contains('loading')};
       page.showModels(models);

@@ -16,7 +16,10 @@ export function modelLabel(model) {
   return `${model.id} (${status === "loading" ? "loading…" : "not loaded"})`;
 }
 
-export const MODEL_STATUS_TEXT = { loaded: "loaded", loading: "loading…", unloaded: "not loaded: loads on the first message" };
+// The note beside the picker for the chosen model.
+export const MODEL_STATUS_TEXT = {
+  loaded: "loaded", loading: "loading…", unloaded: "not loaded: loads on the first message",
+};
 
 // ---- Rendering model text ----
 
