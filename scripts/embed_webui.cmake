@@ -18,6 +18,7 @@ function(embed path content_type file)
 endfunction()
 embed("/" "text/html; charset=utf-8" "index.html")
 embed("/webui.js" "text/javascript; charset=utf-8" "webui.js")
+embed("/webui_util.js" "text/javascript; charset=utf-8" "webui_util.js")
 embed("/webui.css" "text/css; charset=utf-8" "webui.css")
 
 string(APPEND out "  };\n  return assets;\n}\n\n}  // namespace kvserve::server\n")

@@ -6,6 +6,7 @@
 # (TEST_SCRIPT defaults to tests/openai_client_test.py; SERVE_FLAGS go to `kvserve serve`).
 # Exits 77 (ctest's "skipped") when python3, the client's packages or the model is missing
 # (KVSERVE_TEST_PACKAGES names them: "openai jsonschema" unless set, "anthropic" or "ollama jsonschema" for theirs).
+# KVSERVE_TEST_MODELS: more model files (space-separated) served besides MODEL (`-m` each), skipped when missing.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$root/build/kvserve}
@@ -16,10 +17,14 @@ shift $(($# < 3 ? $# : 3))
 packages=${KVSERVE_TEST_PACKAGES:-openai jsonschema}
 python3 -c "import ${packages// /, }" 2>/dev/null ||
   { echo "skipped: needs python3 with the packages $packages (pip install $packages)"; exit 77; }
-[ -f "$model" ] || { echo "skipped: $model not found (run scripts/fetch_models.sh)"; exit 77; }
+more_models=()
+for m in "$model" ${KVSERVE_TEST_MODELS:-}; do
+  [ -f "$m" ] || { echo "skipped: $m not found (run scripts/fetch_models.sh)"; exit 77; }
+  [ "$m" = "$model" ] || more_models+=(-m "$m")
+done
 
 log=$(mktemp)
-"$bin" serve -m "$model" --port 0 --api-key test-key -t 2 "$@" >"$log" 2>&1 &
+"$bin" serve -m "$model" ${more_models[@]+"${more_models[@]}"} --port 0 --api-key test-key -t 2 "$@" >"$log" 2>&1 &
 server=$!
 cleanup() { kill -TERM "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -f "$log"; }
 trap cleanup EXIT

@@ -54,8 +54,11 @@ void expect_page_headers(const httplib::Result& r, const std::string& content_ty
 
 }  // namespace
 
+constexpr const char* kWebuiFiles[] = {"index.html", "webui.js", "webui_util.js", "webui.css"};
+
 TEST(WebuiAssets, AreTheSourceFilesByteForByte) {
-  for (const char* name : {"index.html", "webui.js", "webui.css"}) {
+  EXPECT_EQ(server::webui_assets().size(), std::size(kWebuiFiles));
+  for (const char* name : kWebuiFiles) {
     const std::string path = name == std::string("index.html") ? "/" : "/" + std::string(name);
     ASSERT_TRUE(server::is_webui_path(path)) << path;
     for (const server::WebAsset& asset : server::webui_assets()) {
@@ -66,6 +69,14 @@ TEST(WebuiAssets, AreTheSourceFilesByteForByte) {
   }
   EXPECT_FALSE(server::is_webui_path("/v1/models"));
   EXPECT_FALSE(server::is_webui_path("/webuiXjs"));
+}
+
+// Works offline: nothing in the page names another origin (a CDN, a font service) or pulls in another file.
+TEST(WebuiAssets, NameNoOtherOrigin) {
+  for (const server::WebAsset& asset : server::webui_assets()) {
+    for (const char* outside : {"http:", "https:", "\"//", "'//", "@import", "url("})
+      EXPECT_EQ(asset.body.find(outside), std::string_view::npos) << asset.path << " names " << outside;
+  }
 }
 
 TEST_F(WebuiServer, PageScriptAndStyleAreServedWithTheirHeaders) {
@@ -81,13 +92,15 @@ TEST_F(WebuiServer, PageScriptAndStyleAreServedWithTheirHeaders) {
   EXPECT_EQ(page->body.find(" style="), std::string::npos);
   EXPECT_EQ(page->body.find(" on"), std::string::npos) << "no inline event handlers";
   for (const char* id : {"model", "system", "temperature", "top-p", "max-tokens", "seed", "message", "send", "stop",
-                         "messages", "new-chat", "api-key"})
+                         "messages", "new-chat", "api-key", "model-status"})
     EXPECT_NE(page->body.find("id=\"" + std::string(id) + "\""), std::string::npos) << id;
 
-  auto script = c.Get("/webui.js");
-  expect_page_headers(script, "text/javascript; charset=utf-8");
-  EXPECT_EQ(script->body, webui_source_file("webui.js"));
-  EXPECT_EQ(script->body.find("innerHTML"), std::string::npos) << "model text is only ever set as text";
+  for (const char* name : {"webui.js", "webui_util.js"}) {
+    auto script = c.Get("/" + std::string(name));
+    expect_page_headers(script, "text/javascript; charset=utf-8");
+    EXPECT_EQ(script->body, webui_source_file(name));
+    EXPECT_EQ(script->body.find("innerHTML"), std::string::npos) << name << ": model text is only ever set as text";
+  }
   auto style = c.Get("/webui.css");
   expect_page_headers(style, "text/css; charset=utf-8");
   EXPECT_EQ(style->body, webui_source_file("webui.css"));
@@ -96,7 +109,7 @@ TEST_F(WebuiServer, PageScriptAndStyleAreServedWithTheirHeaders) {
 TEST_F(WebuiServer, ThePageNeedsNoKeyButTheApiStillDoes) {
   auto s = server(true, {"secret"});
   auto c = s->client();
-  for (const char* path : {"/", "/webui.js", "/webui.css"}) {
+  for (const char* path : {"/", "/webui.js", "/webui_util.js", "/webui.css"}) {
     auto r = c.Get(path);
     ASSERT_TRUE(r) << path;
     EXPECT_EQ(r->status, 200) << path;
@@ -113,7 +126,7 @@ TEST_F(WebuiServer, ThePageNeedsNoKeyButTheApiStillDoes) {
 TEST_F(WebuiServer, NoWebuiMakesThePageAnUnknownRoute) {
   auto s = server(false);
   auto c = s->client();
-  for (const char* path : {"/", "/webui.js", "/webui.css"}) {
+  for (const char* path : {"/", "/webui.js", "/webui_util.js", "/webui.css"}) {
     auto r = c.Get(path);
     ASSERT_TRUE(r) << path;
     EXPECT_EQ(r->status, 404) << path;

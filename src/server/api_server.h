@@ -58,7 +58,7 @@ struct ServerOptions {
   // Reasoning models: tokens of thinking before the end tag is forced, for requests that give no
   // thinking_token_budget (--reasoning-budget; -1: no budget).
   int64_t reasoning_budget = -1;
-  // GET / serves the chat page (server/webui.h) and its /webui.js and /webui.css; --no-webui: off (404).
+  // GET / serves the chat page (server/webui.h) and its scripts and style; --no-webui: off (404).
   bool webui = true;
 };
 

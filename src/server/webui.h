@@ -13,7 +13,7 @@ class Server;
 namespace kvserve::server {
 
 struct WebAsset {
-  std::string_view path;          // "/", "/webui.js", "/webui.css"
+  std::string_view path;          // "/", "/webui.js", "/webui_util.js", "/webui.css"
   std::string_view content_type;  // with its charset
   std::string_view body;
 };

@@ -3,168 +3,18 @@
 // localStorage. Model text is only ever inserted as text (textContent, text
 // nodes), never parsed as HTML; the page's CSP forbids inline script besides.
 
+import {
+  modelStatus, modelLabel, MODEL_STATUS_TEXT, splitThinking, renderText, createSseParser, loadJson, saveJson,
+  answerStats, describeStats, showPending, roleText, errorMessage,
+} from "/webui_util.js";
+
 const STORAGE_KEYS = {
   conversation: "kvserve.webui.conversation",
   settings: "kvserve.webui.settings",
   apiKey: "kvserve.webui.apiKey",
 };
 const SAVE_INTERVAL_MS = 300;  // while an answer streams, the conversation is saved at most this often
-
-// ---- Rendering model text ----
-
-// A reasoning model's answer split into its thinking and the rest: "<think>...</think>answer", or
-// "...</think>answer" where the chat template opened the tag itself. `thinking`: the end tag is still to come.
-function splitThinking(text) {
-  const open = text.indexOf("<think>");
-  if (open >= 0 && text.slice(0, open).trim() === "") {
-    const start = open + "<think>".length;
-    const close = text.indexOf("</think>", start);
-    if (close < 0) return { reasoning: text.slice(start), answer: "", thinking: true };
-    return { reasoning: text.slice(start, close), answer: text.slice(close + "</think>".length).trimStart(), thinking: false };
-  }
-  const close = text.indexOf("</think>");
-  if (open < 0 && close >= 0)
-    return { reasoning: text.slice(0, close), answer: text.slice(close + "</think>".length).trimStart(), thinking: false };
-  return { reasoning: "", answer: text, thinking: false };
-}
-
-// Text with `code` spans: each span a <code>, the rest text nodes.
-function appendInline(parent, text) {
-  const parts = text.split("`");
-  parts.forEach((part, i) => {
-    if (i % 2 === 1 && i < parts.length - 1) {
-      const code = document.createElement("code");
-      code.textContent = part;
-      parent.append(code);
-    } else {
-      parent.append((i % 2 === 1 ? "`" : "") + part);  // an unclosed backtick stays a backtick
-    }
-  });
-}
-
-function proseBlocks(text) {
-  const blocks = [];
-  for (const paragraph of text.split(/\n{2,}/)) {
-    if (paragraph.trim() === "") continue;
-    const p = document.createElement("p");
-    appendInline(p, paragraph);
-    blocks.push(p);
-  }
-  return blocks;
-}
-
-function codeBlock(lines, language) {
-  const pre = document.createElement("pre");
-  const code = document.createElement("code");
-  if (language) {
-    code.className = "language-" + language.replace(/[^\w+#.-]/g, "");
-    pre.dataset.language = language;
-  }
-  code.textContent = lines.join("\n");
-  pre.append(code);
-  return pre;
-}
-
-// Model text as DOM nodes: ``` fences become <pre><code>, the rest paragraphs. A fence still open (the
-// answer is streaming) runs to the end.
-function renderText(text) {
-  const fragment = document.createDocumentFragment();
-  let prose = [];
-  let code = null;
-  let language = "";
-  for (const line of text.split("\n")) {
-    const fence = line.match(/^\s*```+\s*([^\s`]*)\s*$/);
-    if (fence && code === null) {
-      fragment.append(...proseBlocks(prose.join("\n")));
-      prose = [];
-      code = [];
-      language = fence[1];
-    } else if (fence && fence[1] === "") {
-      fragment.append(codeBlock(code, language));
-      code = null;
-    } else if (code !== null) {
-      code.push(line);
-    } else {
-      prose.push(line);
-    }
-  }
-  if (code !== null) fragment.append(codeBlock(code, language));
-  fragment.append(...proseBlocks(prose.join("\n")));
-  return fragment;
-}
-
-// ---- Server-sent events ----
-
-// Feeds decoded text in, calls onData with each event's data ("[DONE]" included).
-function createSseParser(onData) {
-  let buffer = "";
-  return {
-    push(text) {
-      buffer += text.replace(/\r/g, "");
-      let end;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        const block = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, ""));
-        if (data.length > 0) onData(data.join("\n"));
-      }
-    },
-  };
-}
-
-// ---- Storage (the page works on without it: private windows may refuse) ----
-
-function loadJson(key, fallback) {
-  try {
-    const text = localStorage.getItem(key);
-    return text === null ? fallback : JSON.parse(text);
-  } catch {
-    return fallback;
-  }
-}
-
-function saveJson(key, value) {
-  try {
-    if (value === null) localStorage.removeItem(key);
-    else localStorage.setItem(key, JSON.stringify(value));
-  } catch {
-    // storage full or refused: the conversation lives on in the page
-  }
-}
-
-// ---- Answer statistics ----
-
-// Tokens per second of one answer: the server's token count (usage) where the stream gave one, else the
-// stream's chunks; decode speed over the time between the first and the last token.
-function answerStats({ startedAt, firstAt, lastAt, chunks, usage, stopped }) {
-  const tokens = usage ? usage.completion_tokens : chunks;
-  const decodeSeconds = firstAt === null ? 0 : (lastAt - firstAt) / 1000;
-  return {
-    tokens,
-    counted: !usage,
-    perSecond: tokens > 1 && decodeSeconds > 0 ? (tokens - 1) / decodeSeconds : null,
-    firstTokenSeconds: firstAt === null ? null : (firstAt - startedAt) / 1000,
-    stopped,
-  };
-}
-
-function describeStats(stats) {
-  const parts = [`${stats.tokens} tokens${stats.counted ? " (counted from the stream)" : ""}`];
-  if (stats.perSecond !== null) parts.push(`${stats.perSecond.toFixed(1)} tokens/s`);
-  if (stats.firstTokenSeconds !== null) parts.push(`first token after ${stats.firstTokenSeconds.toFixed(2)} s`);
-  if (stats.stopped) parts.push("stopped");
-  return parts.join(" · ");
-}
-
-async function errorMessage(response) {
-  try {
-    const body = await response.json();
-    if (body.error && body.error.message) return `${response.status}: ${body.error.message}`;
-  } catch {
-    // not JSON: the status says enough
-  }
-  return `HTTP ${response.status}`;
-}
+const MODEL_POLL_MS = 500;  // while an answer waits for its model to load, the model list is read this often
 
 // ---- The page ----
 
@@ -176,8 +26,11 @@ class ChatPage {
       maxTokens: $("max-tokens"), seed: $("seed"), settings: $("settings-form"), messages: $("messages"),
       composer: $("composer"), message: $("message"), send: $("send"), stop: $("stop"), newChat: $("new-chat"),
       status: $("status"), keyForm: $("api-key-form"), key: $("api-key"), keyReason: $("api-key-reason"),
-      changeKey: $("change-key"),
+      changeKey: $("change-key"), modelStatus: $("model-status"),
     };
+    this.models = new Map();  // id -> /v1/models' entry
+    this.modelsRead = 0;  // the number of the latest model list asked for: an older answer is not shown
+    this.listFailed = false;  // the last read of the model list failed (the status line says so)
     this.conversation = loadJson(STORAGE_KEYS.conversation, []);
     this.apiKey = loadJson(STORAGE_KEYS.apiKey, "");
     this.controller = null;  // the AbortController of the answer streaming now
@@ -197,7 +50,11 @@ class ChatPage {
     el.stop.addEventListener("click", () => this.controller && this.controller.abort());
     el.newChat.addEventListener("click", () => this.newChat());
     el.settings.addEventListener("input", () => this.saveSettings());
-    el.model.addEventListener("change", () => this.saveSettings());
+    el.model.addEventListener("change", () => {
+      this.saveSettings();
+      this.showModelStatus();
+      this.refreshModels();  // the chosen model's status now
+    });
     el.keyForm.addEventListener("submit", (e) => { e.preventDefault(); this.useKey(el.key.value.trim()); });
     el.changeKey.addEventListener("click", () => this.askForKey("Enter another API key."));
   }
@@ -242,26 +99,68 @@ class ChatPage {
   }
 
   async loadModels() {
-    let response;
-    try {
-      response = await this.api("/v1/models");
-    } catch (e) {
-      this.setStatus("Cannot reach the server: " + e.message);
-      return;
-    }
-    if (response.status === 401) {
-      this.askForKey(this.apiKey ? "The saved API key was refused; enter another." : "This server needs an API key.");
-      return;
-    }
-    if (!response.ok) {
-      this.setStatus("Listing the models failed: " + (await errorMessage(response)));
-      return;
-    }
-    const ids = ((await response.json()).data || []).map((m) => m.id);
-    this.el.model.replaceChildren(...ids.map((id) => new Option(id, id)));
-    if (ids.includes(this.savedModel)) this.el.model.value = this.savedModel;
+    const models = await this.refreshModels();
+    if (models === null) return;
     this.el.changeKey.hidden = !this.apiKey;
-    this.setStatus(ids.length ? "" : "The server lists no models.");
+    this.setStatus(models.length ? "" : "The server lists no models.");
+  }
+
+  // Reads /v1/models and shows it (unless a later read was asked for meanwhile); null where it failed.
+  async refreshModels() {
+    const read = ++this.modelsRead;
+    const models = await this.fetchModels();
+    if (models !== null && read === this.modelsRead) this.showModels(models);
+    if (models !== null && this.listFailed) this.setStatus("");
+    this.listFailed = models === null;
+    return models;
+  }
+
+  async fetchModels() {
+    try {
+      const response = await this.api("/v1/models");
+      if (response.status === 401) {
+        this.askForKey(this.apiKey ? "The saved API key was refused; enter another." : "This server needs an API key.");
+        return null;
+      }
+      if (!response.ok) throw new Error(await errorMessage(response));
+      return (await response.json()).data || [];
+    } catch (e) {
+      this.setStatus("Listing the models failed: " + e.message);
+      return null;
+    }
+  }
+
+  // The picker keeps the chosen model (else the saved one); with the same ids only the labels change, so that
+  // an open picker stays open.
+  showModels(models) {
+    const select = this.el.model;
+    const chosen = select.value || this.savedModel;
+    this.models = new Map(models.map((m) => [m.id, m]));
+    const same = models.length === select.options.length && models.every((m, i) => select.options[i].value === m.id);
+    if (same) models.forEach((m, i) => { select.options[i].text = modelLabel(m); });
+    else select.replaceChildren(...models.map((m) => new Option(modelLabel(m), m.id)));
+    if (this.models.has(chosen)) select.value = chosen;
+    this.showModelStatus();
+  }
+
+  showModelStatus() {
+    const status = modelStatus(this.models.get(this.el.model.value));
+    this.el.modelStatus.textContent = MODEL_STATUS_TEXT[status] || "";
+    this.el.modelStatus.classList.toggle("loading", status === "loading");
+  }
+
+  // While an answer waits for its first token from a model that was not loaded, the picker and the answer show
+  // the model loading (the request itself loads it).
+  async followLoading(model, timing, element) {
+    const controller = this.controller;
+    const waiting = () => this.controller === controller && timing.firstAt === null;
+    const loading = () => ["unloaded", "loading"].includes(modelStatus(this.models.get(model)));
+    while (waiting() && loading()) {
+      showPending(element, `Loading ${model}…`);
+      await this.refreshModels();
+      if (waiting()) await new Promise((resolve) => setTimeout(resolve, MODEL_POLL_MS));
+    }
+    if (waiting()) showPending(element, "");
   }
 
   askForKey(reason) {
@@ -335,6 +234,7 @@ class ChatPage {
     } finally {
       this.setStreaming(false);
       this.saveConversation(true);
+      this.refreshModels();  // the statuses after the answer: the model loaded, maybe another unloaded
     }
   }
 
@@ -349,11 +249,13 @@ class ChatPage {
   async streamAnswer(body, answer, element) {
     this.controller = new AbortController();
     const timing = { startedAt: performance.now(), firstAt: null, lastAt: null, chunks: 0, usage: null, stopped: false };
+    this.followLoading(body.model, timing, element);
     const parser = createSseParser((data) => {
       if (data === "[DONE]") return;
       const event = JSON.parse(data);
       if (event.error) throw new Error(event.error.message || "the server reported an error");
       if (event.usage) timing.usage = event.usage;
+      if (typeof event.model === "string" && event.model) answer.model = event.model;  // the server's word
       const delta = event.choices && event.choices[0] && event.choices[0].delta;
       if (!delta || !(delta.content || delta.reasoning_content)) return;
       timing.firstAt = timing.firstAt ?? performance.now();
@@ -402,7 +304,6 @@ class ChatPage {
     element.className = "message " + (message.role === "user" ? "user" : "assistant");
     const role = document.createElement("h2");
     role.className = "role";
-    role.textContent = message.role === "user" ? "You" : "Assistant" + (message.model ? ` (${message.model})` : "");
     const reasoning = document.createElement("details");
     reasoning.className = "reasoning";
     const summary = document.createElement("summary");
@@ -414,15 +315,20 @@ class ChatPage {
     const error = document.createElement("p");
     error.className = "error";
     error.setAttribute("role", "alert");
+    const pending = document.createElement("p");
+    pending.className = "pending";
+    pending.hidden = true;
     const stats = document.createElement("p");
     stats.className = "tokens-per-second";
-    element.append(role, reasoning, content, error, stats);
+    element.append(role, reasoning, content, pending, error, stats);
     this.updateMessage(element, message);
     return element;
   }
 
   updateMessage(element, message) {
     const follow = this.isScrolledToEnd();
+    element.querySelector(".role").textContent = roleText(message);
+    showPending(element, "");
     const split = message.role === "assistant" ? splitThinking(message.content) : { reasoning: "", answer: message.content };
     const reasoning = [message.reasoning, split.reasoning].filter(Boolean).join("\n").trim();
     const details = element.querySelector(".reasoning");
@@ -450,4 +356,5 @@ class ChatPage {
 }
 
 // The page, and the pure functions for tests (tests/webui_browser_test.py calls them through execute_script).
-window.kvserveChat = { page: new ChatPage(), renderText, splitThinking, createSseParser, answerStats, describeStats };
+window.kvserveChat = { page: new ChatPage(), renderText, splitThinking, createSseParser, answerStats, describeStats,
+                       modelLabel };
