@@ -346,6 +346,27 @@ void Model::repack_matrices(bool quantized, bool floats) {
     if (file_->maps(t.data)) release_mapped_pages(t.data, t.nbytes);
   }
   for (size_t i = 0; i < todo.size(); ++i) todo[i]->packed = packed_[i].data();
+  const ModelWeights& w = weights_;
+  release_embedding_pages_ = embeds_tokens() && has_output_head() && w.tied_output && w.output.packed != nullptr &&
+                             file_->maps(w.token_embd.data);
+}
+
+void Model::release_embedding_row(int32_t id) const {
+  if (!release_embedding_pages_) return;
+  // A fault maps more than its page: Linux maps the page cache's neighbours (fault-around, 64 KB) or a whole
+  // 2 MB folio where the file's page cache holds large folios (the mapping is 2 MB aligned for that). So the
+  // aligned 2 MB around the row go, clamped to the table's own pages (inside the file's mapping, never a
+  // neighbouring mapping's memory). The mapping is read-only: a dropped neighbour costs a re-map from the page
+  // cache only, and doing it row by row keeps at most a window or two resident.
+  constexpr uintptr_t kWindow = 2 * 1024 * 1024;
+  const TensorView& emb = weights_.token_embd;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t table_begin = reinterpret_cast<uintptr_t>(emb.data) / page * page;
+  const uintptr_t table_end = (reinterpret_cast<uintptr_t>(emb.data) + emb.nbytes + page - 1) / page * page;
+  const auto row = reinterpret_cast<uintptr_t>(emb.row(id));
+  const uintptr_t begin = std::max(row / kWindow * kWindow, table_begin);
+  const uintptr_t end = std::min((row + emb.row_bytes() + kWindow - 1) / kWindow * kWindow, table_end);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 size_t Model::weight_bytes_per_token() const {

@@ -141,6 +141,12 @@ class Model {
   // embedding and head when held (once when tied), norms and biases as f32.
   // The embedding counts whole, although a step reads only its tokens' rows.
   size_t resident_weight_bytes() const;
+  // After the embedding row of `id` was read: where the head is a repacked
+  // copy of a tied embedding, the mapped embedding serves only these lookups,
+  // and its pages are dropped again (they return from the page cache on the
+  // next lookup), so that a long prompt's distinct tokens do not pile the
+  // original table up in memory beside its copy. No-op otherwise.
+  void release_embedding_row(int32_t id) const;
 
  private:
   std::unique_ptr<GGUFFile> file_;
@@ -150,6 +156,7 @@ class Model {
   std::optional<ActivationPrecision> activations_;
   std::vector<AlignedBuffer<uint8_t>> packed_;
   std::vector<AlignedBuffer<uint8_t>> derived_;  // matrices computed at load (an older deepseek2 file's W_UK^T)
+  bool release_embedding_pages_ = false;  // see release_embedding_rows()
 
   // quantized: the packable quantized types; floats: f32 / f16 / bf16.
   void repack_matrices(bool quantized, bool floats);

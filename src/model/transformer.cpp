@@ -100,6 +100,7 @@ void Transformer::embed(std::span<const int32_t> tokens) {
       throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                   std::to_string(cfg_.vocab_size) + ")");
     dequantize_row(emb.type, emb.row(id), x_.data() + t * cfg_.dim, cfg_.dim);
+    model_.release_embedding_row(id);
     if (cfg_.embedding_scale != 1.0f) scale_inplace(x_.data() + t * cfg_.dim, cfg_.dim, cfg_.embedding_scale);
   }
 }
