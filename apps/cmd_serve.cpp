@@ -381,7 +381,8 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40))
       ->capture_default_str();
   cmd->add_flag("--no-webui", opt->no_webui,
-                "Do not serve the chat page at / (and /webui.js, /webui.css): those paths answer 404");
+                "Do not serve the chat page at / (nor its /webui.js, /webui_util.js, /webui.css): those paths "
+                "answer 404");
   cmd->add_option("--alias", opt->alias, "Model id reported by the API (default: the file name)");
   cmd->add_option("--max-queue", opt->max_queue, "Waiting requests before 429")->check(CLI::Range(1, 4096))
       ->capture_default_str();

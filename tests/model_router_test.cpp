@@ -326,6 +326,37 @@ TEST_F(ModelRouterTest, ABusyModelKeepsItsSlotUntilItsLeaseEnds) {
   EXPECT_EQ(patient.counters().unloads, 2u);
 }
 
+// Fairness: a request for a loaded model that arrives while another waits for room waits behind it, so a model
+// with a steady stream of requests cannot keep its slot for ever (the requests run in arrival order).
+TEST_F(ModelRouterTest, ARequestWaitingForRoomGoesBeforeLaterRequestsToTheBusyModel) {
+  server::ModelLoader loader = [](const server::ModelSource& source) {
+    return server::ServedModel::load(source.id, source.path, {}, small_engine(), {});
+  };
+  server::ModelRouter router(two_models(dir_), {}, loader);  // one slot, waits up to 5 minutes
+  server::ModelRouter::Lease first = router.acquire("tiny-llama");
+  std::atomic<int> order{0};
+  std::atomic<int> qwen_at{0}, later_llama_at{0};
+  std::thread qwen_request([&] {
+    server::ModelRouter::Lease qwen = router.acquire("tiny-qwen2");
+    qwen_at = ++order;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // holds its model a moment, then ends
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // qwen2 is waiting for the slot now
+  std::thread later_llama_request([&] {
+    server::ModelRouter::Lease llama = router.acquire("tiny-llama");
+    later_llama_at = ++order;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(later_llama_at, 0) << "a later request to the busy model went ahead of the one waiting for room";
+  first.reset();  // tiny-llama drains: qwen2 loads first, then tiny-llama again for the later request
+  qwen_request.join();
+  later_llama_request.join();
+  EXPECT_EQ(qwen_at, 1);
+  EXPECT_EQ(later_llama_at, 2);
+  EXPECT_EQ(router.counters().loads, 3u);
+  EXPECT_EQ(router.counters().unloads, 2u);
+}
+
 TEST_F(ModelRouterTest, UnloadingGivesTheMemoryBack) {
   RouterServer s(two_models(dir_), 1);
   auto cycle = [&] {

@@ -222,7 +222,11 @@ ModelRouter::Lease ModelRouter::acquire(const std::string& requested, std::optio
   for (;;) {
     if (shut_down_) throw ApiError(503, "the server is shutting down", {}, "server_error");
     Slot& slot = slots_[index];
-    if (slot.state == State::kLoaded) return lease_locked(index, true, keep_alive);
+    if (slot.state == State::kLoaded) {
+      // Requests already waiting for room go first (see room_waiters_); past the wait this one runs anyway.
+      if (room_waiters_ > 0 && !fixed_ && changed_.wait_until(lock, deadline) == std::cv_status::no_timeout) continue;
+      return lease_locked(index, true, keep_alive);
+    }
     if (slot.state == State::kLoading) {  // another request loads it: wait for that
       changed_.wait(lock);
       continue;
@@ -243,7 +247,11 @@ ModelRouter::Lease ModelRouter::acquire(const std::string& requested, std::optio
     std::vector<std::shared_ptr<ServedModel>> freed;
     if (make_room_locked(index, freed)) return load_locked(lock, index, keep_alive, std::move(freed));
     // Busy models hold the slots or the memory it needs: wait for one to go idle.
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && Clock::now() >= deadline) {
+    ++room_waiters_;
+    const std::cv_status waited = changed_.wait_until(lock, deadline);
+    --room_waiters_;
+    if (room_waiters_ == 0) changed_.notify_all();  // the requests that deferred to it go on
+    if (waited == std::cv_status::timeout && Clock::now() >= deadline) {
       const std::string why = limits_.memory_budget > 0
                                   ? "busy models hold " + format_bytes(used_memory_locked()) + " of --models-memory " +
                                         format_bytes(limits_.memory_budget) + " and it needs " + format_bytes(need)

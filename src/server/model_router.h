@@ -154,6 +154,10 @@ class ModelRouter {
   std::condition_variable expiry_changed_;  // wakes the keep_alive thread
   std::vector<Slot> slots_;
   uint64_t tick_ = 0;
+  // Requests waiting for busy models to make room for theirs. While there are any, new requests to a loaded
+  // model wait behind them (up to the slot wait): the busy models drain and the waiting one loads, in arrival
+  // order, instead of a model with a steady stream of requests keeping its slot for ever.
+  int64_t room_waiters_ = 0;
   bool shut_down_ = false;
   RouterCounters counters_;
   std::thread expiry_thread_;  // many models only; joined by shutdown()
