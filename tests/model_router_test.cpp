@@ -14,6 +14,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -90,6 +91,20 @@ class RouterServer {
   }
   httplib::Result post(const std::string& path, const json& body) const {
     return client().Post(path, body.dump(), "application/json");
+  }
+  // Requests running or waiting in a loaded model's engine, from its labelled /metrics series.
+  int leases_out(const std::string& id) const {
+    auto r = client().Get("/metrics");
+    if (!r) return -1;
+    const std::string running = "kvserve_requests_running{model=\"" + id + "\"} ";
+    const std::string waiting = "kvserve_requests_waiting{model=\"" + id + "\"} ";
+    int n = 0;
+    std::istringstream lines(r->body);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind(running, 0) == 0) n += std::stoi(line.substr(running.size()));
+      if (line.rfind(waiting, 0) == 0) n += std::stoi(line.substr(waiting.size()));
+    }
+    return n;
   }
   // id -> "loaded" / "unloaded" / "loading", from /v1/models.
   std::map<std::string, std::string> statuses() const {
@@ -242,7 +257,9 @@ TEST_F(ModelRouterTest, RequestsToALoadedModelRunOnWhileAnotherIsRequested) {
   std::vector<std::thread> threads;
   for (size_t i = 0; i < llama_answers.size(); ++i)
     threads.emplace_back([&, i] { llama_answers[i] = text_of(s.post("/v1/completions", completion("tiny-llama", 120))); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // All three hold tiny-llama before qwen2 asks (one that came later would wait behind qwen2: the router's fairness).
+  for (int i = 0; i < 2000 && s.leases_out("tiny-llama") < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::string qwen_answer;
   threads.emplace_back([&] { qwen_answer = text_of(s.post("/v1/completions", completion("tiny-qwen2"))); });
   for (std::thread& t : threads) t.join();
@@ -431,7 +448,9 @@ TEST_F(ModelRouterTest, UnderABudgetConcurrentRequestsMatchAOneModelServer) {
   std::vector<std::thread> threads;
   for (size_t i = 0; i < llama_answers.size(); ++i)
     threads.emplace_back([&, i] { llama_answers[i] = text_of(s.post("/v1/completions", completion("tiny-llama", 120))); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // All three hold tiny-llama before qwen2 asks (one that came later would wait behind qwen2: the router's fairness).
+  for (int i = 0; i < 2000 && s.leases_out("tiny-llama") < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::string qwen_answer;  // waits for memory until tiny-llama is idle
   threads.emplace_back([&] { qwen_answer = text_of(s.post("/v1/completions", completion("tiny-qwen2"))); });
   for (std::thread& t : threads) t.join();
