@@ -172,6 +172,162 @@ TEST(PackedActivations, SimdMatchesScalarBytes) {
 #endif
 }
 
+// Activations that exercise PackedAct256's sub-block refinements: one outlier
+// per super-block, the other sub-blocks at fractions of it (some exactly at a
+// boundary m / 2^k, where the finer step still fits), some all zero.
+std::vector<float> outlier_activations(int64_t n, int64_t cols, std::mt19937& rng) {
+  const float fractions[] = {1.0f, 0.6f, 0.5f, 0.3f, 0.25f, 0.2f, 0.125f, 0.1f, 0.01f, 0.0f};
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> fraction(0, 9), position(0, 255), size(1, 8);
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (size_t b = 0; b < x.size(); b += 256) {
+    const float outlier = 8.0f * static_cast<float>(size(rng));
+    for (size_t j = 0; j < 8; ++j) {
+      const float magnitude = outlier * fractions[fraction(rng)];
+      for (size_t i = 0; i < 32; ++i) x[b + 32 * j + i] = magnitude * unit(rng);
+      x[b + 32 * j + static_cast<size_t>(position(rng)) % 32] = -magnitude;  // the sub-block's max, exactly
+    }
+    x[b + static_cast<size_t>(position(rng))] = unit(rng) < 0 ? -outlier : outlier;
+  }
+  return x;
+}
+
+class PackedMatmul256 : public ::testing::TestWithParam<DType> {};
+
+TEST_P(PackedMatmul256, SubBlockRefinementsMatchTheQ8ReferenceBitwise) {
+  const DType type = GetParam();
+  if (simd_isas().empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
+  test_util::IsaAndPrecisionGuard restore;
+  set_activation_precision(ActivationPrecision::kQ8);
+  uint32_t seed = 700;
+  for (int64_t rows : {1, 9, 33})
+    for (int64_t cols : {256, 1280})
+      for (int64_t n : {1, 3, 4, 5, 8, 9, 17}) {
+        const PackedMatrix p = make_packed(type, rows, cols, seed++);
+        std::mt19937 rng(seed);
+        const std::vector<float> x = outlier_activations(n, cols, rng);
+        std::vector<float> want(static_cast<size_t>(n * rows));
+        matmul_q8_reference(p.m.view, x.data(), n, want.data());
+        for (Isa isa : simd_isas()) {
+          set_kernel_isa(isa);
+          std::vector<float> got(want.size(), -1.0f);
+          matmul(p.view, x.data(), n, got.data());
+          const int64_t at = first_difference(got, want);
+          ASSERT_EQ(at, -1) << dtype_name(type) << " on " << isa_name(isa) << ", rows " << rows << ", cols " << cols
+                            << ", tokens " << n << ": token " << at / rows << " row " << at % rows;
+        }
+      }
+}
+
+// The refinements make a sub-block far below its super-block's outlier
+// nearly as exact as the outlier's: within 1/8 of the unrefined rounding.
+TEST_P(PackedMatmul256, RefinedReferenceIsWithinFinerRoundingOfF32) {
+  const DType type = GetParam();
+  const int64_t rows = 9, cols = 512, n = 3;
+  const TestMatrix m = make_matrix(type, rows, cols, 900);
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  std::mt19937 rng(901);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 1e-2f * unit(rng);
+  for (size_t b = 0; b < x.size(); b += 256) x[b + 77] = 1.0f;  // max|x| = 1, the other sub-blocks <= m / 8
+  std::vector<float> got(static_cast<size_t>(n * rows)), want(got.size());
+  matmul_q8_reference(m.view, x.data(), n, got.data());
+  matmul_reference(m.view, x.data(), n, want.data());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      double bound = 1e-6;  // half a step per value, 1 / 127 / 2 for the outlier's sub-block, 1/8 of it elsewhere
+      for (int64_t c = 0; c < cols; ++c) {
+        const double step = (c % 256) / 32 == 77 / 32 ? 1.0 / 127 : 1.0 / 127 / 8;
+        bound += 0.5 * step * std::fabs(m.dequantized[static_cast<size_t>(r * cols + c)]);
+      }
+      const size_t i = static_cast<size_t>(t * rows + r);
+      EXPECT_LE(std::fabs(got[i] - want[i]), bound) << dtype_name(type) << " token " << t << " row " << r;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatmul256,
+                         ::testing::Values(DType::IQ4_XS, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
+// Q6_K's integer sum is the largest of all: q = 63 everywhere, scales -128 and
+// every activation at full scale with the largest shift (x = +-1: q 127 << 3)
+// give 256 x 63 x 127 x 128 x 8 = 2097414144 before the bias comes off, just
+// under 2^31. Every path must still be exact.
+TEST(PackedMatmul, Q6KWorstCaseSumsStayExact) {
+  if (simd_isas().empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
+  test_util::IsaAndPrecisionGuard restore;
+  set_activation_precision(ActivationPrecision::kQ8);
+  const int64_t rows = 9, cols = 512;
+  PackedMatrix p = make_packed(DType::Q6_K, rows, cols, 5);
+  for (size_t b = 0; b < p.m.bytes.size(); b += sizeof(BlockQ6_K)) {
+    auto& block = *reinterpret_cast<BlockQ6_K*>(p.m.bytes.data() + b);
+    std::memset(block.ql, 0xff, sizeof(block.ql));
+    std::memset(block.qh, 0xff, sizeof(block.qh));
+    std::memset(block.scales, 0x80, sizeof(block.scales));
+    block.d = f32_to_fp16(1e-4f);
+  }
+  repack_rows8(p.m.view, p.packed.data());
+  for (float sign : {1.0f, -1.0f}) {
+    const std::vector<float> x(static_cast<size_t>(2 * cols), sign);
+    std::vector<float> want(static_cast<size_t>(2 * rows)), exact(want.size());
+    matmul_q8_reference(p.m.view, x.data(), 2, want.data());
+    matmul_reference(p.m.view, x.data(), 2, exact.data());
+    EXPECT_NEAR(want[0], exact[0], 1e-5 * std::fabs(exact[0]));
+    for (Isa isa : simd_isas()) {
+      set_kernel_isa(isa);
+      for (int64_t n : {1, 2}) {
+        std::vector<float> got(static_cast<size_t>(n * rows));
+        matmul(p.view, x.data(), n, got.data());
+        EXPECT_EQ(got, std::vector<float>(want.begin(), want.begin() + n * rows)) << isa_name(isa) << ", sign " << sign;
+      }
+    }
+  }
+}
+
+// The AVX2 quantizer writes the scalar loop's bytes on outlier-heavy inputs too.
+TEST(PackedActivations, SimdMatchesScalarBytesWithSubBlockRefinements) {
+#if KVSERVE_HAVE_SIMD
+  if (!isa_available(Isa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(43);
+  for (int64_t cols : {256, 1280, 4096}) {
+    const std::vector<float> x = outlier_activations(1, cols, rng);
+    const size_t bytes = packed_act_row_bytes(DType::Q4_K, cols);
+    std::vector<uint8_t> want(bytes, 0xa5), got(bytes, 0xa5);
+    quantize_packed_activations_scalar(DType::Q4_K, x.data(), cols, want.data());
+    quantize_packed_activations_avx2(DType::Q4_K, x.data(), cols, got.data());
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), bytes)) << "cols " << cols;
+  }
+#else
+  GTEST_SKIP() << "built without SIMD kernels";
+#endif
+}
+
+// One super-block by hand: max|x| = 127 (so the unrefined step is 1), and
+// sub-blocks whose max is exactly 127 / 8 (3 more bits), just above it (2
+// more), 63.5 (1 more), zero, and 127 itself.
+TEST(PackedActivations, SubBlockShiftsRefineTheSmallSubBlocks) {
+  std::vector<float> x(256, 0.0f);
+  const float sub_max[8] = {127.0f, 127.0f / 8, 15.9f, 0.0f, 63.5f, 127.0f, 31.75f, 1e-3f};
+  const int32_t want_shift[8] = {3, 0, 1, 0, 2, 3, 1, 0};
+  for (int j = 0; j < 8; ++j)
+    for (int i = 0; i < 32; ++i) x[static_cast<size_t>(32 * j + i)] = sub_max[j] * static_cast<float>(i % 5 - 2) / 2;
+  std::vector<uint8_t> row(packed_act_row_bytes(DType::Q6_K, 256));
+  quantize_packed_activations(DType::Q6_K, x.data(), 256, row.data());
+  const PackedActRow packed = packed_act_row(row.data(), 256);
+  const auto& a = *static_cast<const PackedAct256*>(packed.blocks);
+  EXPECT_EQ(a.d, 1.0f / 8);
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_EQ(a.shift[j], want_shift[j]) << "sub-block " << j;
+    int32_t sum = 0;
+    for (int i = 32 * j; i < 32 * j + 32; ++i) {
+      const float step = a.d * static_cast<float>(1 << a.shift[j]);
+      EXPECT_LE(std::fabs(static_cast<float>(packed.qs[i]) * step - x[static_cast<size_t>(i)]), step / 2) << i;
+      sum += packed.qs[i];
+    }
+    EXPECT_EQ(a.sum32[j], sum * (1 << a.shift[j])) << "sub-block " << j;
+  }
+}
+
 TEST(PackedMatmul, UnpackableTypesAreRefused) {
   TestMatrix m = make_matrix(DType::Q4_0, 8, 64, 3);
   m.view.type = DType::F16;

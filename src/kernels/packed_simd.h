@@ -16,6 +16,11 @@
 // 2 x 31 x 127 (5-bit), 2 x 63 x 127 (6-bit), 2 x 128 x 127 (Q8_0, signs moved
 // onto the activations), 2 x 127 x 127 (IQ4 levels, likewise), so 8, 4, 2, 1
 // and 1 chunks fit under 32767.
+// 256-value types: each fold's s32 product is shifted left by the token's
+// sub-block shift (PackedAct256, 0..3) before it joins the super-block's
+// sum; one shift per fold and token (a separate accumulator per sub-block
+// would cost a shift and an add, and N more registers). The largest sum,
+// Q6_K's, stays under 2^31 (repack.cpp).
 // With AVX-512 VNNI (the AVX-512 table) the signed-weight types take vpdpbusd:
 // Q8_0 is stored biased (w + 128, repack.h) and IQ4 levels are looked up
 // biased, so four u8 x s8 products go straight into a row's s32 lane, and the
@@ -26,6 +31,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/packed_kernels.h"
@@ -145,14 +151,28 @@ static inline void chunk_pair(Rows q, const int8_t* const (&x)[N], typename V::I
   }
 }
 
-// acc32[t] += acc16[t] x scale (madd of s16 pairs; VNNI: s32 sums times s32
-// scales); acc16[t] = 0.
-template <typename V, int N, bool kDp>
-static inline void fold(typename V::I (&acc16)[N], typename V::I scale, typename V::I (&acc32)[N]) {
+// Each token's shift of the 32-value sub-block being summed (PackedAct256): its
+// scaled dots count 2^shift times at the super-block's scale.
+template <int N>
+struct SubBlockShifts {
+  __m128i count[N];  // the shift in the low 64 bits, as shl32_by takes it
+};
+// The 32-value types: one scale per block, nothing to shift.
+struct NoShifts {};
+
+// acc32[t] += (acc16[t] x scale) << shift (madd of s16 pairs; VNNI: s32 sums
+// times s32 scales); acc16[t] = 0. The shifted products stay far below 2^31
+// (packed_simd.h's header, repack.cpp's Q6_K bound).
+template <typename V, int N, bool kDp, typename Shifts>
+static inline void fold(typename V::I (&acc16)[N], typename V::I scale, const Shifts& shifts,
+                        typename V::I (&acc32)[N]) {
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
-    if constexpr (kDp) acc32[t] = add32(acc32[t], mullo32(acc16[t], scale));
-    else acc32[t] = add32(acc32[t], madd(acc16[t], scale));
+    typename V::I scaled;
+    if constexpr (kDp) scaled = mullo32(acc16[t], scale);
+    else scaled = madd(acc16[t], scale);
+    if constexpr (!std::is_same_v<Shifts, NoShifts>) scaled = shl32_by(scaled, shifts.count[t]);
+    acc32[t] = add32(acc32[t], scaled);
     acc16[t] = V::zero();
   }
 }
@@ -208,9 +228,9 @@ static inline void level_dots(Rows q, const int8_t* const (&x)[N], typename V::I
 // 2s, 2s + 1 (Q3_K: bit c of the high plane's bytes is chunk c's third bit,
 // unsigned q + 4 in 0..7). Chunks 0..3 are one 16-value group (scale), 4..7
 // the next (scale_hi); pairs <= 2 x 7 x 127, four of them fit s16.
-template <DType T, typename V, int N>
+template <DType T, typename V, int N, typename Shifts>
 static inline void two_bit_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I scale_hi,
-                                typename V::I (&acc32)[N]) {
+                                const Shifts& shifts, typename V::I (&acc32)[N]) {
   using I = typename V::I;
   I acc16[N];
   #pragma GCC unroll 16
@@ -227,15 +247,16 @@ static inline void two_bit_dots(Rows q, const int8_t* const (&x)[N], typename V:
         if constexpr (N > 1) pin(acc16[t]);
       }
     });
-    fold<V, N, vnni_dots(T)>(acc16, decltype(p)::value == 0 ? scale : scale_hi, acc32);
+    fold<V, N, vnni_dots(T)>(acc16, decltype(p)::value == 0 ? scale : scale_hi, shifts, acc32);
   });
 }
 
 // The integer dots of one 32-value sub-block (the whole block for the
-// 32-value types), scaled by `scale` (Q6_K: scale_hi for chunks 4..7).
-template <DType T, typename V, int N>
+// 32-value types), scaled by `scale` (Q6_K: scale_hi for chunks 4..7) and
+// shifted by `shifts` (not the IQ4 or Q8_0 ones: the callers shift those).
+template <DType T, typename V, int N, typename Shifts>
 static inline void sub_block_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I scale_hi,
-                                  typename V::I (&acc32)[N]) {
+                                  const Shifts& shifts, typename V::I (&acc32)[N]) {
   using I = typename V::I;
   if constexpr (T == DType::Q8_0) {  // stored as w + 128 (w xor 0x80)
     if constexpr (kVnni) unroll<8>([&](auto c) { biased_chunk<V>(V::load(q + 32 * c), x, c, acc32); });
@@ -247,7 +268,7 @@ static inline void sub_block_dots(Rows q, const int8_t* const (&x)[N], typename 
     return;
   }
   if constexpr (is_two_bit(T)) {
-    two_bit_dots<T, V, N>(q, x, scale, scale_hi, acc32);
+    two_bit_dots<T, V, N>(q, x, scale, scale_hi, shifts, acc32);
     return;
   }
   constexpr bool kDp = vnni_dots(T);
@@ -260,9 +281,9 @@ static inline void sub_block_dots(Rows q, const int8_t* const (&x)[N], typename 
   for (int t = 0; t < N; ++t) acc16[t] = V::zero();
   unroll<4>([&](auto p) {
     chunk_pair<T, V, N, p>(q, x, acc16);
-    if constexpr (T == DType::Q6_K) { if constexpr (!kDp || p % 2 == 1) fold<V, N, kDp>(acc16, p < 2 ? scale : scale_hi, acc32); }
-    else if constexpr (has_fifth_bit(T) && !kDp) { if constexpr (p % 2 == 1) fold<V, N, kDp>(acc16, scale, acc32); }
-    else if constexpr (p == 3) fold<V, N, kDp>(acc16, scale, acc32);
+    if constexpr (T == DType::Q6_K) { if constexpr (!kDp || p % 2 == 1) fold<V, N, kDp>(acc16, p < 2 ? scale : scale_hi, shifts, acc32); }
+    else if constexpr (has_fifth_bit(T) && !kDp) { if constexpr (p % 2 == 1) fold<V, N, kDp>(acc16, scale, shifts, acc32); }
+    else if constexpr (p == 3) fold<V, N, kDp>(acc16, scale, shifts, acc32);
   });
 }
 
@@ -274,7 +295,7 @@ static inline void block32(Rows sb, const int8_t* const (&x)[N], const PackedAct
   typename V::I isum[N];
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) isum[t] = V::zero();
-  sub_block_dots<T, V, N>(sb + Layout<T>::kHeader, x, ones, ones, isum);
+  sub_block_dots<T, V, N>(sb + Layout<T>::kHeader, x, ones, ones, NoShifts{}, isum);
   const auto d = V::f16(sb);
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
@@ -298,42 +319,58 @@ static inline void bias_dots(PairFn pair, const int16_t* const (&sums)[N], typen
   }
 }
 
+// IQ4_XS sub-block j (scales: the rows' 8 scale bytes) for N tokens into dots.
+template <typename V, int N>
+static inline void iq4_xs_sub_block(Rows q, Rows scales, const int8_t* const (&x)[N], const PackedAct256* const (&a)[N],
+                                    int j, const SubBlockShifts<N>& shifts, typename V::I (&dots)[N]) {
+  typename V::I sums[N];
+  #pragma GCC unroll 16
+  for (int t = 0; t < N; ++t) sums[t] = V::zero();
+  if constexpr (kVnni) {  // unscaled biased sums: shifted, less 128 x the (shifted) sum of q, times the scale
+    level_dots<V>(q, x, V::zero(), sums);
+    const auto scale = V::i8_lanes(scales);
+    #pragma GCC unroll 16
+    for (int t = 0; t < N; ++t) {
+      const auto unbiased = sub32(shl32_by(sums[t], shifts.count[t]), V::set32(128 * a[t]->sum32[j]));
+      dots[t] = add32(dots[t], mullo32(unbiased, scale));
+    }
+  } else {  // scaled sums, shifted
+    level_dots<V>(q, x, scale_pairs_i8<V, false>(scales), sums);
+    #pragma GCC unroll 16
+    for (int t = 0; t < N; ++t) dots[t] = add32(dots[t], shl32_by(sums[t], shifts.count[t]));
+  }
+}
+
 // One 256-value super-block of Q2_K..Q6_K / IQ4_XS for N tokens; x[t] points
 // at the super-block's activations.
 template <DType T, typename V, int N>
 static inline void block256(Rows sb, const int8_t* const (&x)[N], const PackedAct256* const (&a)[N],
                             typename V::F (&acc)[N]) {
   using L = Layout<T>;
+  constexpr bool kDp = vnni_dots(T);
   typename V::I dots[N], bias[N];
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) dots[t] = bias[t] = V::zero();
   for (int j = 0; j < 8; ++j) {
     const int8_t* xj[N];
+    SubBlockShifts<N> shifts;
     #pragma GCC unroll 16
-    for (int t = 0; t < N; ++t) xj[t] = x[t] + 32 * j;
+    for (int t = 0; t < N; ++t) {
+      xj[t] = x[t] + 32 * j;
+      shifts.count[t] = _mm_cvtsi32_si128(a[t]->shift[j]);
+    }
     const Rows q = sb + (L::kHeader + static_cast<size_t>(j) * L::kSubBytes);
     if constexpr (T == DType::Q6_K || T == DType::Q3_K) {
-      sub_block_dots<T, V, N>(q, xj, scale_pairs_i8<V, vnni_dots(T)>(sb + (16 + 16 * j)),
-                              scale_pairs_i8<V, vnni_dots(T)>(sb + (24 + 16 * j)), dots);
+      sub_block_dots<T, V, N>(q, xj, scale_pairs_i8<V, kDp>(sb + (16 + 16 * j)), scale_pairs_i8<V, kDp>(sb + (24 + 16 * j)),
+                              shifts, dots);
     } else if constexpr (T == DType::Q2_K) {
-      sub_block_dots<T, V, N>(q, xj, scale_pairs_low4<V, vnni_dots(T)>(sb + (32 + 16 * j)),
-                              scale_pairs_low4<V, vnni_dots(T)>(sb + (40 + 16 * j)),
-                              dots);
-    } else if constexpr (T == DType::IQ4_XS && kVnni) {  // unscaled biased sums, unbiased, times the scale
-      typename V::I sums[N];
-      #pragma GCC unroll 16
-      for (int t = 0; t < N; ++t) sums[t] = V::zero();
-      level_dots<V>(q, xj, V::zero(), sums);
-      const auto scale = V::i8_lanes(sb + (16 + 8 * j));
-      #pragma GCC unroll 16
-      for (int t = 0; t < N; ++t)
-        dots[t] = add32(dots[t], mullo32(sub32(sums[t], V::set32(128 * a[t]->sum32[j])), scale));
+      sub_block_dots<T, V, N>(q, xj, scale_pairs_low4<V, kDp>(sb + (32 + 16 * j)),
+                              scale_pairs_low4<V, kDp>(sb + (40 + 16 * j)), shifts, dots);
     } else if constexpr (T == DType::IQ4_XS) {
-      const auto scale = scale_pairs_i8<V, vnni_dots(T)>(sb + (16 + 8 * j));
-      sub_block_dots<T, V, N>(q, xj, scale, scale, dots);
+      iq4_xs_sub_block<V, N>(q, sb + (16 + 8 * j), xj, a, j, shifts, dots);
     } else {
-      const auto scale = scale_pairs_u8<V, vnni_dots(T)>(sb + (32 + 8 * j));
-      sub_block_dots<T, V, N>(q, xj, scale, scale, dots);
+      const auto scale = scale_pairs_u8<V, kDp>(sb + (32 + 8 * j));
+      sub_block_dots<T, V, N>(q, xj, scale, scale, shifts, dots);
     }
   }
   const auto d = V::f16(sb);

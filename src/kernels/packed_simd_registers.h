@@ -107,6 +107,8 @@ static inline __m256i sign_of(__m256i x, __m256i w) { return _mm256_sign_epi8(x,
 template <int k> static inline __m256i shl16(__m256i a) { return _mm256_slli_epi16(a, k); }
 template <int k> static inline __m256i shr16(__m256i a) { return _mm256_srli_epi16(a, k); }
 template <int k> static inline __m256i shl32(__m256i a) { return _mm256_slli_epi32(a, k); }
+// Every 32-bit lane shifted left by the count in the low 64 bits of `count`.
+static inline __m256i shl32_by(__m256i a, __m128i count) { return _mm256_sll_epi32(a, count); }
 static inline __m256 to_float(__m256i a) { return _mm256_cvtepi32_ps(a); }
 static inline __m256 fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 static inline __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
@@ -171,6 +173,7 @@ static inline __m512i sign_of(__m512i x, __m512i w) {
 template <int k> static inline __m512i shl16(__m512i a) { return _mm512_slli_epi16(a, k); }
 template <int k> static inline __m512i shr16(__m512i a) { return _mm512_srli_epi16(a, k); }
 template <int k> static inline __m512i shl32(__m512i a) { return _mm512_slli_epi32(a, k); }
+static inline __m512i shl32_by(__m512i a, __m128i count) { return _mm512_sll_epi32(a, count); }
 static inline __m512 to_float(__m512i a) { return _mm512_cvtepi32_ps(a); }
 static inline __m512 fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
 static inline __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }

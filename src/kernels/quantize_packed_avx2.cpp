@@ -6,6 +6,7 @@
 // Qwen2.5-Coder-0.5B's prefill as a scalar loop (perf, Zen 4, pp512).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/repack.h"
@@ -23,10 +24,12 @@ float max_abs(const float* x, int n) {
   return _mm_cvtss_f32(h);
 }
 
-// q[0..32) = round(x[0..32) * inv_d); returns the 8 sums of 4 consecutive q.
-__m256i quantize32(const float* x, __m256 inv_d, int8_t* q) {
+// q[0..32) = round(x[0..32) * refine * inv_d) (refine: a power of two, exact);
+// returns the 8 sums of 4 consecutive q.
+__m256i quantize32(const float* x, __m256 refine, __m256 inv_d, int8_t* q) {
   __m256i v[4];
-  for (int k = 0; k < 4; ++k) v[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), inv_d));
+  for (int k = 0; k < 4; ++k)
+    v[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), refine), inv_d));
   // packs interleave 128-bit lanes: [0-3 8-11 16-19 24-27 | 4-7 12-15 20-23 28-31] as dwords of bytes
   const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
   const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
@@ -40,8 +43,28 @@ float quantize_block(const float* x, int n, int8_t* q, int32_t* sums4) {
   const float d = max_abs(x, n) / 127.0f;
   const __m256 inv_d = _mm256_set1_ps(d != 0 ? 1.0f / d : 0.0f);
   for (int j = 0; j < n; j += 32)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums4 + j / 4), quantize32(x + j, inv_d, q + j));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums4 + j / 4), quantize32(x + j, _mm256_set1_ps(1.0f), inv_d, q + j));
   return d;
+}
+
+// repack.cpp's quantize_super_block: q = round((x 2^k_j) / d) per sub-block j.
+PackedAct256 quantize_super_block(const float* x, int8_t* q) {
+  float sub_max[8], block_max = 0;
+  for (int j = 0; j < 8; ++j) block_max = std::max(block_max, sub_max[j] = max_abs(x + 32 * j, 32));
+  const float d = block_max / 127.0f;
+  const float inv_d = d != 0 ? 1.0f / d : 0.0f;
+  PackedAct256 a{};
+  a.d = d * 0.125f;
+  for (int j = 0; j < 8; ++j) {
+    const int32_t shift = a.shift[j] = packed_act_shift(sub_max[j], block_max);
+    const __m256 refine = _mm256_set1_ps(static_cast<float>(1 << (3 - shift)));
+    alignas(32) int32_t sums4[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sums4), quantize32(x + 32 * j, refine, _mm256_set1_ps(inv_d), q + 32 * j));
+    a.sum16[2 * j] = static_cast<int16_t>(at_block_scale(sums4[0] + sums4[1] + sums4[2] + sums4[3], shift));
+    a.sum16[2 * j + 1] = static_cast<int16_t>(at_block_scale(sums4[4] + sums4[5] + sums4[6] + sums4[7], shift));
+    a.sum32[j] = static_cast<int16_t>(a.sum16[2 * j] + a.sum16[2 * j + 1]);
+  }
+  return a;
 }
 
 }  // namespace
@@ -49,18 +72,14 @@ float quantize_block(const float* x, int n, int8_t* q, int32_t* sums4) {
 void quantize_packed_activations_avx2(DType type, const float* x, int64_t cols, uint8_t* dst) {
   auto* qs = reinterpret_cast<int8_t*>(dst);
   uint8_t* blocks = dst + packed_act_qs_bytes(cols);
-  int32_t sums4[64];
   if (packed_act_is_256(type)) {
-    auto* out = reinterpret_cast<PackedAct256*>(blocks);
     for (int64_t b = 0; b < cols / 256; ++b) {
-      PackedAct256 a{};
-      a.d = quantize_block(x + b * 256, 256, qs + b * 256, sums4);
-      for (int g = 0; g < 16; ++g) a.sum16[g] = static_cast<int16_t>(sums4[4 * g] + sums4[4 * g + 1] + sums4[4 * g + 2] + sums4[4 * g + 3]);
-      for (int j = 0; j < 8; ++j) a.sum32[j] = static_cast<int16_t>(a.sum16[2 * j] + a.sum16[2 * j + 1]);
-      std::memcpy(out + b, &a, sizeof(a));
+      const PackedAct256 a = quantize_super_block(x + b * 256, qs + b * 256);
+      std::memcpy(blocks + static_cast<size_t>(b) * sizeof(a), &a, sizeof(a));
     }
     return;
   }
+  int32_t sums4[8];
   auto* out = reinterpret_cast<PackedAct32*>(blocks);
   for (int64_t b = 0; b < cols / 32; ++b) {
     PackedAct32 a{};

@@ -316,14 +316,41 @@ PackedActRow packed_act_row(const uint8_t* row, int64_t cols) {
 }
 
 namespace {
-// d = max|x| / 127 over n values, q = round(x / d); returns d.
-float quantize_block(const float* x, int n, int8_t* q) {
+float max_abs(const float* x, int n) {
   float amax = 0;
   for (int j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
-  const float d = amax / 127.0f;
+  return amax;
+}
+
+// d = max|x| / 127 over n values, q = round(x / d); returns d.
+float quantize_block(const float* x, int n, int8_t* q) {
+  const float d = max_abs(x, n) / 127.0f;
   const float inv_d = d != 0 ? 1.0f / d : 0.0f;
   for (int j = 0; j < n; ++j) q[j] = static_cast<int8_t>(std::nearbyint(x[j] * inv_d));
   return d;
+}
+
+// 256 values with the sub-block refinements of PackedAct256: q = round((x 2^k_j)
+// / d) (x 2^k_j is exact and at most max|x|, so q stays in [-127, 127]).
+PackedAct256 quantize_super_block(const float* x, int8_t* q) {
+  float sub_max[8], block_max = 0;
+  for (int j = 0; j < 8; ++j) block_max = std::max(block_max, sub_max[j] = max_abs(x + 32 * j, 32));
+  const float d = block_max / 127.0f;
+  const float inv_d = d != 0 ? 1.0f / d : 0.0f;
+  PackedAct256 a{};
+  a.d = d * 0.125f;
+  for (int j = 0; j < 8; ++j) {
+    const int32_t shift = a.shift[j] = packed_act_shift(sub_max[j], block_max);
+    const float refine = static_cast<float>(1 << (3 - shift));
+    for (int i = 32 * j; i < 32 * j + 32; ++i) q[i] = static_cast<int8_t>(std::nearbyint(x[i] * refine * inv_d));
+    for (int h = 0; h < 2; ++h) {
+      int32_t sum = 0;
+      for (int i = 32 * j + 16 * h; i < 32 * j + 16 * h + 16; ++i) sum += q[i];
+      a.sum16[2 * j + h] = static_cast<int16_t>(at_block_scale(sum, shift));
+    }
+    a.sum32[j] = static_cast<int16_t>(a.sum16[2 * j] + a.sum16[2 * j + 1]);
+  }
+  return a;
 }
 }  // namespace
 
@@ -339,18 +366,7 @@ void quantize_packed_activations_scalar(DType type, const float* x, int64_t cols
   uint8_t* blocks = dst + packed_act_qs_bytes(cols);
   if (packed_act_is_256(type)) {
     auto* out = reinterpret_cast<PackedAct256*>(blocks);
-    for (int64_t b = 0; b < cols / 256; ++b) {
-      int8_t* q = qs + b * 256;
-      PackedAct256 a{};
-      a.d = quantize_block(x + b * 256, 256, q);
-      for (int g = 0; g < 16; ++g) {
-        int sum = 0;
-        for (int j = 0; j < 16; ++j) sum += q[16 * g + j];
-        a.sum16[g] = static_cast<int16_t>(sum);
-      }
-      for (int j = 0; j < 8; ++j) a.sum32[j] = static_cast<int16_t>(a.sum16[2 * j] + a.sum16[2 * j + 1]);
-      out[b] = a;
-    }
+    for (int64_t b = 0; b < cols / 256; ++b) out[b] = quantize_super_block(x + b * 256, qs + b * 256);
     return;
   }
   auto* out = reinterpret_cast<PackedAct32*>(blocks);
@@ -368,13 +384,13 @@ void quantize_packed_activations_scalar(DType type, const float* x, int64_t cols
 
 namespace {
 
-// IQ4_XS: sum over sub-blocks j of (ls_j - 32) dot(level, qx), exact.
-int32_t iq4_xs_dots(const BlockIQ4_XS& b, const int* index, const int8_t* qx) {
+// IQ4_XS: sum over sub-blocks j of (ls_j - 32) (dot(level, qx) << shift_j), exact.
+int32_t iq4_xs_dots(const BlockIQ4_XS& b, const int* index, const int8_t* qx, const PackedAct256& act) {
   int32_t dots = 0;
   for (int j = 0; j < 8; ++j) {
     int32_t dot = 0;
     for (int i = 32 * j; i < 32 * j + 32; ++i) dot += kIQ4NLValues[index[i]] * qx[i];
-    dots += iq4_xs_scale(b, j) * dot;
+    dots += iq4_xs_scale(b, j) * at_block_scale(dot, act.shift[j]);
   }
   return dots;
 }
@@ -390,6 +406,7 @@ GroupDots two_bit_dots(DType type, const uint8_t* block, const int* q, const int
   for (int g = 0; g < 16; ++g) {
     int32_t dot = 0;
     for (int i = 16 * g; i < 16 * g + 16; ++i) dot += q[i] * qx[i];
+    dot = at_block_scale(dot, act.shift[g / 2]);
     if (type == DType::Q2_K) {
       const uint8_t packed = reinterpret_cast<const BlockQ2_K*>(block)->scales[g];
       out.dots += (packed & 15) * dot;
@@ -440,17 +457,19 @@ float q8_row_dot(DType type, const uint8_t* row, int64_t cols, const PackedActRo
       continue;
     }
     if (type == DType::IQ4_XS) {
-      acc = std::fma(static_cast<float>(iq4_xs_dots(*reinterpret_cast<const BlockIQ4_XS*>(block), q, qx)),
+      acc = std::fma(static_cast<float>(iq4_xs_dots(*reinterpret_cast<const BlockIQ4_XS*>(block), q, qx, act[b])),
                      d * act[b].d, acc);
       continue;
     }
     if (type == DType::Q6_K) {
       const auto& q6 = *reinterpret_cast<const BlockQ6_K*>(block);
+      // |dots| <= 256 x 63 x 127 x 128 x 8 = 2097414144 < 2^31 (q unsigned 0..63,
+      // |scale| <= 128, shift <= 3); dots - 32 bias (q - 32 in -32..31) is half that.
       int32_t dots = 0, bias = 0;
       for (int g = 0; g < 16; ++g) {
         int32_t dot = 0;
         for (int i = 16 * g; i < 16 * g + 16; ++i) dot += q[i] * qx[i];
-        dots += q6.scales[g] * dot;
+        dots += q6.scales[g] * at_block_scale(dot, act[b].shift[g / 2]);
         bias += q6.scales[g] * act[b].sum16[g];
       }
       acc = std::fma(static_cast<float>(dots - 32 * bias), d * act[b].d, acc);
@@ -462,7 +481,7 @@ float q8_row_dot(DType type, const uint8_t* row, int64_t cols, const PackedActRo
       const KScaleMin sm = kquant_scale_min(k.scales, j);
       int32_t dot = 0;
       for (int i = 32 * j; i < 32 * j + 32; ++i) dot += q[i] * qx[i];
-      dots += sm.scale * dot;
+      dots += sm.scale * at_block_scale(dot, act[b].shift[j]);
       mins += sm.min * act[b].sum32[j];
     }
     acc = std::fma(static_cast<float>(dots), d * act[b].d, acc);

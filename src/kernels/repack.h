@@ -67,14 +67,34 @@ struct PackedAct32 {
   int32_t sum;
   int32_t unused;
 };
-// Super-blocks of 256 (for the K-quants and IQ4_XS): one d, and the sums of q over each
-// 16 and each 32 values (what the mins / the Q6_K bias multiply).
+// Super-blocks of 256 (for the K-quants and IQ4_XS): one float scale for the 256
+// values, refined per 32-value sub-block j by a power of two. With m = max|x|
+// over the 256 and m_j over sub-block j, k_j is the largest k in 0..3 with
+// m_j 2^k <= m; sub-block j quantizes with step (m / 127) / 2^k_j, so a
+// sub-block far below the block's outlier keeps up to 3 more bits (the
+// ffn_down input of GELU/SiLU models: docs/performance.md). Stored: d = m / 127
+// / 8 and shift[j] = 3 - k_j, so x ~= d (q << shift[j]); a kernel shifts the
+// integer dot of sub-block j left by shift[j] and multiplies the sum by d. The
+// sums of q over each 16 and each 32 values (what the mins / the Q6_K bias
+// multiply) are stored already shifted (|sum32| <= 32 x 127 x 8 = 32512).
 struct PackedAct256 {
   int16_t sum16[16];
   int16_t sum32[8];
+  int32_t shift[8];  // 0..3; int32 so that a kernel loads it straight into a shift count
   float d;
   float unused[3];
 };
+static_assert(sizeof(PackedAct256) == 96);
+
+// Sub-block j's shift[j] (above) from its max|x| and the super-block's: 3 - k for
+// the largest k in 0..3 with sub_max 2^k <= block_max (0 for an all-zero sub-block).
+inline int32_t packed_act_shift(float sub_max, float block_max) {
+  int k = 0;
+  while (k < 3 && sub_max * static_cast<float>(2 << k) <= block_max) ++k;
+  return 3 - k;
+}
+// v x 2^shift: an integer dot or sum of sub-block j at the super-block's scale.
+inline int32_t at_block_scale(int32_t v, int32_t shift) { return v * (1 << shift); }
 
 // Whether a packed type's activations come in super-blocks of 256.
 bool packed_act_is_256(DType type);
@@ -82,7 +102,8 @@ bool packed_act_is_256(DType type);
 // to 64), then one PackedAct32 per 32 or PackedAct256 per 256 values; a multiple of 64.
 size_t packed_act_row_bytes(DType type, int64_t cols);
 size_t packed_act_qs_bytes(int64_t cols);
-// Quantizes one token: d = max|x| / 127 per block, q = round(x / d). With SIMD
+// Quantizes one token: d = max|x| / 127 per block, q = round(x / d) (blocks of
+// 256: with the sub-block refinements above). With SIMD
 // kernels active the AVX2 loop, else the scalar one; both write the same bytes.
 void quantize_packed_activations(DType type, const float* x, int64_t cols, uint8_t* dst);
 void quantize_packed_activations_scalar(DType type, const float* x, int64_t cols, uint8_t* dst);
