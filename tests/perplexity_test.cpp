@@ -59,6 +59,8 @@ TEST(Perplexity, RejectsBadInput) {
 TEST(Perplexity, KlDivergenceFromExactActivations) {
   const std::string model = kvserve::test_util::model_dir() + "/smollm2-135m-instruct-q4_1.gguf";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " not found";
+  // Two loads of a 135M model and its exact passes: minutes without optimization (the Release suite runs it).
+  if (kvserve::test_util::skip_slow()) GTEST_SKIP() << "slow without optimization";
   const std::string command = "perplexity -m " + model + " -f " + text_file() + " --ctx 64 --chunks 2 --kl-divergence";
   const auto mean_kl = [](const CommandResult& r) {
     const size_t at = r.output.find("KL divergence from exact f32 activations: mean ");
