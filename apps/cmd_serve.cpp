@@ -113,6 +113,20 @@ void warn_about_open_file_limit() {
                  files, server::kWantedOpenFiles);
 }
 
+// The engine's settings from the flags, shared by the one-model and many-model servers (the draft model is
+// each server's own).
+EngineOptions engine_options_of(const ServeOptions& opt, const SpeculationSettings& spec_default) {
+  EngineOptions engine_options;
+  engine_options.max_context = opt.context;
+  engine_options.max_queue = opt.max_queue;
+  engine_options.max_running = opt.max_running;
+  engine_options.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
+  engine_options.kv_memory_bytes = opt.kv_mem_mib << 20;
+  engine_options.threads = opt.threads;
+  engine_options.measure_step_cost = spec_default.mode == SpeculativeMode::kAuto;
+  return engine_options;
+}
+
 // The server's settings from the flags, shared by the one-model and many-model servers.
 server::ServerOptions server_options_of(const ServeOptions& opt, const SpeculationSettings& spec_default,
                                         std::vector<std::string> api_keys) {
@@ -172,15 +186,8 @@ void serve_rank0(const ServeOptions& opt, const SpeculationSettings& spec_defaul
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   std::string template_note;
   ChatTemplate chat_template = ChatTemplate::for_model(model->file(), &template_note);
-  EngineOptions engine_options;
-  engine_options.max_context = opt.context;
-  engine_options.max_queue = opt.max_queue;
-  engine_options.max_running = opt.max_running;
-  engine_options.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
-  engine_options.kv_memory_bytes = opt.kv_mem_mib << 20;
-  engine_options.threads = opt.threads;
+  EngineOptions engine_options = engine_options_of(opt, spec_default);
   engine_options.draft_model = draft.get();
-  engine_options.measure_step_cost = spec_default.mode == SpeculativeMode::kAuto;
   // A lost rank (on the engine thread): its error, and a wake-up for the watcher once it runs.
   std::mutex failure_mutex;
   std::string pipeline_failure;
@@ -280,14 +287,7 @@ void serve_many(const ServeOptions& opt, const SpeculationSettings& spec_default
   std::vector<std::string> api_keys = server::collect_api_keys(opt.api_keys, opt.api_key_files, std::getenv("KVSERVE_API_KEY"));
   std::vector<server::ModelSource> sources = model_sources(opt);
   if (sources.empty()) throw Error("--models-dir " + opt.models_dir + " holds no *.gguf file");
-  EngineOptions engine_options;
-  engine_options.max_context = opt.context;
-  engine_options.max_queue = opt.max_queue;
-  engine_options.max_running = opt.max_running;
-  engine_options.kv_type = parse_kv_type(opt.kv_type, "--kv-type");
-  engine_options.kv_memory_bytes = opt.kv_mem_mib << 20;
-  engine_options.threads = opt.threads;
-  engine_options.measure_step_cost = spec_default.mode == SpeculativeMode::kAuto;
+  EngineOptions engine_options = engine_options_of(opt, spec_default);
 
   for (const server::ModelSource& s : sources) server::model_setup(s.id, s.options, engine_options, spec_default);
   server::ServerOptions server_options = server_options_of(opt, spec_default, std::move(api_keys));
