@@ -55,13 +55,18 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
-// -log p(target) from one row of logits, computed stably (max subtracted).
-double negative_log_likelihood(std::span<const float> logits, int32_t target) {
+// log(sum exp(x)) of one row of logits, computed stably (max subtracted), in double.
+double log_sum_exp(std::span<const float> logits) {
   float max = logits[0];
   for (float x : logits) max = std::max(max, x);
   double sum = 0;
   for (float x : logits) sum += std::exp(static_cast<double>(x - max));
-  return std::log(sum) - static_cast<double>(logits[static_cast<size_t>(target)] - max);
+  return static_cast<double>(max) + std::log(sum);
+}
+
+// -log p(target) from one row of logits and its log_sum_exp.
+double negative_log_likelihood(std::span<const float> logits, double log_sum, int32_t target) {
+  return log_sum - static_cast<double>(logits[static_cast<size_t>(target)]);
 }
 
 // Running sums of the scored tokens' negative log-likelihoods.
@@ -90,20 +95,22 @@ struct DivergenceStats {
   double kl_max = 0;
   int64_t same_top = 0, count = 0;
   NllStats nll_change;  // test's NLL - base's, per token: its mean's standard error is the PPL change's
-  void add(std::span<const float> base, std::span<const float> test, int32_t target) {
-    const double kl = kl_divergence(base, test);
+  // One position's two rows with their log_sum_exp and NLLs (computed once by the caller).
+  void add(std::span<const float> base, double base_norm, double base_nll, std::span<const float> test,
+           double test_norm, double test_nll) {
+    const double kl = kl_divergence(base, base_norm, test, test_norm);
     kl_sum += kl;
     kl_max = std::max(kl_max, kl);
     same_top += argmax(base) == argmax(test) ? 1 : 0;
     ++count;
-    nll_change.add(negative_log_likelihood(test, target) - negative_log_likelihood(base, target));
+    nll_change.add(test_nll - base_nll);
   }
   static size_t argmax(std::span<const float> x) {
     return static_cast<size_t>(std::max_element(x.begin(), x.end()) - x.begin());
   }
   // sum p (log p - log q), p and q the softmaxes of the two rows (in double).
-  static double kl_divergence(std::span<const float> p_logits, std::span<const float> q_logits) {
-    const double p_norm = log_sum_exp(p_logits), q_norm = log_sum_exp(q_logits);
+  static double kl_divergence(std::span<const float> p_logits, double p_norm, std::span<const float> q_logits,
+                              double q_norm) {
     double kl = 0;
     for (size_t i = 0; i < p_logits.size(); ++i) {
       const double log_p = static_cast<double>(p_logits[i]) - p_norm;
@@ -111,12 +118,6 @@ struct DivergenceStats {
       kl += std::exp(log_p) * (log_p - log_q);
     }
     return std::max(kl, 0.0);
-  }
-  static double log_sum_exp(std::span<const float> x) {
-    const double max = *std::max_element(x.begin(), x.end());
-    double sum = 0;
-    for (float v : x) sum += std::exp(static_cast<double>(v) - max);
-    return max + std::log(sum);
   }
 };
 
@@ -145,15 +146,10 @@ std::span<const float> logits_row(std::span<const float> logits, int64_t i, int6
 
 void score_window(std::span<const float> logits, const std::vector<int32_t>& window, int64_t vocab, NllStats& stats) {
   const auto n = static_cast<int64_t>(window.size());
-  for (int64_t i = n / 2; i + 1 < n; ++i)
-    stats.add(negative_log_likelihood(logits_row(logits, i, vocab), window[static_cast<size_t>(i + 1)]));
-}
-
-void compare_window(std::span<const float> base, std::span<const float> test, const std::vector<int32_t>& window,
-                    int64_t vocab, DivergenceStats& stats) {
-  const auto n = static_cast<int64_t>(window.size());
-  for (int64_t i = n / 2; i + 1 < n; ++i)
-    stats.add(logits_row(base, i, vocab), logits_row(test, i, vocab), window[static_cast<size_t>(i + 1)]);
+  for (int64_t i = n / 2; i + 1 < n; ++i) {
+    const std::span<const float> row = logits_row(logits, i, vocab);
+    stats.add(negative_log_likelihood(row, log_sum_exp(row), window[static_cast<size_t>(i + 1)]));
+  }
 }
 
 // The same model file with exact f32 activations: the --kl-divergence base.
@@ -172,6 +168,22 @@ std::unique_ptr<ExactBase> load_exact_base(const PerplexityOptions& opt, int64_t
   base->model = Model::load(opt.model, load);
   base->decoder = make_decoder("cached", *base->model, ctx, kv_type);
   return base;
+}
+
+// score_window for both runs (this one's NLLs into stats, the base's into base.nll) and their divergence, each
+// row's log_sum_exp computed once.
+void compare_window(std::span<const float> test, const std::vector<int32_t>& window, int64_t vocab, NllStats& stats,
+                    ExactBase& base) {
+  const auto n = static_cast<int64_t>(window.size());
+  for (int64_t i = n / 2; i + 1 < n; ++i) {
+    const int32_t target = window[static_cast<size_t>(i + 1)];
+    const std::span<const float> p = logits_row(base.logits, i, vocab), q = logits_row(test, i, vocab);
+    const double p_norm = log_sum_exp(p), q_norm = log_sum_exp(q);
+    const double p_nll = negative_log_likelihood(p, p_norm, target), q_nll = negative_log_likelihood(q, q_norm, target);
+    base.nll.add(p_nll);
+    stats.add(q_nll);
+    base.divergence.add(p, p_norm, p_nll, q, q_norm, q_nll);
+  }
 }
 
 void print_divergence(const ExactBase& base, const NllStats& test) {
@@ -214,11 +226,10 @@ void run_perplexity(const PerplexityOptions& opt) {
     if (base) {
       const std::span<const float> exact = window_logits(*base->decoder, window);
       base->logits.assign(exact.begin(), exact.end());
-      score_window(base->logits, window, vocab, base->nll);
+      compare_window(window_logits(*decoder, window), window, vocab, stats, *base);
+    } else {
+      score_window(window_logits(*decoder, window), window, vocab, stats);
     }
-    const std::span<const float> logits = window_logits(*decoder, window);
-    score_window(logits, window, vocab, stats);
-    if (base) compare_window(base->logits, logits, window, vocab, base->divergence);
     std::fprintf(stderr, "[%lld] %.4f\n", static_cast<long long>(w + 1), std::exp(stats.mean()));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
