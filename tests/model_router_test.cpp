@@ -561,6 +561,19 @@ TEST_F(ModelRouterTest, RequestKeepAliveSetsWhenItsModelIsUnloaded) {
   EXPECT_EQ(s.statuses().at("tiny-qwen2"), "unloaded");
   openai["keep_alive"] = json::array();
   EXPECT_EQ(s.post("/v1/completions", openai)->status, 400);
+  // And Anthropic's Messages and OpenAI's Responses paths.
+  const json messages = {{"model", "tiny-llama"}, {"max_tokens", 4}, {"keep_alive", 0},
+                         {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}};
+  ASSERT_EQ(s.post("/v1/messages", messages)->status, 200);
+  EXPECT_EQ(s.statuses().at("tiny-llama"), "unloaded");
+  json responses = {{"model", "tiny-qwen2"}, {"max_output_tokens", 4}, {"input", "Hi"}, {"keep_alive", "30m"}};
+  ASSERT_EQ(s.post("/v1/responses", responses)->status, 200);
+  EXPECT_NE(s.get("/api/ps")["models"][0]["expires_at"], "9999-12-31T23:59:59Z");
+  responses["keep_alive"] = 0;
+  ASSERT_EQ(s.post("/v1/responses", responses)->status, 200);
+  EXPECT_EQ(s.statuses().at("tiny-qwen2"), "unloaded");
+  responses["keep_alive"] = "soon";
+  EXPECT_EQ(s.post("/v1/responses", responses)->status, 400);
 }
 
 TEST_F(ModelRouterTest, MetricsLabelEachLoadedModelsEngineSeries) {

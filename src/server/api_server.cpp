@@ -257,7 +257,7 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
   const Clock::time_point arrival = Clock::now();
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
   const RequestBody body = parse_request_body(req.body);  // the body's one parse
-  // keep_alive: Ollama's field, taken here too (llama-server has none; other servers ignore it).
+  // keep_alive: Ollama's field, taken on every generating path (llama-server has none; other servers ignore it).
   ModelRouter::Lease m = lease(requested_model(body.tree), keep_alive_field(body.tree));
   ParsedRequest parsed = prepare(*m, endpoint, body.tree, body.schemas_in_order);
   auto encoder = std::make_unique<OpenAiEncoder>(ResponseFormatter(m->tokenizer, parsed, m->id), parsed.include_usage);
@@ -272,7 +272,7 @@ void ApiServer::handle_messages(const httplib::Request& req, httplib::Response& 
   std::optional<ParsedRequest> parsed_chat;
   ModelRouter::Lease m;
   try {
-    m = lease(requested_model(messages_body));
+    m = lease(requested_model(messages_body), keep_alive_field(messages_body));
     parsed_chat = prepare(*m, Endpoint::kChat, chat_body, {});
   } catch (const ApiError& e) {
     throw as_messages_error(e);
@@ -314,7 +314,7 @@ void ApiServer::handle_responses(const httplib::Request& req, httplib::Response&
   std::optional<ParsedRequest> parsed_chat;
   ModelRouter::Lease m;
   try {
-    m = lease(requested_model(body.tree));
+    m = lease(requested_model(body.tree), keep_alive_field(body.tree));
     parsed_chat = prepare(*m, Endpoint::kChat, chat_body, schemas_for_chat_body(body.schemas_in_order));
   } catch (const ApiError& e) {
     throw as_responses_error(e);
@@ -337,7 +337,7 @@ void ApiServer::handle_infill(const httplib::Request& req, httplib::Response& re
   const Clock::time_point arrival = Clock::now();
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
   const json infill_body = parse_json_body(req.body);
-  ModelRouter::Lease m = lease(requested_model(infill_body));
+  ModelRouter::Lease m = lease(requested_model(infill_body), keep_alive_field(infill_body));
   const json completion = completion_body_from_infill(infill_body, m->tokenizer, m->context);
   ParsedRequest parsed = prepare(*m, Endpoint::kCompletions, completion, {});
   auto encoder = std::make_unique<LlamaServerEncoder>(m->id);
