@@ -11,6 +11,7 @@
 #include <random>
 
 #include "decode/decoder.h"
+#include "decoder_agreement.h"
 #include "engine_run_util.h"
 #include "kv/kv_planner.h"
 #include "kv/kv_pool_sizing.h"
@@ -198,19 +199,7 @@ TEST(MlaModel, NaiveAndCachedDecodersAgree) {
   for (const char* preset : {"tiny-deepseek2", "tiny-deepseek3"}) {
     TempFile f(".gguf");
     auto m = tiny_mla(f, preset, DType::F32, ActivationPrecision::kF32);
-    for (int64_t n : {1, 6, 33}) {
-      auto naive = make_decoder("naive", *m, 256), cached = make_decoder("cached", *m, 256);
-      const std::vector<int32_t> tokens = prompt_of(n, m->config().vocab_size);
-      std::span<const float> a = naive->append(tokens), b = cached->append(tokens);
-      for (int s = 0; s < 6; ++s) {
-        std::vector<float> la(a.begin(), a.end()), lb(b.begin(), b.end());
-        EXPECT_LT(test_util::relative_error(lb, la), 1e-4) << preset << " prompt " << n << " step " << s;
-        const auto next = static_cast<int32_t>(std::max_element(la.begin(), la.end()) - la.begin());
-        ASSERT_EQ(next, static_cast<int32_t>(std::max_element(lb.begin(), lb.end()) - lb.begin())) << preset;
-        a = naive->append(std::span<const int32_t>(&next, 1));
-        b = cached->append(std::span<const int32_t>(&next, 1));
-      }
-    }
+    decoder_agreement::expect_naive_and_cached_decoders_agree(*m, preset);
   }
 }
 
