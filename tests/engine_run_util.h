@@ -100,6 +100,28 @@ class TinyModelTest : public ::testing::Test {
   std::unique_ptr<Tokenizer> tokenizer_;
 };
 
+// Continuous batching with chunked prefill (steps of 24 tokens, prompts
+// prefilled beside running decodes): every request gets exactly the tokens
+// and log probabilities it gets alone.
+inline void expect_batched_requests_get_what_they_get_alone(const Model& m, const std::vector<GenerationRequest>& rs,
+                                                           const std::string& label) {
+  const Tokenizer tok = Tokenizer::from_gguf(m.file());
+  const auto alone = run_alone(m, tok, rs);
+  EngineOptions o;
+  o.max_running = static_cast<int64_t>(rs.size());
+  o.kv_type = KVType::F32;  // as run_alone
+  o.max_batch_tokens = 24;
+  Engine engine(m, tok, o);
+  const auto together = run_together(engine, rs);
+  test_util::wait_idle(engine);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_EQ(together[i].tokens, alone[i].tokens) << label << " request " << i;
+    ASSERT_EQ(together[i].logprobs.size(), alone[i].logprobs.size());
+    for (size_t t = 0; t < alone[i].logprobs.size(); ++t)
+      EXPECT_EQ(together[i].logprobs[t].logprob, alone[i].logprobs[t].logprob) << label << " request " << i;
+  }
+}
+
 // The engine's features over one model file: shared prefixes (prefix cache,
 // copy-on-write), a pool too small for every sequence (preemption and
 // recompute), and speculative decoding with n-gram drafts and with a draft

@@ -210,27 +210,13 @@ TEST(MlaModel, BatchedRequestsGetWhatTheyGetAlone) {
   for (const char* preset : {"tiny-deepseek2", "tiny-deepseek3"}) {
     TempFile f(".gguf");
     auto m = tiny_mla(f, preset, DType::Q8_0);
-    const Tokenizer tok = Tokenizer::from_gguf(m->file());
     std::vector<GenerationRequest> rs;
     for (int i = 0; i < 5; ++i) {
       GenerationRequest r = greedy_request(prompt_of(20 + 13 * i, 300, i), 12);
       r.top_logprobs = 2;
       rs.push_back(r);
     }
-    const auto alone = run_alone(*m, tok, rs);
-    EngineOptions o;
-    o.max_running = 5;
-    o.kv_type = KVType::F32;  // as run_alone
-    o.max_batch_tokens = 24;
-    Engine engine(*m, tok, o);
-    const auto together = run_together(engine, rs);
-    test_util::wait_idle(engine);
-    for (size_t i = 0; i < rs.size(); ++i) {
-      EXPECT_EQ(together[i].tokens, alone[i].tokens) << preset << " request " << i;
-      ASSERT_EQ(together[i].logprobs.size(), alone[i].logprobs.size());
-      for (size_t t = 0; t < alone[i].logprobs.size(); ++t)
-        EXPECT_EQ(together[i].logprobs[t].logprob, alone[i].logprobs[t].logprob) << preset << " request " << i;
-    }
+    expect_batched_requests_get_what_they_get_alone(*m, rs, preset);
   }
 }
 

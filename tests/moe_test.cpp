@@ -164,7 +164,6 @@ TEST(MoeModel, BatchedRequestsGetWhatTheyGetAlone) {
   for (const char* preset : {"tiny-qwen3moe", "tiny-qwen2moe", "tiny-deepseek"}) {
     TempFile f(".gguf");
     auto m = tiny_moe(f, preset, DType::Q8_0);
-    const Tokenizer tok = Tokenizer::from_gguf(m->file());
     std::vector<GenerationRequest> rs;
     for (int i = 0; i < 5; ++i) {
       std::vector<int32_t> p;
@@ -173,20 +172,7 @@ TEST(MoeModel, BatchedRequestsGetWhatTheyGetAlone) {
       r.top_logprobs = 2;
       rs.push_back(r);
     }
-    const auto alone = run_alone(*m, tok, rs);
-    EngineOptions o;
-    o.max_running = 5;
-    o.kv_type = KVType::F32;  // as run_alone
-    o.max_batch_tokens = 24;  // prompts prefill in chunks beside running decodes
-    Engine engine(*m, tok, o);
-    const auto together = run_together(engine, rs);
-    test_util::wait_idle(engine);
-    for (size_t i = 0; i < rs.size(); ++i) {
-      EXPECT_EQ(together[i].tokens, alone[i].tokens) << preset << " request " << i;
-      ASSERT_EQ(together[i].logprobs.size(), alone[i].logprobs.size());
-      for (size_t t = 0; t < alone[i].logprobs.size(); ++t)
-        EXPECT_EQ(together[i].logprobs[t].logprob, alone[i].logprobs[t].logprob) << preset << " request " << i;
-    }
+    expect_batched_requests_get_what_they_get_alone(*m, rs, preset);
   }
 }
 
