@@ -316,10 +316,10 @@ static inline void block32(Rows sb, const int8_t* const (&x)[N], const PackedAct
   const Rows q = sb + Layout<T>::kHeader;
   half_dots<T, V, N, 0>(q, x, isum);
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) isum[t] = shl32_by(isum[t], _mm_cvtsi32_si128(a[t]->shift[0]));
+  for (int t = 0; t < N; ++t) isum[t] = shl32_by(isum[t], &a[t]->shift[0]);
   half_dots<T, V, N, 1>(q, x, half1);
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) isum[t] = add32(isum[t], shl32_by(half1[t], _mm_cvtsi32_si128(a[t]->shift[1])));
+  for (int t = 0; t < N; ++t) isum[t] = add32(isum[t], shl32_by(half1[t], &a[t]->shift[1]));
   const auto d = V::f16(sb);
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
