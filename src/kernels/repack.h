@@ -61,13 +61,13 @@ void repack_rows8(const TensorView& w, uint8_t* dst);
 // ---- Activations, quantized once per token per matmul -----------------------
 // Blocks of 32 (for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL): one float scale
 // for the 32 values, refined per 16-value half h by a power of two as the
-// 256-value blocks' sub-blocks are (below; 8 bits per 32 cost SmolLM2 twice
-// what per 16 does: docs/performance.md). With m = max|x| over the 32 and m_h
-// over half h, half h quantizes with step (m / 127) / 2^k_h; stored: d = m /
-// 127 / 8 and shift[h] = 3 - k_h (packed_act_shift), so x ~= d (q << shift[h]).
-// A kernel shifts each half's integer dot left by shift[h] before adding them.
-// sum = the sum of q << shift[h] over the 32 (|sum| <= 32 x 127 x 8), s = d *
-// sum (what Q4_1's / Q5_1's m multiplies).
+// 256-value blocks' sub-blocks are (below; a third less KL divergence from
+// exact activations on SmolLM2: docs/performance.md). With m = max|x| over the
+// 32 and m_h over half h, half h quantizes with step (m / 127) / 2^k_h;
+// stored: d = m / 127 / 8 and shift[h] = 3 - k_h (packed_act_shift), so x ~= d
+// (q << shift[h]). A kernel shifts each half's integer dot left by shift[h]
+// before adding them. sum = the sum of q << shift[h] over the 32 (|sum| <= 32
+// x 127 x 8), s = d * sum (what Q4_1's / Q5_1's m multiplies).
 struct PackedAct32 {
   float d;
   float s;
@@ -75,6 +75,8 @@ struct PackedAct32 {
   int32_t shift[2];  // 0..3; int32 so that a kernel loads it straight into a shift count
   int32_t unused[3];
 };
+// 32 bytes per 32 values: the kernels find a block's record at one fixed offset
+// from its values (packed_simd.h, group_tokens).
 static_assert(sizeof(PackedAct32) == 32);
 // Super-blocks of 256 (for the K-quants and IQ4_XS): one float scale for the 256
 // values, refined per 32-value sub-block j by a power of two. With m = max|x|
