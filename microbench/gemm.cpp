@@ -1,5 +1,5 @@
 // The 8-bit-activation matmul against its ceiling:
-//   ./build/microbench_gemm [--peak-only] [TYPE...]
+//   ./build/microbench_gemm [--peak-only] [--smollm2] [TYPE...]
 // 1. The int8 dot-product peak of this CPU (what a prefill GEMM could reach):
 //    independent chains of AVX2 maddubs + add (u8 x s8 -> s16, 32 multiply-adds
 //    per instruction) and, where present, AVX-512 VNNI vpdpbusd (256 and 512
@@ -10,6 +10,8 @@
 //    Float types (f32 f16 bf16, f32 activations): the old row kernels vs the
 //    float GEMM over repacked rows (kernels/float_packed.h), on SmolLM2 shapes,
 //    against the f32 FMA peak.
+//    --smollm2: SmolLM2-135M's shapes (1536x576, 576x1536) for the quantized
+//    types instead of Qwen2.5-Coder-1.5B's.
 // 3. --decode-stream TYPE...: one-token matmuls over 320 MiB of repacked
 //    copies (far past the last-level cache, as in decode), GB/s of weights
 //    against the read-bandwidth probe measured just before and after.
@@ -230,12 +232,13 @@ void bench_decode_stream(DType type) {
 }
 
 int run(int argc, char** argv) {
-  bool peak_only = false, decode_stream = false;
+  bool peak_only = false, decode_stream = false, smollm2 = false;
   std::vector<DType> types;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--peak-only") peak_only = true;
     else if (arg == "--decode-stream") decode_stream = true;
+    else if (arg == "--smollm2") smollm2 = true;
     else types.push_back(parse_dtype(arg));
   }
   if (types.empty()) types = {DType::Q4_1, DType::Q8_0, DType::Q5_0, DType::Q4_K, DType::Q6_K};
@@ -254,7 +257,9 @@ int run(int argc, char** argv) {
   std::printf("## matmul: original rows vs repacked rows (ms, GOP/s; q8 activations, f32 for float weights)\n\n");
   std::printf("| type | shape | tokens | original ms | repacked ms | original GOP/s | repacked GOP/s | speedup | repack ms |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
-  const Shape shapes[] = {{"1536x1536", 1536, 1536}, {"8960x1536", 8960, 1536}, {"1536x8960", 1536, 8960}};
+  const Shape qwen_shapes[] = {{"1536x1536", 1536, 1536}, {"8960x1536", 8960, 1536}, {"1536x8960", 1536, 8960}};
+  const Shape smollm2_shapes[] = {{"1536x576", 1536, 576}, {"576x1536", 576, 1536}};
+  const auto shapes = smollm2 ? std::span<const Shape>(smollm2_shapes) : std::span<const Shape>(qwen_shapes);
   // Float weights on SmolLM2's shapes (its f16 / bf16 copies are the float models measured).
   const Shape float_shapes[] = {{"1536x576", 1536, 576}, {"576x1536", 576, 1536}, {"576x576", 576, 576}};
   for (DType type : types)

@@ -66,7 +66,13 @@ TEST_P(LlamaCppOracle, GreedyTokensAndTopLogprobsAgree) {
   // llama.cpp's (q8_K-activation) record on that file: the spread is llama.cpp's
   // own activation rounding, which that file's logits amplify, not a decoding
   // difference (its blocks decode bit for bit as ggml's dequantize_row_q3_K).
-  const double tolerance = exact ? (gelu ? 3e-3 : 1e-4) : type == DType::Q3_K ? 0.15 : 0.1;
+  // tiny-deepseek / tiny-deepseek2 q8_0 (MLA): 0.123, 0.116 since kvserve refines each half of a 32-value
+  // block's activations by a power of two (docs/performance.md, "Half refinements"), where llama.cpp's q8_0
+  // keeps one scale; with exact activations kvserve is itself 0.070 and 0.121 from llama.cpp's record, and
+  // with llama.cpp's rounding it was 0.058 and 0.095: the two engines now round differently, and these
+  // files' logits amplify it.
+  const bool mla = c["preset"].get<std::string>().starts_with("tiny-deepseek");
+  const double tolerance = exact ? (gelu ? 3e-3 : 1e-4) : type == DType::Q3_K || mla ? 0.15 : 0.1;
 
   auto d = make_decoder("cached", *model, model->config().context_length);
   const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();

@@ -172,22 +172,24 @@ TEST(PackedActivations, SimdMatchesScalarBytes) {
 #endif
 }
 
-// Activations that exercise PackedAct256's sub-block refinements: one outlier
-// per super-block, the other sub-blocks at fractions of it (some exactly at a
-// boundary m / 2^k, where the finer step still fits), some all zero.
-std::vector<float> outlier_activations(int64_t n, int64_t cols, std::mt19937& rng) {
+// Activations that exercise the refinements of PackedAct256 (block 256,
+// sub-blocks of 32) or PackedAct32 (block 32, halves of 16): one outlier per
+// block, the other sub-blocks at fractions of it (some exactly at a boundary
+// m / 2^k, where the finer step still fits), some all zero.
+std::vector<float> outlier_activations(int64_t n, int64_t cols, std::mt19937& rng, size_t block = 256) {
   const float fractions[] = {1.0f, 0.6f, 0.5f, 0.3f, 0.25f, 0.2f, 0.125f, 0.1f, 0.01f, 0.0f};
+  const size_t sub = block == 256 ? 32 : 16;
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   std::uniform_int_distribution<int> fraction(0, 9), position(0, 255), size(1, 8);
   std::vector<float> x(static_cast<size_t>(n * cols));
-  for (size_t b = 0; b < x.size(); b += 256) {
+  for (size_t b = 0; b < x.size(); b += block) {
     const float outlier = 8.0f * static_cast<float>(size(rng));
-    for (size_t j = 0; j < 8; ++j) {
+    for (size_t j = 0; j < block / sub; ++j) {
       const float magnitude = outlier * fractions[fraction(rng)];
-      for (size_t i = 0; i < 32; ++i) x[b + 32 * j + i] = magnitude * unit(rng);
-      x[b + 32 * j + static_cast<size_t>(position(rng)) % 32] = -magnitude;  // the sub-block's max, exactly
+      for (size_t i = 0; i < sub; ++i) x[b + sub * j + i] = magnitude * unit(rng);
+      x[b + sub * j + static_cast<size_t>(position(rng)) % sub] = -magnitude;  // the sub-block's max, exactly
     }
-    x[b + static_cast<size_t>(position(rng))] = unit(rng) < 0 ? -outlier : outlier;
+    x[b + static_cast<size_t>(position(rng)) % block] = unit(rng) < 0 ? -outlier : outlier;
   }
   return x;
 }
@@ -249,6 +251,64 @@ INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatmul256,
                          ::testing::Values(DType::IQ4_XS, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
 
+class PackedMatmul32 : public ::testing::TestWithParam<DType> {};
+
+TEST_P(PackedMatmul32, HalfRefinementsMatchTheQ8ReferenceBitwise) {
+  const DType type = GetParam();
+  if (simd_isas().empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
+  test_util::IsaAndPrecisionGuard restore;
+  set_activation_precision(ActivationPrecision::kQ8);
+  uint32_t seed = 1700;
+  for (int64_t rows : {1, 9, 33})
+    for (int64_t cols : {32, 96, 2080})
+      for (int64_t n : {1, 3, 4, 5, 8, 9, 17}) {
+        const PackedMatrix p = make_packed(type, rows, cols, seed++);
+        std::mt19937 rng(seed);
+        const std::vector<float> x = outlier_activations(n, cols, rng, 32);
+        std::vector<float> want(static_cast<size_t>(n * rows));
+        matmul_q8_reference(p.m.view, x.data(), n, want.data());
+        for (Isa isa : simd_isas()) {
+          set_kernel_isa(isa);
+          std::vector<float> got(want.size(), -1.0f);
+          matmul(p.view, x.data(), n, got.data());
+          const int64_t at = first_difference(got, want);
+          ASSERT_EQ(at, -1) << dtype_name(type) << " on " << isa_name(isa) << ", rows " << rows << ", cols " << cols
+                            << ", tokens " << n << ": token " << at / rows << " row " << at % rows;
+        }
+      }
+}
+
+// A half far below its block's outlier rounds nearly as finely as it would
+// alone: within 1/8 of the unrefined rounding.
+TEST_P(PackedMatmul32, RefinedReferenceIsWithinFinerRoundingOfF32) {
+  const DType type = GetParam();
+  const int64_t rows = 9, cols = 96, n = 3;
+  const TestMatrix m = make_matrix(type, rows, cols, 1900);
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  std::mt19937 rng(1901);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 1e-2f * unit(rng);
+  for (size_t b = 0; b < x.size(); b += 32) x[b + (b / 32 % 2 == 0 ? 5 : 27)] = 1.0f;  // the outlier in either half
+  std::vector<float> got(static_cast<size_t>(n * rows)), want(got.size());
+  matmul_q8_reference(m.view, x.data(), n, got.data());
+  matmul_reference(m.view, x.data(), n, want.data());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      double bound = 1e-6;  // half a step per value: 1 / 127 / 2 in the outlier's half, 1/8 of it in the other
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t block = (t * cols + c) / 32, outlier_half = block % 2 == 0 ? 0 : 1;
+        const double step = (c % 32) / 16 == outlier_half ? 1.0 / 127 : 1.0 / 127 / 8;
+        bound += 0.5 * step * std::fabs(m.dequantized[static_cast<size_t>(r * cols + c)]);
+      }
+      const size_t i = static_cast<size_t>(t * rows + r);
+      EXPECT_LE(std::fabs(got[i] - want[i]), bound) << dtype_name(type) << " token " << t << " row " << r;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatmul32,
+                         ::testing::Values(DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); });
+
 // Q6_K's integer sum is the largest of all: q = 63 everywhere, scales -128 and
 // every activation at full scale with the largest shift (x = +-1: q 127 << 3)
 // give 256 x 63 x 127 x 128 x 8 = 2097414144 before the bias comes off, just
@@ -297,6 +357,14 @@ TEST(PackedActivations, SimdMatchesScalarBytesWithSubBlockRefinements) {
     quantize_packed_activations_avx2(DType::Q4_K, x.data(), cols, got.data());
     ASSERT_EQ(0, std::memcmp(want.data(), got.data(), bytes)) << "cols " << cols;
   }
+  for (int64_t cols : {32, 96, 2080}) {
+    const std::vector<float> x = outlier_activations(1, cols, rng, 32);
+    const size_t bytes = packed_act_row_bytes(DType::Q4_1, cols);
+    std::vector<uint8_t> want(bytes, 0xa5), got(bytes, 0xa5);
+    quantize_packed_activations_scalar(DType::Q4_1, x.data(), cols, want.data());
+    quantize_packed_activations_avx2(DType::Q4_1, x.data(), cols, got.data());
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), bytes)) << "32-value blocks, cols " << cols;
+  }
 #else
   GTEST_SKIP() << "built without SIMD kernels";
 #endif
@@ -325,6 +393,40 @@ TEST(PackedActivations, SubBlockShiftsRefineTheSmallSubBlocks) {
       sum += packed.qs[i];
     }
     EXPECT_EQ(a.sum32[j], sum * (1 << a.shift[j])) << "sub-block " << j;
+  }
+}
+
+// Blocks of 32 by hand: max|x| = 127 (the unrefined step is 1) in one half,
+// the other half's max exactly 127 / 8 (3 more bits), 15.9 (2 more), 63.5 (1
+// more), zero or 127 itself.
+TEST(PackedActivations, HalfShiftsRefineTheSmallHalf) {
+  const float other_max[5] = {127.0f / 8, 15.9f, 63.5f, 0.0f, 127.0f};
+  const int32_t want_other_shift[5] = {0, 1, 2, 0, 3};
+  std::vector<float> x(32 * 10, 0.0f);
+  for (int b = 0; b < 10; ++b) {  // block b: the outlier half first for even b, second for odd b
+    const int big = b % 2;
+    for (int i = 0; i < 16; ++i) {
+      x[static_cast<size_t>(32 * b + 16 * big + i)] = 127.0f * static_cast<float>(i % 5 - 2) / 2;
+      x[static_cast<size_t>(32 * b + 16 * (1 - big) + i)] = other_max[b / 2] * static_cast<float>(i % 5 - 2) / 2;
+    }
+  }
+  std::vector<uint8_t> row(packed_act_row_bytes(DType::Q4_0, 320));
+  quantize_packed_activations(DType::Q4_0, x.data(), 320, row.data());
+  const PackedActRow packed = packed_act_row(row.data(), 320);
+  for (int b = 0; b < 10; ++b) {
+    const auto& a = static_cast<const PackedAct32*>(packed.blocks)[b];
+    const int big = b % 2;
+    EXPECT_EQ(a.d, 1.0f / 8) << "block " << b;
+    EXPECT_EQ(a.shift[big], 3) << "block " << b;
+    EXPECT_EQ(a.shift[1 - big], want_other_shift[b / 2]) << "block " << b;
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const float step = a.d * static_cast<float>(1 << a.shift[i / 16]);
+      EXPECT_LE(std::fabs(static_cast<float>(packed.qs[32 * b + i]) * step - x[static_cast<size_t>(32 * b + i)]), step / 2) << i;
+      sum += packed.qs[32 * b + i] * (1 << a.shift[i / 16]);
+    }
+    EXPECT_EQ(a.sum, sum) << "block " << b;
+    EXPECT_EQ(a.s, a.d * static_cast<float>(sum)) << "block " << b;
   }
 }
 

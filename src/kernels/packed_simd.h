@@ -157,7 +157,7 @@ template <int N>
 struct SubBlockShifts {
   __m128i count[N];  // the shift in the low 64 bits, as shl32_by takes it
 };
-// The 32-value types: one scale per block, nothing to shift.
+// No shift (the 32-value types: block32 shifts each half's sum itself).
 struct NoShifts {};
 
 // acc32[t] += (acc16[t] x scale) << shift (madd of s16 pairs; VNNI: s32 sums
@@ -205,13 +205,15 @@ static inline void biased_chunk(typename V::I w, const int8_t* const (&x)[N], in
 }
 
 // IQ4 sub-block: each 4-bit plane register's nibbles (chunks 2p, 2p + 1)
-// looked up in kIQ4NLValues (VNNI: biased by 128, unscaled sums).
-template <typename V, int N>
+// looked up in kIQ4NLValues (VNNI: biased by 128, unscaled sums); registers
+// p = kFirst .. kFirst + kCount - 1.
+template <typename V, int N, int kFirst = 0, int kCount = 4>
 static inline void level_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I (&acc32)[N]) {
   using I = typename V::I;
   const I levels = kVnni ? V::biased_levels() : V::levels();
   const I nibbles = V::set8(0x0f);
-  unroll<4>([&](auto p) {
+  unroll<kCount>([&](auto i) {
+    constexpr int p = kFirst + decltype(i)::value;
     const I packed = V::load(q + 32 * p);
     const I lo = lookup(levels, and_(packed, nibbles)), hi = lookup(levels, and_(shr16<4>(packed), nibbles));
     if constexpr (kVnni) {
@@ -251,31 +253,17 @@ static inline void two_bit_dots(Rows q, const int8_t* const (&x)[N], typename V:
   });
 }
 
-// The integer dots of one 32-value sub-block (the whole block for the
-// 32-value types), scaled by `scale` (Q6_K: scale_hi for chunks 4..7) and
-// shifted by `shifts` (not the IQ4 or Q8_0 ones: the callers shift those).
+// The integer dots of one 32-value sub-block of a 256-value type, scaled by
+// `scale` (Q6_K: scale_hi for chunks 4..7) and shifted by `shifts`.
 template <DType T, typename V, int N, typename Shifts>
 static inline void sub_block_dots(Rows q, const int8_t* const (&x)[N], typename V::I scale, typename V::I scale_hi,
                                   const Shifts& shifts, typename V::I (&acc32)[N]) {
   using I = typename V::I;
-  if constexpr (T == DType::Q8_0) {  // stored as w + 128 (w xor 0x80)
-    if constexpr (kVnni) unroll<8>([&](auto c) { biased_chunk<V>(V::load(q + 32 * c), x, c, acc32); });
-    else unroll<8>([&](auto c) { signed_chunk<V>(xor_(V::load(q + 32 * c), V::set8(char(0x80))), x, c, scale, acc32); });
-    return;
-  }
-  if constexpr (has_levels(T)) {
-    level_dots<V>(q, x, scale, acc32);
-    return;
-  }
   if constexpr (is_two_bit(T)) {
     two_bit_dots<T, V, N>(q, x, scale, scale_hi, shifts, acc32);
     return;
   }
   constexpr bool kDp = vnni_dots(T);
-  if constexpr (kDp && !is_256(T)) {  // unit scale, s32 sums: straight into acc32
-    unroll<4>([&](auto p) { chunk_pair<T, V, N, p>(q, x, acc32); });
-    return;
-  }
   I acc16[N];
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) acc16[t] = V::zero();
@@ -287,15 +275,51 @@ static inline void sub_block_dots(Rows q, const int8_t* const (&x)[N], typename 
   });
 }
 
-// One 32-value super-block of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL for N tokens.
+// The unscaled integer dots of half kHalf (values 16 kHalf .. 16 kHalf + 15:
+// chunks 4 kHalf .. 4 kHalf + 3) of a 32-value block into sum32[t].
+template <DType T, typename V, int N, int kHalf>
+static inline void half_dots(Rows q, const int8_t* const (&x)[N], typename V::I (&sum32)[N]) {
+  using I = typename V::I;
+  const I ones = V::set16(1);
+  if constexpr (T == DType::Q8_0) {  // stored as w + 128 (w xor 0x80)
+    unroll<4>([&](auto i) {
+      constexpr int c = 4 * kHalf + decltype(i)::value;
+      if constexpr (kVnni) biased_chunk<V>(V::load(q + 32 * c), x, c, sum32);
+      else signed_chunk<V>(xor_(V::load(q + 32 * c), V::set8(char(0x80))), x, c, ones, sum32);
+    });
+  } else if constexpr (has_levels(T)) {
+    level_dots<V, N, 2 * kHalf, 2>(q, x, ones, sum32);
+  } else if constexpr (vnni_dots(T)) {  // s32 sums straight into sum32
+    chunk_pair<T, V, N, 2 * kHalf>(q, x, sum32);
+    chunk_pair<T, V, N, 2 * kHalf + 1>(q, x, sum32);
+  } else {  // s16 sums (four chunks of pairs <= 2 x 31 x 127 fit), then s32
+    I acc16[N];
+    #pragma GCC unroll 16
+    for (int t = 0; t < N; ++t) acc16[t] = V::zero();
+    chunk_pair<T, V, N, 2 * kHalf>(q, x, acc16);
+    chunk_pair<T, V, N, 2 * kHalf + 1>(q, x, acc16);
+    fold<V, N, false>(acc16, ones, NoShifts{}, sum32);
+  }
+}
+
+// One 32-value super-block of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL for N
+// tokens: each half's integer dot shifted by the token's shift for it
+// (PackedAct32), the two added. A second sum per token instead of one chain:
+// the shift would otherwise wait on the first half's last dot, and the two
+// shorter chains measured faster than the one of eight (docs/kernels.md).
 template <DType T, typename V, int N>
 static inline void block32(Rows sb, const int8_t* const (&x)[N], const PackedAct32* const (&a)[N],
                            typename V::F (&acc)[N]) {
-  const auto ones = V::set16(1);
-  typename V::I isum[N];
+  typename V::I isum[N], half1[N];
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) isum[t] = V::zero();
-  sub_block_dots<T, V, N>(sb + Layout<T>::kHeader, x, ones, ones, NoShifts{}, isum);
+  for (int t = 0; t < N; ++t) isum[t] = half1[t] = V::zero();
+  const Rows q = sb + Layout<T>::kHeader;
+  half_dots<T, V, N, 0>(q, x, isum);
+  #pragma GCC unroll 16
+  for (int t = 0; t < N; ++t) isum[t] = shl32_by(isum[t], &a[t]->shift[0]);
+  half_dots<T, V, N, 1>(q, x, half1);
+  #pragma GCC unroll 16
+  for (int t = 0; t < N; ++t) isum[t] = add32(isum[t], shl32_by(half1[t], &a[t]->shift[1]));
   const auto d = V::f16(sb);
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
@@ -419,13 +443,18 @@ static void group_tokens(const PackedJob& job, Rows group, int64_t t0, float* ou
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) acc[t] = V::fzero();
   using Act = std::conditional_t<is_256(T), PackedAct256, PackedAct32>;
+  // A 32-value block's record (32 bytes) sits this far after its values: one
+  // offset for every token, so that the half shifts read in the middle of a
+  // block need no pointer register per token (8 tokens had spilled them).
+  const int64_t records = static_cast<const uint8_t*>(rows[0].blocks) - reinterpret_cast<const uint8_t*>(rows[0].qs);
   for (int64_t b = 0; b < n_sb; ++b) {
     const int8_t* x[N];
     const Act* a[N];
     #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       x[t] = rows[t].qs + b * L::kValues;
-      a[t] = static_cast<const Act*>(rows[t].blocks) + b;
+      if constexpr (is_256(T)) a[t] = static_cast<const Act*>(rows[t].blocks) + b;
+      else a[t] = reinterpret_cast<const Act*>(x[t] + records);
     }
     const Rows sb = group + static_cast<size_t>(b) * L::kBytes;
     if constexpr (is_256(T)) block256<T, V, N>(sb, x, a, acc);

@@ -109,6 +109,18 @@ template <int k> static inline __m256i shr16(__m256i a) { return _mm256_srli_epi
 template <int k> static inline __m256i shl32(__m256i a) { return _mm256_slli_epi32(a, k); }
 // Every 32-bit lane shifted left by the count in the low 64 bits of `count`.
 static inline __m256i shl32_by(__m256i a, __m128i count) { return _mm256_sll_epi32(a, count); }
+// Every 32-bit lane shifted left by *count: with AVX-512 one vpsllvd that
+// broadcasts the count from memory (from the intrinsics GCC emits a separate
+// load; the 32-value blocks take two such shifts per token and block).
+static inline __m256i shl32_by(__m256i a, const int32_t* count) {
+#ifdef __AVX512VL__
+  __m256i r;
+  __asm__("vpsllvd %2%{1to8%}, %1, %0" : "=v"(r) : "v"(a), "m"(*count));
+  return r;
+#else
+  return _mm256_sll_epi32(a, _mm_cvtsi32_si128(*count));
+#endif
+}
 static inline __m256 to_float(__m256i a) { return _mm256_cvtepi32_ps(a); }
 static inline __m256 fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 static inline __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
@@ -174,6 +186,11 @@ template <int k> static inline __m512i shl16(__m512i a) { return _mm512_slli_epi
 template <int k> static inline __m512i shr16(__m512i a) { return _mm512_srli_epi16(a, k); }
 template <int k> static inline __m512i shl32(__m512i a) { return _mm512_slli_epi32(a, k); }
 static inline __m512i shl32_by(__m512i a, __m128i count) { return _mm512_sll_epi32(a, count); }
+static inline __m512i shl32_by(__m512i a, const int32_t* count) {
+  __m512i r;
+  __asm__("vpsllvd %2%{1to16%}, %1, %0" : "=v"(r) : "v"(a), "m"(*count));
+  return r;
+}
 static inline __m512 to_float(__m512i a) { return _mm512_cvtepi32_ps(a); }
 static inline __m512 fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
 static inline __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }

@@ -24,12 +24,13 @@ float max_abs(const float* x, int n) {
   return _mm_cvtss_f32(h);
 }
 
-// q[0..32) = round(x[0..32) * refine * inv_d) (refine: a power of two, exact);
-// returns the 8 sums of 4 consecutive q.
-__m256i quantize32(const float* x, __m256 refine, __m256 inv_d, int8_t* q) {
+// q[0..32) = round(x[0..32) * refine * inv_d), refine[0] for the first 16 values
+// and refine[1] for the next (powers of two, exact); returns the 8 sums of 4
+// consecutive q.
+__m256i quantize32(const float* x, const __m256 (&refine)[2], __m256 inv_d, int8_t* q) {
   __m256i v[4];
   for (int k = 0; k < 4; ++k)
-    v[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), refine), inv_d));
+    v[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), refine[k / 2]), inv_d));
   // packs interleave 128-bit lanes: [0-3 8-11 16-19 24-27 | 4-7 12-15 20-23 28-31] as dwords of bytes
   const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
   const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
@@ -37,14 +38,25 @@ __m256i quantize32(const float* x, __m256 refine, __m256 inv_d, int8_t* q) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), ordered), _mm256_set1_epi16(1));
 }
 
-// d = max|x| / 127 over n values (a multiple of 32), q = round(x / d); sums4[i]
-// = the sum of q[4i .. 4i + 4). Returns d.
-float quantize_block(const float* x, int n, int8_t* q, int32_t* sums4) {
-  const float d = max_abs(x, n) / 127.0f;
-  const __m256 inv_d = _mm256_set1_ps(d != 0 ? 1.0f / d : 0.0f);
-  for (int j = 0; j < n; j += 32)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums4 + j / 4), quantize32(x + j, _mm256_set1_ps(1.0f), inv_d, q + j));
-  return d;
+// repack.cpp's quantize_block32: q = round((x 2^k_h) / d) per 16-value half h.
+PackedAct32 quantize_block32(const float* x, int8_t* q) {
+  const float half_max[2] = {max_abs(x, 16), max_abs(x + 16, 16)};
+  const float block_max = std::max(half_max[0], half_max[1]);
+  const float d = block_max / 127.0f;
+  const float inv_d = d != 0 ? 1.0f / d : 0.0f;
+  PackedAct32 a{};
+  a.d = d * 0.125f;
+  __m256 refine[2];
+  for (int h = 0; h < 2; ++h) {
+    a.shift[h] = packed_act_shift(half_max[h], block_max);
+    refine[h] = _mm256_set1_ps(static_cast<float>(1 << (3 - a.shift[h])));
+  }
+  alignas(32) int32_t sums4[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(sums4), quantize32(x, refine, _mm256_set1_ps(inv_d), q));
+  a.sum = at_block_scale(sums4[0] + sums4[1] + sums4[2] + sums4[3], a.shift[0]) +
+          at_block_scale(sums4[4] + sums4[5] + sums4[6] + sums4[7], a.shift[1]);
+  a.s = a.d * static_cast<float>(a.sum);
+  return a;
 }
 
 // repack.cpp's quantize_super_block: q = round((x 2^k_j) / d) per sub-block j.
@@ -57,7 +69,8 @@ PackedAct256 quantize_super_block(const float* x, int8_t* q) {
   a.d = d * 0.125f;
   for (int j = 0; j < 8; ++j) {
     const int32_t shift = a.shift[j] = packed_act_shift(sub_max[j], block_max);
-    const __m256 refine = _mm256_set1_ps(static_cast<float>(1 << (3 - shift)));
+    const __m256 sub_refine = _mm256_set1_ps(static_cast<float>(1 << (3 - shift)));
+    const __m256 refine[2] = {sub_refine, sub_refine};
     alignas(32) int32_t sums4[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(sums4), quantize32(x + 32 * j, refine, _mm256_set1_ps(inv_d), q + 32 * j));
     a.sum16[2 * j] = static_cast<int16_t>(at_block_scale(sums4[0] + sums4[1] + sums4[2] + sums4[3], shift));
@@ -79,14 +92,9 @@ void quantize_packed_activations_avx2(DType type, const float* x, int64_t cols, 
     }
     return;
   }
-  int32_t sums4[8];
-  auto* out = reinterpret_cast<PackedAct32*>(blocks);
   for (int64_t b = 0; b < cols / 32; ++b) {
-    PackedAct32 a{};
-    a.d = quantize_block(x + b * 32, 32, qs + b * 32, sums4);
-    for (int i = 0; i < 8; ++i) a.sum += sums4[i];
-    a.s = a.d * static_cast<float>(a.sum);
-    std::memcpy(out + b, &a, sizeof(a));
+    const PackedAct32 a = quantize_block32(x + b * 32, qs + b * 32);
+    std::memcpy(blocks + static_cast<size_t>(b) * sizeof(a), &a, sizeof(a));
   }
 }
 

@@ -322,12 +322,24 @@ float max_abs(const float* x, int n) {
   return amax;
 }
 
-// d = max|x| / 127 over n values, q = round(x / d); returns d.
-float quantize_block(const float* x, int n, int8_t* q) {
-  const float d = max_abs(x, n) / 127.0f;
+// 32 values with the per-half refinements of PackedAct32: q = round((x 2^k_h) / d)
+// (x 2^k_h is exact and at most max|x|, so q stays in [-127, 127]).
+PackedAct32 quantize_block32(const float* x, int8_t* q) {
+  const float half_max[2] = {max_abs(x, 16), max_abs(x + 16, 16)};
+  const float block_max = std::max(half_max[0], half_max[1]);
+  const float d = block_max / 127.0f;
   const float inv_d = d != 0 ? 1.0f / d : 0.0f;
-  for (int j = 0; j < n; ++j) q[j] = static_cast<int8_t>(std::nearbyint(x[j] * inv_d));
-  return d;
+  PackedAct32 a{};
+  a.d = d * 0.125f;
+  for (int h = 0; h < 2; ++h) {
+    const int32_t shift = a.shift[h] = packed_act_shift(half_max[h], block_max);
+    const float refine = static_cast<float>(1 << (3 - shift));
+    int32_t sum = 0;
+    for (int i = 16 * h; i < 16 * h + 16; ++i) sum += q[i] = static_cast<int8_t>(std::nearbyint(x[i] * refine * inv_d));
+    a.sum += at_block_scale(sum, shift);
+  }
+  a.s = a.d * static_cast<float>(a.sum);
+  return a;
 }
 
 // 256 values with the sub-block refinements of PackedAct256: q = round((x 2^k_j)
@@ -370,14 +382,7 @@ void quantize_packed_activations_scalar(DType type, const float* x, int64_t cols
     return;
   }
   auto* out = reinterpret_cast<PackedAct32*>(blocks);
-  for (int64_t b = 0; b < cols / 32; ++b) {
-    int8_t* q = qs + b * 32;
-    PackedAct32 a{};
-    a.d = quantize_block(x + b * 32, 32, q);
-    for (int j = 0; j < 32; ++j) a.sum += q[j];
-    a.s = a.d * static_cast<float>(a.sum);
-    out[b] = a;
-  }
+  for (int64_t b = 0; b < cols / 32; ++b) out[b] = quantize_block32(x + b * 32, qs + b * 32);
 }
 
 // ---- The reference -------------------------------------------------------------
@@ -432,7 +437,11 @@ float q8_row_dot(DType type, const uint8_t* row, int64_t cols, const PackedActRo
       if (type == DType::IQ4_NL)
         for (int& v : q) v = kIQ4NLValues[v];
       int32_t isum = 0;
-      for (int i = 0; i < 32; ++i) isum += q[i] * x.qs[32 * b + i];
+      for (int h = 0; h < 2; ++h) {
+        int32_t dot = 0;
+        for (int i = 16 * h; i < 16 * h + 16; ++i) dot += q[i] * x.qs[32 * b + i];
+        isum += at_block_scale(dot, act[b].shift[h]);
+      }
       if (type == DType::Q4_0) isum -= 8 * act[b].sum;
       if (type == DType::Q5_0) isum -= 16 * act[b].sum;
       const float d = fp16_to_f32(block_d_bits(type, block));

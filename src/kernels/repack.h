@@ -59,14 +59,25 @@ size_t packed_matrix_bytes(DType type, int64_t rows, int64_t cols);
 void repack_rows8(const TensorView& w, uint8_t* dst);
 
 // ---- Activations, quantized once per token per matmul -----------------------
-// Blocks of 32 (for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL): x ~= d q, sum = sum(q),
-// s = d * sum (what Q4_1's / Q5_1's m multiplies).
+// Blocks of 32 (for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL): one float scale
+// for the 32 values, refined per 16-value half h by a power of two as the
+// 256-value blocks' sub-blocks are (below; a third less KL divergence from
+// exact activations on SmolLM2: docs/performance.md). With m = max|x| over the
+// 32 and m_h over half h, half h quantizes with step (m / 127) / 2^k_h;
+// stored: d = m / 127 / 8 and shift[h] = 3 - k_h (packed_act_shift), so x ~= d
+// (q << shift[h]). A kernel shifts each half's integer dot left by shift[h]
+// before adding them. sum = the sum of q << shift[h] over the 32 (|sum| <= 32
+// x 127 x 8), s = d * sum (what Q4_1's / Q5_1's m multiplies).
 struct PackedAct32 {
   float d;
   float s;
   int32_t sum;
-  int32_t unused;
+  int32_t shift[2];  // 0..3; int32 so that a kernel loads it straight into a shift count
+  int32_t unused[3];
 };
+// 32 bytes per 32 values: the kernels find a block's record at one fixed offset
+// from its values (packed_simd.h, group_tokens).
+static_assert(sizeof(PackedAct32) == 32);
 // Super-blocks of 256 (for the K-quants and IQ4_XS): one float scale for the 256
 // values, refined per 32-value sub-block j by a power of two. With m = max|x|
 // over the 256 and m_j over sub-block j, k_j is the largest k in 0..3 with
@@ -86,8 +97,9 @@ struct PackedAct256 {
 };
 static_assert(sizeof(PackedAct256) == 96);
 
-// Sub-block j's shift[j] (above) from its max|x| and the super-block's: 3 - k for
-// the largest k in 0..3 with sub_max 2^k <= block_max (0 for an all-zero sub-block).
+// Sub-block j's shift[j] (above; PackedAct32: half h's) from its max|x| and the
+// block's: 3 - k for the largest k in 0..3 with sub_max 2^k <= block_max (0 for
+// an all-zero sub-block).
 inline int32_t packed_act_shift(float sub_max, float block_max) {
   int k = 0;
   while (k < 3 && sub_max * static_cast<float>(2 << k) <= block_max) ++k;
@@ -102,8 +114,8 @@ bool packed_act_is_256(DType type);
 // to 64), then one PackedAct32 per 32 or PackedAct256 per 256 values; a multiple of 64.
 size_t packed_act_row_bytes(DType type, int64_t cols);
 size_t packed_act_qs_bytes(int64_t cols);
-// Quantizes one token: d = max|x| / 127 per block, q = round(x / d) (blocks of
-// 256: with the sub-block refinements above). With SIMD
+// Quantizes one token: per block of 32 or 256 values, q = round((x 2^k) / (max|x|
+// / 127)) with the refinements above. With SIMD
 // kernels active the AVX2 loop, else the scalar one; both write the same bytes.
 void quantize_packed_activations(DType type, const float* x, int64_t cols, uint8_t* dst);
 void quantize_packed_activations_scalar(DType type, const float* x, int64_t cols, uint8_t* dst);
