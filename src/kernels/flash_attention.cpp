@@ -90,7 +90,8 @@ void load_key_lanes(const HeadSource& src, bool widen_as_loaded, int64_t t0, int
   tile.k_lanes_buf.resize(static_cast<size_t>(kKeyTile * hd));
   for (int64_t g = 0; g < KVTile::kGroups; ++g) tile.k_group[g] = tile.k_lanes_buf.data() + g * hd * kKeyLanes;
   if (!k.keys_in_lanes) return transpose_keys_into_lanes(src, t0, from, t1, tile);
-  for (int64_t g = g0; g < g1; ++g) src.ops->dequantize(k.type, group(g), tile.k_lanes_buf.data() + g * hd * kKeyLanes, hd * kKeyLanes);
+  for (int64_t g = g0; g < g1; ++g)
+    src.ops->dequantize(k.type, group(g), tile.k_lanes_buf.data() + g * hd * kKeyLanes, hd * kKeyLanes);
 }
 
 void load_tile(const HeadSource& src, int64_t n_rows, int64_t t0, int64_t from, int64_t t1, KVTile& tile) {
@@ -116,8 +117,9 @@ void score_keys(const float* const* q, int n, const KVTile& tile, const HeadSour
   }
   const auto [g0, g1] = lane_groups(t0, begin, last);
   for (int i = 0; i < n; ++i) out[i] = scores[i] + g0 * kKeyLanes;
-  if (tile.k_lanes_half) src.ops->dot_lanes_half(tile.k_type, q, n, tile.k_group_half + g0, g1 - g0, src.head_dim, out);
-  else src.ops->dot_lanes(q, n, tile.k_group + g0, g1 - g0, src.head_dim, out);
+  const int64_t hd = src.head_dim;
+  if (tile.k_lanes_half) src.ops->dot_lanes_half(tile.k_type, q, n, tile.k_group_half + g0, g1 - g0, hd, out);
+  else src.ops->dot_lanes(q, n, tile.k_group + g0, g1 - g0, hd, out);
 }
 
 // Folds the tile's keys [begin, last) into the states of rows [r0, r0 + n)

@@ -106,12 +106,10 @@ struct AttentionVectorOps {
   // x[j] = exp(x[j] - shift) (fast_exp.h), returning their sum.
   float (*scale_max)(float* x, int64_t n, float scale);
   float (*exp_sum)(float* x, int64_t n, float shift);
-  // dot_keys / axpy_keys over f16 or bf16 rows (`type`), widened as they load:
-  // the bits of dequantizing the rows first and calling the f32 forms (the
-  // widening is exact), without the copy. Null where the ISA has none (the
-  // caller then dequantizes).
-  void (*dot_keys_half)(KVType type, const float* const* q, int n_rows, const uint16_t* const* k, int64_t n_keys,
-                        int64_t n, float* const* out) = nullptr;
+  // axpy_keys over f16 or bf16 rows (`type`), widened as they load: the bits
+  // of dequantizing the rows first and calling axpy_keys (the widening is
+  // exact), without the copy. Null where the ISA has none (the caller then
+  // dequantizes). (f16 / bf16 K are scored in lanes: dot_lanes_half.)
   void (*axpy_keys_half)(KVType type, const float* const* p, int n_rows, const uint16_t* const* v, int64_t n_keys,
                          float* const* y, int64_t n) = nullptr;
   // Scores of keys in lanes (key_lanes.h): groups[g] holds kKeyLanes keys as
@@ -166,19 +164,11 @@ struct AttentionRowOps {
   }
 };
 
-// AttentionVectorOps' dot_keys_half / axpy_keys_half for a SIMD table:
-// F16 and BF16 are its row kernels (dot_rows / axpy_rows, as AttentionRowOps'
-// K) over f16 and bf16 rows, picked by the rows' type.
+// AttentionVectorOps' axpy_keys_half for a SIMD table: F16 and BF16 are its
+// row kernels (axpy_rows, as AttentionRowOps' K) over f16 and bf16 rows,
+// picked by the rows' type.
 template <typename F16, typename BF16>
 struct HalfAttentionRowOps {
-  static void dot_keys_half(KVType type, const float* const* q, int n_rows, const uint16_t* const* k, int64_t n_keys,
-                            int64_t n, float* const* out) {
-    with_attention_rows(n_rows, [&](auto rows) {
-      constexpr int kRows = decltype(rows)::value;
-      if (type == KVType::BF16) BF16::template dot_rows<kRows>(q, k, n_keys, n, out);
-      else F16::template dot_rows<kRows>(q, k, n_keys, n, out);
-    });
-  }
   static void axpy_keys_half(KVType type, const float* const* p, int n_rows, const uint16_t* const* v,
                              int64_t n_keys, float* const* y, int64_t n) {
     with_attention_rows(n_rows, [&](auto rows) {
@@ -196,7 +186,9 @@ template <typename F32, typename F16, typename BF16>
 struct LaneAttentionRowOps {
   static void dot_lanes(const float* const* q, int n_rows, const float* const* groups, int64_t n_groups, int64_t n,
                         float* const* out) {
-    with_attention_rows(n_rows, [&](auto rows) { F32::template dot_rows<decltype(rows)::value>(q, groups, n_groups, n, out); });
+    with_attention_rows(n_rows, [&](auto rows) {
+      F32::template dot_rows<decltype(rows)::value>(q, groups, n_groups, n, out);
+    });
   }
   static void dot_lanes_half(KVType type, const float* const* q, int n_rows, const uint16_t* const* groups,
                              int64_t n_groups, int64_t n, float* const* out) {

@@ -114,7 +114,7 @@ void axpy_keys_block(const float* const* p, const typename E::T* const* v, int64
 
 // The row kernels for kRows query rows at once over keys of element type E,
 // from which AttentionRowOps (kv_quant.h) makes the table's dot, axpy,
-// dot_keys and axpy_keys (f32), and the f16 / bf16 ones their _half forms.
+// dot_keys and axpy_keys (f32), and the f16 / bf16 ones axpy_keys_half.
 template <class E>
 struct KeyKernels {
   using T = typename E::T;
@@ -360,8 +360,8 @@ void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
 const AttentionVectorOps& avx512_attention_vector_ops() {
   static const AttentionVectorOps ops{RowOps::dot,       RowOps::axpy,      scale,     dequantize,
                                       RowOps::dot_keys,  RowOps::axpy_keys, scale_max, exp_sum,
-                                      HalfRowOps::dot_keys_half,     HalfRowOps::axpy_keys_half,
-                                      LaneOps::dot_lanes,            LaneOps::dot_lanes_half};
+                                      HalfRowOps::axpy_keys_half,    LaneOps::dot_lanes,
+                                      LaneOps::dot_lanes_half};
   return ops;
 }
 

@@ -59,8 +59,8 @@ ContiguousKVCache::ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t
 KVRows ContiguousKVCache::rows(int64_t layer, bool keys) const {
   const Layer& l = layers_[static_cast<size_t>(layer)];
   const int64_t block = block_tokens(l);
-  return {type_,       block, head_bytes_, (keys ? l.k_table : l.v_table).data(), static_cast<size_t>(block) * head_bytes_,
-          keys && keys_in_lanes_};
+  const size_t head_stride = static_cast<size_t>(block) * head_bytes_;
+  return {type_, block, head_bytes_, (keys ? l.k_table : l.v_table).data(), head_stride, keys && keys_in_lanes_};
 }
 
 uint8_t* ContiguousKVCache::token(const std::vector<uint8_t*>& table, int64_t block_tokens, int64_t pos,
