@@ -18,6 +18,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
+#include "kernels/key_lanes.h"
 #include "kernels/kv_quant.h"
 
 namespace kvserve {
@@ -60,7 +61,8 @@ Inputs make_inputs(int64_t n) {
   return in;
 }
 
-// K and V of one layer stored as `type`, contiguous and head-major, as the caches store them.
+// K and V of one layer stored as `type`, contiguous and head-major, as the
+// caches store them (f16 / bf16 K in lanes, kernels/key_lanes.h).
 struct TypedCache {
   std::vector<uint8_t> k, v;
   const uint8_t *k_base, *v_base;
@@ -68,17 +70,19 @@ struct TypedCache {
   TypedCache(KVType type, const Inputs& in) {
     const int64_t hd = kShape.head_dim, heads = kShape.n_kv_heads;
     const size_t head_bytes = kv_head_bytes(type, hd), head_stride = static_cast<size_t>(in.n) * head_bytes;
+    const bool lanes = stores_keys_in_lanes(type, in.n, false);
     k.resize(static_cast<size_t>(heads) * head_stride);
     v.resize(static_cast<size_t>(heads) * head_stride);
-    for (int64_t p = 0; p < in.n; ++p)
-      for (int64_t h = 0; h < heads; ++h) {
-        const size_t at = static_cast<size_t>(h) * head_stride + static_cast<size_t>(p) * head_bytes;
-        quantize_kv_row(type, in.k.data() + (p * heads + h) * hd, k.data() + at, hd);
-        quantize_kv_row(type, in.v.data() + (p * heads + h) * hd, v.data() + at, hd);
-      }
+    for (int64_t p = 0; p < in.n; ++p) {
+      const float* kp = in.k.data() + p * heads * hd;
+      const size_t at = static_cast<size_t>(p) * head_bytes, group = static_cast<size_t>(p - p % kKeyLanes) * head_bytes;
+      if (lanes) quantize_kv_token_lanes(type, heads, hd, kp, k.data() + group, head_stride, p % kKeyLanes);
+      else quantize_kv_token(type, heads, hd, kp, k.data() + at, head_stride);
+      quantize_kv_token(type, heads, hd, in.v.data() + p * heads * hd, v.data() + at, head_stride);
+    }
     k_base = k.data();
     v_base = v.data();
-    k_rows = {type, in.n, head_bytes, &k_base, head_stride};
+    k_rows = {type, in.n, head_bytes, &k_base, head_stride, lanes};
     v_rows = {type, in.n, head_bytes, &v_base, head_stride};
   }
   double kv_bytes() const { return static_cast<double>(k.size() + v.size()); }

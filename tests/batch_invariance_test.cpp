@@ -152,15 +152,15 @@ struct AttentionFixture {
       flash_attention(q, n, start, contiguous->k_rows(0), contiguous->v_rows(0), start + n, shape, out.data());
       return out;
     }
-    const PagedAttentionJob mine{q, n, start, paged->rows(target.k_bases.data()), paged->rows(target.v_bases.data()),
+    const PagedAttentionJob mine{q, n, start, paged->k_rows(target.k_bases.data()), paged->v_rows(target.v_bases.data()),
                                  out.data()};
     std::vector<PagedAttentionJob> jobs;
     if (mode != Mode::kPagedAlone) {
       for (size_t i = 0; i < others.size(); ++i) {
         const Sequence& s = others[i];
         const int64_t rows = kOthers[i].second, pos0 = s.len - rows;
-        jobs.push_back({s.q.data() + pos0 * kQWidth, rows, pos0, paged->rows(s.k_bases.data()),
-                        paged->rows(s.v_bases.data()), other_out[i].data()});
+        jobs.push_back({s.q.data() + pos0 * kQWidth, rows, pos0, paged->k_rows(s.k_bases.data()),
+                        paged->v_rows(s.v_bases.data()), other_out[i].data()});
       }
     }
     jobs.insert(mode == Mode::kPagedMiddle ? jobs.begin() + static_cast<int64_t>(jobs.size() / 2) : jobs.begin(),

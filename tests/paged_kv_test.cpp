@@ -80,7 +80,7 @@ void check_paged_equals_contiguous(KVType type, const AttentionShape& s, int64_t
     fill(cases[i], paged, next, s, type, rng);
   }
   for (PagedCase& c : cases)
-    jobs.push_back({c.q.data(), c.n_q, c.pos0, paged.rows(c.k_bases.data()), paged.rows(c.v_bases.data()), c.out.data()});
+    jobs.push_back({c.q.data(), c.n_q, c.pos0, paged.k_rows(c.k_bases.data()), paged.v_rows(c.v_bases.data()), c.out.data()});
   paged_attention(jobs, s);
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::vector<float> want = contiguous_attention(cases[i], s);
@@ -111,7 +111,7 @@ TEST(PagedKV, F32PagedAttentionEqualsTheReference) {
   PagedKVStorage paged(1, 8, 4, s.n_kv_heads, s.head_dim);
   BlockId next = 7;
   fill(c, paged, next, s, KVType::F32, rng);
-  const PagedAttentionJob job{c.q.data(), c.n_q, c.pos0, paged.rows(c.k_bases.data()), paged.rows(c.v_bases.data()),
+  const PagedAttentionJob job{c.q.data(), c.n_q, c.pos0, paged.k_rows(c.k_bases.data()), paged.v_rows(c.v_bases.data()),
                               c.out.data()};
   paged_attention(std::span(&job, 1), s);
   const int64_t kvd = s.n_kv_heads * s.head_dim;

@@ -211,7 +211,7 @@ TEST(SlidingKV, AttentionNeverReadsBlocksBeforeTheWindow) {
     for (const auto& [t, out] : {std::pair{&table, &want}, std::pair{&windowed, &got}}) {
       std::vector<const uint8_t*> kb, vb;
       s.append_block_bases(0, *t, kb, vb);
-      const PagedAttentionJob job{q.data(), n_q, pos0, s.rows(kb.data()), s.rows(vb.data()), out->data()};
+      const PagedAttentionJob job{q.data(), n_q, pos0, s.k_rows(kb.data()), s.v_rows(vb.data()), out->data()};
       paged_attention(std::span(&job, 1), shape);
     }
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << n_q << " queries at " << pos0;

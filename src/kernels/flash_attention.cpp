@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "kernels/flash_attention_tile.h"
+#include "kernels/key_lanes.h"
 
 namespace kvserve {
 using namespace flash_detail;
@@ -45,27 +46,80 @@ void load_rows(const KVRows& rows, size_t offset, const AttentionVectorOps& ops,
   }
 }
 
-// f16 / bf16 rows the ISA widens as it loads: their addresses only.
-bool widened_as_loaded(const HeadSource& src) {
-  const KVType t = src.k->type;
-  return (t == KVType::F16 || t == KVType::BF16) && src.v->type == t && src.ops->dot_keys_half != nullptr;
-}
-
 // A tile read by many rows (prefill) is dequantized once for all of them; a
 // decode tile (one or two calls: a GQA group of up to 8 query heads, as
 // Qwen2.5's 7) is widened as it loads, straight from memory. The same bits
 // either way: a speed choice only.
 constexpr int64_t kMaxRowsWidenedAsLoaded = 2 * kAttentionRowsPerCall;
-void load_tile(const HeadSource& src, int64_t n_rows, int64_t t0, int64_t from, int64_t t1, KVTile& tile) {
-  tile.half = widened_as_loaded(src) && n_rows <= kMaxRowsWidenedAsLoaded;
-  if (tile.half) {
-    tile.half_type = src.k->type;
-    stored_rows(*src.k, src.k_offset, t0, from, t1, tile.k_half);
-    stored_rows(*src.v, src.v_offset, t0, from, t1, tile.v_half);
+
+// Groups of kKeyLanes keys covering keys [from, t1) of the tile at t0: [g0, g1).
+std::pair<int64_t, int64_t> lane_groups(int64_t t0, int64_t from, int64_t t1) {
+  return {(from - t0) / kKeyLanes, (t1 - t0 + kKeyLanes - 1) / kKeyLanes};
+}
+
+// f32 groups in tile.k_lanes_buf from K stored one vector per key (the
+// tests' rows, a paged block of a size that is no whole number of groups, MLA):
+// each key's vector dequantized, then transposed into its lane. Lanes of keys
+// outside [from, t1) are zeros (their scores are computed and never read).
+void transpose_keys_into_lanes(const HeadSource& src, int64_t t0, int64_t from, int64_t t1, KVTile& tile) {
+  const int64_t hd = src.head_dim;
+  load_rows(*src.k, src.k_offset, *src.ops, hd, t0, from, t1, tile.k_buf, tile.k);
+  const auto [g0, g1] = lane_groups(t0, from, t1);
+  float* lanes = tile.k_lanes_buf.data();
+  std::fill(lanes + g0 * hd * kKeyLanes, lanes + g1 * hd * kKeyLanes, 0.0f);
+  for (int64_t t = from; t < t1; ++t) {
+    float* dst = lanes + (t - t0) / kKeyLanes * hd * kKeyLanes + (t - t0) % kKeyLanes;
+    for (int64_t d = 0; d < hd; ++d) dst[d * kKeyLanes] = tile.k[t - t0][d];
+  }
+}
+
+// K scored in lanes: the groups covering keys [from, t1), as stored (widened
+// as they load) where few rows read them, else widened once into f32 groups.
+void load_key_lanes(const HeadSource& src, bool widen_as_loaded, int64_t t0, int64_t from, int64_t t1, KVTile& tile) {
+  const KVRows& k = *src.k;
+  const int64_t hd = src.head_dim;
+  const auto [g0, g1] = lane_groups(t0, from, t1);
+  tile.k_lanes = true;
+  tile.k_type = k.type;
+  tile.k_lanes_half = k.keys_in_lanes && widen_as_loaded && src.ops->dot_lanes_half != nullptr;
+  const auto group = [&](int64_t g) { return k.lane_group(t0 + g * kKeyLanes, 0) + src.k_offset; };
+  if (tile.k_lanes_half) {
+    for (int64_t g = g0; g < g1; ++g) tile.k_group_half[g] = reinterpret_cast<const uint16_t*>(group(g));
     return;
   }
-  load_rows(*src.k, src.k_offset, *src.ops, src.head_dim, t0, from, t1, tile.k_buf, tile.k);
-  load_rows(*src.v, src.v_offset, *src.ops, src.head_dim, t0, from, t1, tile.v_buf, tile.v);
+  tile.k_lanes_buf.resize(static_cast<size_t>(kKeyTile * hd));
+  for (int64_t g = 0; g < KVTile::kGroups; ++g) tile.k_group[g] = tile.k_lanes_buf.data() + g * hd * kKeyLanes;
+  if (!k.keys_in_lanes) return transpose_keys_into_lanes(src, t0, from, t1, tile);
+  for (int64_t g = g0; g < g1; ++g)
+    src.ops->dequantize(k.type, group(g), tile.k_lanes_buf.data() + g * hd * kKeyLanes, hd * kKeyLanes);
+}
+
+void load_tile(const HeadSource& src, int64_t n_rows, int64_t t0, int64_t from, int64_t t1, KVTile& tile) {
+  const bool widen = n_rows <= kMaxRowsWidenedAsLoaded;
+  tile.k_lanes = false;
+  if (scores_in_lanes(src.k->type)) load_key_lanes(src, widen, t0, from, t1, tile);
+  else load_rows(*src.k, src.k_offset, *src.ops, src.head_dim, t0, from, t1, tile.k_buf, tile.k);
+  const KVType vt = src.v->type;
+  tile.v_half = widen && (vt == KVType::F16 || vt == KVType::BF16) && src.ops->axpy_keys_half != nullptr;
+  tile.v_type = vt;
+  if (tile.v_half) stored_rows(*src.v, src.v_offset, t0, from, t1, tile.v_half_rows);
+  else load_rows(*src.v, src.v_offset, *src.ops, src.head_dim, t0, from, t1, tile.v_buf, tile.v);
+}
+
+// Scores of keys [begin, last) of the tile at t0 for n rows: scores[i][j - t0]
+// for key j (a lane group's other keys are scored too, and not read).
+void score_keys(const float* const* q, int n, const KVTile& tile, const HeadSource& src, int64_t t0, int64_t begin,
+                int64_t last, float (*scores)[kKeyTile]) {
+  float* out[kAttentionRowsPerCall];
+  if (!tile.k_lanes) {
+    for (int i = 0; i < n; ++i) out[i] = scores[i] + (begin - t0);
+    return src.ops->dot_keys(q, n, tile.k + (begin - t0), last - begin, src.head_dim, out);
+  }
+  const auto [g0, g1] = lane_groups(t0, begin, last);
+  for (int i = 0; i < n; ++i) out[i] = scores[i] + g0 * kKeyLanes;
+  const int64_t hd = src.head_dim;
+  if (tile.k_lanes_half) src.ops->dot_lanes_half(tile.k_type, q, n, tile.k_group_half + g0, g1 - g0, hd, out);
+  else src.ops->dot_lanes(q, n, tile.k_group + g0, g1 - g0, hd, out);
 }
 
 // Folds the tile's keys [begin, last) into the states of rows [r0, r0 + n)
@@ -81,11 +135,10 @@ void attend_tile_rows(RowBlock& rows, int64_t r0, int n, const KVTile& tile, con
   float* o[kAttentionRowsPerCall];
   for (int i = 0; i < n; ++i) {
     q[i] = rows.q[r0 + i];
-    s[i] = scores[i];
+    s[i] = scores[i] + (begin - t0);
     o[i] = rows.acc.data() + (r0 + i) * hd;
   }
-  if (tile.half) src.ops->dot_keys_half(tile.half_type, q, n, tile.k_half + (begin - t0), n_keys, hd, s);
-  else src.ops->dot_keys(q, n, tile.k + (begin - t0), n_keys, hd, s);
+  score_keys(q, n, tile, src, t0, begin, last, scores);
   for (int i = 0; i < n; ++i) {
     const float tile_max = src.ops->scale_max(s[i], n_keys, src.scale);
     OnlineSoftmax& st = rows.state[r0 + i];
@@ -95,7 +148,7 @@ void attend_tile_rows(RowBlock& rows, int64_t r0, int n, const KVTile& tile, con
     st.sum = st.sum * rescale + src.ops->exp_sum(s[i], n_keys, new_max);  // scores become the weights p
     st.max = new_max;
   }
-  if (tile.half) src.ops->axpy_keys_half(tile.half_type, s, n, tile.v_half + (begin - t0), n_keys, o, hd);
+  if (tile.v_half) src.ops->axpy_keys_half(tile.v_type, s, n, tile.v_half_rows + (begin - t0), n_keys, o, hd);
   else src.ops->axpy_keys(s, n, tile.v + (begin - t0), n_keys, o, hd);
 }
 

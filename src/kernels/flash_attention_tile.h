@@ -29,18 +29,27 @@ int64_t query_tile(int64_t n_q, int64_t n_kv_heads, int64_t threads);
 // chunk size, pos0, the threads, the other jobs, or which path ran).
 constexpr int64_t kKeySplit = 4 * kKeyTile;
 
-// One tile of keys of one head: f32 rows, pointers straight into the cache
-// for f32 storage, else into this thread's dequantization buffer; or, for
-// f16 / bf16 where the ISA widens them as it loads (AttentionVectorOps'
-// _half ops), pointers to the stored rows themselves.
+// One tile of keys of one head. V (and K of the types scored by one dot per
+// key: f32, q8_0, fp8, q4_0) as f32 rows: pointers straight into the cache for
+// f32 storage, else into this thread's dequantization buffer; or, for f16 /
+// bf16 V where the ISA widens them as it loads (AttentionVectorOps' _half
+// ops), pointers to the stored rows themselves. f16 / bf16 K as groups of
+// kKeyLanes keys in lanes (key_lanes.h): the stored groups, widened as they
+// load, or f32 groups widened (or transposed from vectors) into k_lanes_buf.
 struct KVTile {
+  static constexpr int64_t kGroups = kKeyTile / kKeyLanes;
   std::vector<float> k_buf, v_buf;  // [kKeyTile][head_dim]
   const float* k[kKeyTile];
   const float* v[kKeyTile];
-  bool half = false;  // k_half / v_half hold the rows (of type half_type), not k / v
-  KVType half_type = KVType::F16;
-  const uint16_t* k_half[kKeyTile];
-  const uint16_t* v_half[kKeyTile];
+  bool v_half = false;  // v_half_rows hold the V rows (of type v_type), not v
+  KVType v_type = KVType::F16;
+  const uint16_t* v_half_rows[kKeyTile];
+  bool k_lanes = false;       // K is scored in lanes: k_group / k_group_half, not k
+  bool k_lanes_half = false;  // k_group_half holds the stored groups (of type k_type), not k_group
+  KVType k_type = KVType::F16;
+  std::vector<float> k_lanes_buf;  // [kGroups][head_dim][kKeyLanes]
+  const float* k_group[kGroups];
+  const uint16_t* k_group_half[kGroups];
 };
 
 // Query rows of one work item, all reading the same K/V head.

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/dispatch.h"
 #include "kernels/fast_exp.h"
+#include "kernels/key_lanes.h"
 #include "kernels/quantize.h"
 
 namespace kvserve {
@@ -159,8 +160,11 @@ void dequantize_kv_row(KVType type, const uint8_t* src, float* dst, int64_t n) {
 
 void dequantize_kv_rows(const KVRows& rows, int64_t n_kv, int64_t n_kv_heads, int64_t head_dim, float* out) {
   for (int64_t pos = 0; pos < n_kv; ++pos)
-    for (int64_t h = 0; h < n_kv_heads; ++h)
-      dequantize_kv_row(rows.type, rows.head(pos, h), out + (pos * n_kv_heads + h) * head_dim, head_dim);
+    for (int64_t h = 0; h < n_kv_heads; ++h) {
+      float* dst = out + (pos * n_kv_heads + h) * head_dim;
+      if (rows.keys_in_lanes) dequantize_key_lane(rows.type, rows.lane_group(pos, h), pos % kKeyLanes, head_dim, dst);
+      else dequantize_kv_row(rows.type, rows.head(pos, h), dst, head_dim);
+    }
 }
 
 namespace {
@@ -181,7 +185,7 @@ float scalar_exp_sum(float* x, int64_t n, float shift) { return fast_exp::exp_su
 const AttentionVectorOps& scalar_attention_vector_ops() {
   static const AttentionVectorOps ops{scalar_dot,      scalar_axpy,      scalar_scale,    dequantize_kv_row_scalar,
                                       scalar_dot_keys, scalar_axpy_keys, scalar_scale_max, scalar_exp_sum,
-                                      nullptr,         nullptr};
+                                      nullptr,         scalar_dot_lanes, nullptr};
   return ops;
 }
 

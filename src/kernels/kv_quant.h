@@ -60,7 +60,10 @@ void dequantize_kv_row(KVType type, const uint8_t* src, float* dst, int64_t n);
 // bytes]: token_stride one head vector, head_stride block_size of them), so
 // decode attention, which reads one head's keys in order, streams contiguous
 // memory (a token-major row made it stride over the other heads' bytes:
-// 30% slower at 4096 keys, docs/attention.md).
+// 30% slower at 4096 keys, docs/attention.md). The caches' f16 / bf16 K goes
+// further: keys_in_lanes, each group of kKeyLanes positions of a block
+// transposed (kernels/key_lanes.h).
+constexpr int64_t kKeyLanes = 16;
 struct KVRows {
   KVType type = KVType::F32;
   int64_t block_size = 0;           // tokens per block
@@ -68,15 +71,20 @@ struct KVRows {
                                     // multiple of 4 (blocks 4-byte aligned) so f32 / fp16 fields load aligned
   const uint8_t* const* blocks = nullptr;  // block base addresses in position order
   size_t head_stride = 0;           // bytes from head h's vector of a token to head h + 1's
+  // K stored in lanes (key_lanes.h; block_size a multiple of kKeyLanes): the
+  // group holding `pos` takes the bytes of its 16 vectors, starting at
+  // head(pos - pos % kKeyLanes, h); head(pos, h) is then no vector of pos.
+  bool keys_in_lanes = false;
 
   const uint8_t* token(int64_t pos) const {
     return blocks[pos / block_size] + static_cast<size_t>(pos % block_size) * token_stride;
   }
   const uint8_t* head(int64_t pos, int64_t h) const { return token(pos) + static_cast<size_t>(h) * head_stride; }
+  const uint8_t* lane_group(int64_t pos, int64_t h) const { return head(pos - pos % kKeyLanes, h); }
 };
 
-// Materializes rows [0, n_kv) as f32 [n_kv][n_kv_heads * head_dim] (for the
-// reference attention and tests; the flash kernel never does this).
+// Materializes rows [0, n_kv) as f32 [n_kv][n_kv_heads * head_dim], either
+// layout (for the reference attention and tests; the flash kernel never does this).
 void dequantize_kv_rows(const KVRows& rows, int64_t n_kv, int64_t n_kv_heads, int64_t head_dim, float* out);
 
 // Small f32 vector ops of the attention inner loop, SIMD where available.
@@ -98,14 +106,22 @@ struct AttentionVectorOps {
   // x[j] = exp(x[j] - shift) (fast_exp.h), returning their sum.
   float (*scale_max)(float* x, int64_t n, float scale);
   float (*exp_sum)(float* x, int64_t n, float shift);
-  // dot_keys / axpy_keys over f16 or bf16 rows (`type`), widened as they load:
-  // the bits of dequantizing the rows first and calling the f32 forms (the
-  // widening is exact), without the copy. Null where the ISA has none (the
-  // caller then dequantizes).
-  void (*dot_keys_half)(KVType type, const float* const* q, int n_rows, const uint16_t* const* k, int64_t n_keys,
-                        int64_t n, float* const* out) = nullptr;
+  // axpy_keys over f16 or bf16 rows (`type`), widened as they load: the bits
+  // of dequantizing the rows first and calling axpy_keys (the widening is
+  // exact), without the copy. Null where the ISA has none (the caller then
+  // dequantizes). (f16 / bf16 K are scored in lanes: dot_lanes_half.)
   void (*axpy_keys_half)(KVType type, const float* const* p, int n_rows, const uint16_t* const* v, int64_t n_keys,
                          float* const* y, int64_t n) = nullptr;
+  // Scores of keys in lanes (key_lanes.h): groups[g] holds kKeyLanes keys as
+  // [n][kKeyLanes] floats; out[r][16 g + l] = q[r] . key l of group g, one
+  // fused multiply-add per dimension in order from 0: the same bits on every
+  // ISA and for any group count (scalar_dot_lanes is the reference). The _half
+  // form reads f16 / bf16 groups widened as they load (the same bits; null
+  // where the ISA has none: the caller widens into f32 groups first).
+  void (*dot_lanes)(const float* const* q, int n_rows, const float* const* groups, int64_t n_groups, int64_t n,
+                    float* const* out) = nullptr;
+  void (*dot_lanes_half)(KVType type, const float* const* q, int n_rows, const uint16_t* const* groups,
+                         int64_t n_groups, int64_t n, float* const* out) = nullptr;
 };
 constexpr int kAttentionRowsPerCall = 4;
 
@@ -148,25 +164,38 @@ struct AttentionRowOps {
   }
 };
 
-// AttentionVectorOps' dot_keys_half / axpy_keys_half for a SIMD table:
-// F16 and BF16 are its row kernels (dot_rows / axpy_rows, as AttentionRowOps'
-// K) over f16 and bf16 rows, picked by the rows' type.
+// AttentionVectorOps' axpy_keys_half for a SIMD table: F16 and BF16 are its
+// row kernels (axpy_rows, as AttentionRowOps' K) over f16 and bf16 rows,
+// picked by the rows' type.
 template <typename F16, typename BF16>
 struct HalfAttentionRowOps {
-  static void dot_keys_half(KVType type, const float* const* q, int n_rows, const uint16_t* const* k, int64_t n_keys,
-                            int64_t n, float* const* out) {
-    with_attention_rows(n_rows, [&](auto rows) {
-      constexpr int kRows = decltype(rows)::value;
-      if (type == KVType::BF16) BF16::template dot_rows<kRows>(q, k, n_keys, n, out);
-      else F16::template dot_rows<kRows>(q, k, n_keys, n, out);
-    });
-  }
   static void axpy_keys_half(KVType type, const float* const* p, int n_rows, const uint16_t* const* v,
                              int64_t n_keys, float* const* y, int64_t n) {
     with_attention_rows(n_rows, [&](auto rows) {
       constexpr int kRows = decltype(rows)::value;
       if (type == KVType::BF16) BF16::template axpy_rows<kRows>(p, v, n_keys, y, n);
       else F16::template axpy_rows<kRows>(p, v, n_keys, y, n);
+    });
+  }
+};
+
+// AttentionVectorOps' dot_lanes / dot_lanes_half for a SIMD table: F32, F16
+// and BF16 are its lane kernels over groups of that element type, each with
+// a static member template dot_rows<kRows>(q, groups, n_groups, n, out).
+template <typename F32, typename F16, typename BF16>
+struct LaneAttentionRowOps {
+  static void dot_lanes(const float* const* q, int n_rows, const float* const* groups, int64_t n_groups, int64_t n,
+                        float* const* out) {
+    with_attention_rows(n_rows, [&](auto rows) {
+      F32::template dot_rows<decltype(rows)::value>(q, groups, n_groups, n, out);
+    });
+  }
+  static void dot_lanes_half(KVType type, const float* const* q, int n_rows, const uint16_t* const* groups,
+                             int64_t n_groups, int64_t n, float* const* out) {
+    with_attention_rows(n_rows, [&](auto rows) {
+      constexpr int kRows = decltype(rows)::value;
+      if (type == KVType::BF16) BF16::template dot_rows<kRows>(q, groups, n_groups, n, out);
+      else F16::template dot_rows<kRows>(q, groups, n_groups, n, out);
     });
   }
 };

@@ -95,7 +95,7 @@ void axpy_keys_block(const float* const* p, const typename E::T* const* v, int64
 
 // The row kernels for kRows query rows at once over keys of element type E,
 // from which AttentionRowOps (kv_quant.h) makes the table's dot, axpy,
-// dot_keys and axpy_keys (f32), and the f16 / bf16 ones their _half forms.
+// dot_keys and axpy_keys (f32), and the f16 / bf16 ones axpy_keys_half.
 template <class E>
 struct KeyKernels {
   using T = typename E::T;
@@ -170,6 +170,38 @@ struct KeyKernels {
 using RowOps = AttentionRowOps<KeyKernels<F32Elems>>;
 
 using HalfRowOps = HalfAttentionRowOps<KeyKernels<F16Elems>, KeyKernels<BF16Elems>>;
+
+// Scores of keys in lanes (key_lanes.h) for kRows rows, one group of 16 keys
+// (two registers) at a time: one fused multiply-add per dimension in order,
+// scalar_dot_lanes' bits, each dimension widened once for every row.
+template <class E>
+struct LaneKernels {
+  using T = typename E::T;
+  template <int kRows>
+  static void dot_rows(const float* const* q, const T* const* groups, int64_t n_groups, int64_t n, float* const* out) {
+    for (int64_t g = 0; g < n_groups; ++g) {
+      __m256 acc[kRows][2];
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+      const T* k = groups[g];
+      for (int64_t d = 0; d < n; ++d) {
+        const __m256 k0 = E::load(k + d * kKeyLanes), k1 = E::load(k + d * kKeyLanes + 8);
+        #pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) {
+          const __m256 qd = _mm256_set1_ps(q[r][d]);
+          acc[r][0] = _mm256_fmadd_ps(qd, k0, acc[r][0]);
+          acc[r][1] = _mm256_fmadd_ps(qd, k1, acc[r][1]);
+        }
+      }
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) {
+        _mm256_storeu_ps(out[r] + g * kKeyLanes, acc[r][0]);
+        _mm256_storeu_ps(out[r] + g * kKeyLanes + 8, acc[r][1]);
+      }
+    }
+  }
+};
+using LaneOps = LaneAttentionRowOps<LaneKernels<F32Elems>, LaneKernels<F16Elems>, LaneKernels<BF16Elems>>;
 
 // fast_exp::exp_scalar on 8 lanes: the same operations in the same order.
 __m256 exp_lanes(__m256 x) {
@@ -256,7 +288,8 @@ void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
 const AttentionVectorOps& avx2_attention_vector_ops() {
   static const AttentionVectorOps ops{RowOps::dot,       RowOps::axpy,      scale,     dequantize,
                                       RowOps::dot_keys,  RowOps::axpy_keys, scale_max, exp_sum,
-                                      HalfRowOps::dot_keys_half,     HalfRowOps::axpy_keys_half};
+                                      HalfRowOps::axpy_keys_half,    LaneOps::dot_lanes,
+                                      LaneOps::dot_lanes_half};
   return ops;
 }
 

@@ -60,18 +60,25 @@ __m512 fold_pair(__m512 x, __m512 y) {
 // K/V elements loaded 16 at a time as floats (masked lanes read as 0): f32 as
 // stored, f16 and bf16 widened as they load (exactly: the same floats their
 // dequantization gives, so the _half ops give the f32 ops' bits).
+// load16: all 16 lanes, unmasked.
 struct F32Elems {
   using T = float;
   static __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+  static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 };
 struct F16Elems {
   using T = uint16_t;
   static __m512 load(const uint16_t* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+  static __m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 };
 struct BF16Elems {
   using T = uint16_t;
   static __m512 load(const uint16_t* p, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+  }
+  static __m512 load16(const uint16_t* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
 };
 
@@ -107,7 +114,7 @@ void axpy_keys_block(const float* const* p, const typename E::T* const* v, int64
 
 // The row kernels for kRows query rows at once over keys of element type E,
 // from which AttentionRowOps (kv_quant.h) makes the table's dot, axpy,
-// dot_keys and axpy_keys (f32), and the f16 / bf16 ones their _half forms.
+// dot_keys and axpy_keys (f32), and the f16 / bf16 ones axpy_keys_half.
 template <class E>
 struct KeyKernels {
   using T = typename E::T;
@@ -193,6 +200,53 @@ struct KeyKernels {
 using RowOps = AttentionRowOps<KeyKernels<F32Elems>>;
 
 using HalfRowOps = HalfAttentionRowOps<KeyKernels<F16Elems>, KeyKernels<BF16Elems>>;
+
+// Scores of keys in lanes (key_lanes.h) for kRows rows over groups of element
+// type E: one accumulator per (row, group) holding 16 keys' scores, one fused
+// multiply-add per dimension in order (scalar_dot_lanes' bits), each
+// dimension of a group loaded and widened once for every row. Up to four
+// groups (a 64-key tile) at a time: 16 accumulators at 4 rows, enough
+// independent chains to hide the multiply-add latency even for one row.
+template <class E>
+struct LaneKernels {
+  using T = typename E::T;
+  template <int kRows, int kGroups>
+  static void block(const float* const* q, const T* const* groups, int64_t n, float* const* out, int64_t at) {
+    __m512 acc[kRows][kGroups];
+    #pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r)
+      #pragma GCC unroll 16
+      for (int c = 0; c < kGroups; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < n; ++d) {
+      __m512 k[kGroups];
+      #pragma GCC unroll 16
+      for (int c = 0; c < kGroups; ++c) k[c] = E::load16(groups[c] + d * kKeyLanes);
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) {
+        const __m512 qd = _mm512_set1_ps(q[r][d]);
+        #pragma GCC unroll 16
+        for (int c = 0; c < kGroups; ++c) acc[r][c] = _mm512_fmadd_ps(qd, k[c], acc[r][c]);
+      }
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r)
+      #pragma GCC unroll 16
+      for (int c = 0; c < kGroups; ++c) _mm512_storeu_ps(out[r] + at + c * kKeyLanes, acc[r][c]);
+  }
+
+  template <int kRows>
+  static void dot_rows(const float* const* q, const T* const* groups, int64_t n_groups, int64_t n, float* const* out) {
+    int64_t g = 0;
+    for (; g + 4 <= n_groups; g += 4) block<kRows, 4>(q, groups + g, n, out, g * kKeyLanes);
+    switch (n_groups - g) {
+      case 3: return block<kRows, 3>(q, groups + g, n, out, g * kKeyLanes);
+      case 2: return block<kRows, 2>(q, groups + g, n, out, g * kKeyLanes);
+      case 1: return block<kRows, 1>(q, groups + g, n, out, g * kKeyLanes);
+      default: return;
+    }
+  }
+};
+using LaneOps = LaneAttentionRowOps<LaneKernels<F32Elems>, LaneKernels<F16Elems>, LaneKernels<BF16Elems>>;
 
 void scale(float a, float* y, int64_t n) {
   const __m512 va = _mm512_set1_ps(a);
@@ -306,7 +360,8 @@ void dequantize(KVType type, const uint8_t* src, float* dst, int64_t n) {
 const AttentionVectorOps& avx512_attention_vector_ops() {
   static const AttentionVectorOps ops{RowOps::dot,       RowOps::axpy,      scale,     dequantize,
                                       RowOps::dot_keys,  RowOps::axpy_keys, scale_max, exp_sum,
-                                      HalfRowOps::dot_keys_half,     HalfRowOps::axpy_keys_half};
+                                      HalfRowOps::axpy_keys_half,    LaneOps::dot_lanes,
+                                      LaneOps::dot_lanes_half};
   return ops;
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/key_lanes.h"
 
 namespace kvserve {
 
@@ -14,6 +15,8 @@ ContiguousKVCache::ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t
   check(ring.layers.empty() || static_cast<int64_t>(ring.layers.size()) == n_layers, "one ring flag per layer");
   require_kv_type_fits(type, head_dim);
   head_bytes_ = kv_head_bytes(type, head_dim);
+  static_assert(kBlockTokens % kKeyLanes == 0 && kRingBlock % kKeyLanes == 0, "blocks of whole lane groups");
+  keys_in_lanes_ = stores_keys_in_lanes(type, kBlockTokens, values_in_keys);  // the ring's blocks too (above)
   // A ring of R blocks aliases positions R * kRingBlock apart; one block more
   // than window + slack, so a chunk's new rows never land on a key still in view.
   const int64_t ring_blocks = ring.window > 0 ? (ring.window + ring.slack + kRingBlock - 1) / kRingBlock + 1 : 0;
@@ -56,7 +59,8 @@ ContiguousKVCache::ContiguousKVCache(int64_t n_layers, int64_t capacity, int64_t
 KVRows ContiguousKVCache::rows(int64_t layer, bool keys) const {
   const Layer& l = layers_[static_cast<size_t>(layer)];
   const int64_t block = block_tokens(l);
-  return {type_, block, head_bytes_, (keys ? l.k_table : l.v_table).data(), static_cast<size_t>(block) * head_bytes_};
+  const size_t head_stride = static_cast<size_t>(block) * head_bytes_;
+  return {type_, block, head_bytes_, (keys ? l.k_table : l.v_table).data(), head_stride, keys && keys_in_lanes_};
 }
 
 uint8_t* ContiguousKVCache::token(const std::vector<uint8_t*>& table, int64_t block_tokens, int64_t pos,
@@ -82,7 +86,12 @@ void ContiguousKVCache::write(int64_t layer, int64_t pos, const float* k, const 
   const Layer& l = layers_[static_cast<size_t>(layer)];
   const int64_t block = block_tokens(l);
   const size_t head_stride = static_cast<size_t>(block) * head_bytes_;
-  quantize_kv_token(type_, n_kv_heads_, head_dim_, k, token(l.k_table, block, pos, head_bytes_), head_stride);
+  if (keys_in_lanes_) {
+    uint8_t* group = token(l.k_table, block, pos - pos % kKeyLanes, head_bytes_);
+    quantize_kv_token_lanes(type_, n_kv_heads_, head_dim_, k, group, head_stride, pos % kKeyLanes);
+  } else {
+    quantize_kv_token(type_, n_kv_heads_, head_dim_, k, token(l.k_table, block, pos, head_bytes_), head_stride);
+  }
   if (!values_in_keys_)
     quantize_kv_token(type_, n_kv_heads_, head_dim_, v, token(l.v_table, block, pos, head_bytes_), head_stride);
   if (l.ring) ring_owner_[static_cast<size_t>(pos % static_cast<int64_t>(ring_owner_.size()))] = pos;

@@ -46,6 +46,8 @@ class ContiguousKVCache {
   int64_t head_dim() const { return head_dim_; }
   KVType type() const { return type_; }
   bool values_in_keys() const { return values_in_keys_; }
+  // Whether K is stored in lanes (f16 / bf16 without MLA: kernels/key_lanes.h).
+  bool keys_in_lanes() const { return keys_in_lanes_; }
   // Positions [0, size) hold valid K/V. Throws kvserve::Error when a ring
   // layer no longer holds a position the new size's window needs.
   int64_t size() const { return size_; }
@@ -75,6 +77,7 @@ class ContiguousKVCache {
   int64_t capacity_, n_kv_heads_, head_dim_;
   KVType type_;
   bool values_in_keys_ = false;
+  bool keys_in_lanes_ = false;
   size_t head_bytes_;
   int64_t window_ = 0;
   int64_t ring_blocks_ = 0;          // R: ring blocks per ring layer (0: no ring)

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/key_lanes.h"
 
 namespace kvserve {
 namespace {
@@ -31,6 +32,7 @@ PagedKVStorage::PagedKVStorage(const std::vector<bool>& layer_is_sliding, int64_
         "paged KV dimensions are positive");
   row_bytes_ = token_row_bytes(n_kv_heads, head_dim, type);
   head_bytes_ = kv_head_bytes(type, head_dim);
+  keys_in_lanes_ = stores_keys_in_lanes(type, block_size, values_in_keys);
   for (bool sliding : layer_is_sliding) {
     const KVGroup g = sliding && n_sliding_blocks > 0 ? KVGroup::kSliding : KVGroup::kFull;
     group_.push_back(g);
@@ -63,7 +65,12 @@ size_t PagedKVStorage::offset(int64_t layer, BlockId b) const {
 void PagedKVStorage::write(int64_t layer, BlockId b, int64_t slot, const float* k, const float* v) {
   check(slot >= 0 && slot < block_size_, "paged KV row inside its block");
   const size_t at = offset(layer, b) + static_cast<size_t>(slot) * head_bytes_;
-  quantize_kv_token(type_, n_kv_heads_, head_dim_, k, k_.data() + at, head_stride());
+  if (keys_in_lanes_) {
+    const size_t group = offset(layer, b) + static_cast<size_t>(slot - slot % kKeyLanes) * head_bytes_;
+    quantize_kv_token_lanes(type_, n_kv_heads_, head_dim_, k, k_.data() + group, head_stride(), slot % kKeyLanes);
+  } else {
+    quantize_kv_token(type_, n_kv_heads_, head_dim_, k, k_.data() + at, head_stride());
+  }
   if (!values_in_keys_) quantize_kv_token(type_, n_kv_heads_, head_dim_, v, v_.data() + at, head_stride());
 }
 

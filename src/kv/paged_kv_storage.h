@@ -57,9 +57,14 @@ class PagedKVStorage {
   // query reads.
   void append_block_bases(int64_t layer, std::span<const BlockId> table, std::vector<const uint8_t*>& k_bases,
                           std::vector<const uint8_t*>& v_bases) const;
-  // Rows through block base addresses in position order, which must outlive the result.
-  // A block is head-major: [n_kv_heads][block_size][head bytes] (KVRows).
-  KVRows rows(const uint8_t* const* bases) const { return {type_, block_size_, head_bytes_, bases, head_stride()}; }
+  // K or V rows through block base addresses in position order, which must outlive the result.
+  // A block is head-major: [n_kv_heads][block_size][head bytes] (KVRows), its
+  // K in lanes where keys_in_lanes() (f16 / bf16 in blocks of whole lane groups, without MLA).
+  KVRows k_rows(const uint8_t* const* bases) const {
+    return {type_, block_size_, head_bytes_, bases, head_stride(), keys_in_lanes_};
+  }
+  KVRows v_rows(const uint8_t* const* bases) const { return {type_, block_size_, head_bytes_, bases, head_stride()}; }
+  bool keys_in_lanes() const { return keys_in_lanes_; }
   const uint8_t* k_block(int64_t layer, BlockId b) const { return k_.data() + offset(layer, b); }
   const uint8_t* v_block(int64_t layer, BlockId b) const {
     return (values_in_keys_ ? k_.data() : v_.data()) + offset(layer, b);
@@ -77,6 +82,7 @@ class PagedKVStorage {
   std::array<int64_t, 2> n_blocks_ = {0, 0};  // per group (KVGroup order); 0 sliding blocks: no sliding group
   KVType type_;
   bool values_in_keys_ = false;
+  bool keys_in_lanes_ = false;
   size_t row_bytes_;   // one token's K (or V) in one layer, all heads
   size_t head_bytes_;  // one head vector
   size_t head_stride() const { return static_cast<size_t>(block_size_) * head_bytes_; }

@@ -39,8 +39,8 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
   int64_t row = 0, table_offset = 0;
   for (const SequenceChunk& c : chunks) {
     const auto cn = static_cast<int64_t>(c.tokens.size());
-    jobs.push_back({q_.data() + row * qd, cn, c.pos0, kv.rows(k_block_ptrs_.data() + table_offset),
-                    kv.rows(v_block_ptrs_.data() + table_offset), attn_.data() + row * qd});
+    jobs.push_back({q_.data() + row * qd, cn, c.pos0, kv.k_rows(k_block_ptrs_.data() + table_offset),
+                    kv.v_rows(v_block_ptrs_.data() + table_offset), attn_.data() + row * qd});
     row += cn;
     table_offset += static_cast<int64_t>(table_of(c).size());
   }
