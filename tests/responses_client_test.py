@@ -132,9 +132,12 @@ def check_agent_loop():
         calls.append(city)
         return f"The weather in {city} is sunny."
 
+    # One call per turn (parallel_tool_calls false, sent by the SDK and enforced by the server's tool grammar): with
+    # several allowed, the 135M model's greedy answer calls the tool twice for Paris in one turn.
     agent = agents.Agent(name="weather", instructions="Answer with the weather tool.", model=model,
                          tools=[get_weather], tool_use_behavior="stop_on_first_tool",
-                         model_settings=agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=64))
+                         model_settings=agents.ModelSettings(tool_choice="required", parallel_tool_calls=False,
+                                                             temperature=0, max_tokens=64))
     result = agents.Runner.run_sync(agent, "What is the weather in Paris?", max_turns=3)
     assert len(calls) == 1, calls
     assert result.final_output == f"The weather in {calls[0]} is sunny.", result.final_output
