@@ -194,20 +194,19 @@ std::vector<float> outlier_activations(int64_t n, int64_t cols, std::mt19937& rn
   return x;
 }
 
-class PackedMatmul256 : public ::testing::TestWithParam<DType> {};
-
-TEST_P(PackedMatmul256, SubBlockRefinementsMatchTheQ8ReferenceBitwise) {
-  const DType type = GetParam();
+// Every SIMD path equals matmul_q8_reference bit for bit on outlier_activations
+// of `block`, over awkward row, column and token counts.
+void expect_refined_kernels_match_the_q8_reference(DType type, std::initializer_list<int64_t> col_counts, size_t block,
+                                                   uint32_t seed) {
   if (simd_isas().empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
   test_util::IsaAndPrecisionGuard restore;
   set_activation_precision(ActivationPrecision::kQ8);
-  uint32_t seed = 700;
   for (int64_t rows : {1, 9, 33})
-    for (int64_t cols : {256, 1280})
+    for (int64_t cols : col_counts)
       for (int64_t n : {1, 3, 4, 5, 8, 9, 17}) {
         const PackedMatrix p = make_packed(type, rows, cols, seed++);
         std::mt19937 rng(seed);
-        const std::vector<float> x = outlier_activations(n, cols, rng);
+        const std::vector<float> x = outlier_activations(n, cols, rng, block);
         std::vector<float> want(static_cast<size_t>(n * rows));
         matmul_q8_reference(p.m.view, x.data(), n, want.data());
         for (Isa isa : simd_isas()) {
@@ -219,6 +218,12 @@ TEST_P(PackedMatmul256, SubBlockRefinementsMatchTheQ8ReferenceBitwise) {
                             << ", tokens " << n << ": token " << at / rows << " row " << at % rows;
         }
       }
+}
+
+class PackedMatmul256 : public ::testing::TestWithParam<DType> {};
+
+TEST_P(PackedMatmul256, SubBlockRefinementsMatchTheQ8ReferenceBitwise) {
+  expect_refined_kernels_match_the_q8_reference(GetParam(), {256, 1280}, 256, 700);
 }
 
 // The refinements make a sub-block far below its super-block's outlier
@@ -254,28 +259,7 @@ INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatmul256,
 class PackedMatmul32 : public ::testing::TestWithParam<DType> {};
 
 TEST_P(PackedMatmul32, HalfRefinementsMatchTheQ8ReferenceBitwise) {
-  const DType type = GetParam();
-  if (simd_isas().empty()) GTEST_SKIP() << "no SIMD kernel table on this CPU";
-  test_util::IsaAndPrecisionGuard restore;
-  set_activation_precision(ActivationPrecision::kQ8);
-  uint32_t seed = 1700;
-  for (int64_t rows : {1, 9, 33})
-    for (int64_t cols : {32, 96, 2080})
-      for (int64_t n : {1, 3, 4, 5, 8, 9, 17}) {
-        const PackedMatrix p = make_packed(type, rows, cols, seed++);
-        std::mt19937 rng(seed);
-        const std::vector<float> x = outlier_activations(n, cols, rng, 32);
-        std::vector<float> want(static_cast<size_t>(n * rows));
-        matmul_q8_reference(p.m.view, x.data(), n, want.data());
-        for (Isa isa : simd_isas()) {
-          set_kernel_isa(isa);
-          std::vector<float> got(want.size(), -1.0f);
-          matmul(p.view, x.data(), n, got.data());
-          const int64_t at = first_difference(got, want);
-          ASSERT_EQ(at, -1) << dtype_name(type) << " on " << isa_name(isa) << ", rows " << rows << ", cols " << cols
-                            << ", tokens " << n << ": token " << at / rows << " row " << at % rows;
-        }
-      }
+  expect_refined_kernels_match_the_q8_reference(GetParam(), {32, 96, 2080}, 32, 1700);
 }
 
 // A half far below its block's outlier rounds nearly as finely as it would
