@@ -41,16 +41,10 @@ __m256i quantize32(const float* x, const __m256 (&refine)[2], __m256 inv_d, int8
 // repack.cpp's quantize_block32: q = round((x 2^k_h) / d) per 16-value half h.
 PackedAct32 quantize_block32(const float* x, int8_t* q) {
   const float half_max[2] = {max_abs(x, 16), max_abs(x + 16, 16)};
-  const float block_max = std::max(half_max[0], half_max[1]);
-  const float d = block_max / 127.0f;
-  const float inv_d = d != 0 ? 1.0f / d : 0.0f;
   PackedAct32 a{};
-  a.d = d * 0.125f;
+  const float inv_d = packed_act_scale(half_max, 2, &a.d, a.shift);
   __m256 refine[2];
-  for (int h = 0; h < 2; ++h) {
-    a.shift[h] = packed_act_shift(half_max[h], block_max);
-    refine[h] = _mm256_set1_ps(static_cast<float>(1 << (3 - a.shift[h])));
-  }
+  for (int h = 0; h < 2; ++h) refine[h] = _mm256_set1_ps(static_cast<float>(1 << (3 - a.shift[h])));
   alignas(32) int32_t sums4[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(sums4), quantize32(x, refine, _mm256_set1_ps(inv_d), q));
   a.sum = at_block_scale(sums4[0] + sums4[1] + sums4[2] + sums4[3], a.shift[0]) +
@@ -61,14 +55,12 @@ PackedAct32 quantize_block32(const float* x, int8_t* q) {
 
 // repack.cpp's quantize_super_block: q = round((x 2^k_j) / d) per sub-block j.
 PackedAct256 quantize_super_block(const float* x, int8_t* q) {
-  float sub_max[8], block_max = 0;
-  for (int j = 0; j < 8; ++j) block_max = std::max(block_max, sub_max[j] = max_abs(x + 32 * j, 32));
-  const float d = block_max / 127.0f;
-  const float inv_d = d != 0 ? 1.0f / d : 0.0f;
+  float sub_max[8];
+  for (int j = 0; j < 8; ++j) sub_max[j] = max_abs(x + 32 * j, 32);
   PackedAct256 a{};
-  a.d = d * 0.125f;
+  const float inv_d = packed_act_scale(sub_max, 8, &a.d, a.shift);
   for (int j = 0; j < 8; ++j) {
-    const int32_t shift = a.shift[j] = packed_act_shift(sub_max[j], block_max);
+    const int32_t shift = a.shift[j];
     const __m256 sub_refine = _mm256_set1_ps(static_cast<float>(1 << (3 - shift)));
     const __m256 refine[2] = {sub_refine, sub_refine};
     alignas(32) int32_t sums4[8];

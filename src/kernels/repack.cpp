@@ -326,13 +326,10 @@ float max_abs(const float* x, int n) {
 // (x 2^k_h is exact and at most max|x|, so q stays in [-127, 127]).
 PackedAct32 quantize_block32(const float* x, int8_t* q) {
   const float half_max[2] = {max_abs(x, 16), max_abs(x + 16, 16)};
-  const float block_max = std::max(half_max[0], half_max[1]);
-  const float d = block_max / 127.0f;
-  const float inv_d = d != 0 ? 1.0f / d : 0.0f;
   PackedAct32 a{};
-  a.d = d * 0.125f;
+  const float inv_d = packed_act_scale(half_max, 2, &a.d, a.shift);
   for (int h = 0; h < 2; ++h) {
-    const int32_t shift = a.shift[h] = packed_act_shift(half_max[h], block_max);
+    const int32_t shift = a.shift[h];
     const float refine = static_cast<float>(1 << (3 - shift));
     int32_t sum = 0;
     for (int i = 16 * h; i < 16 * h + 16; ++i) sum += q[i] = static_cast<int8_t>(std::nearbyint(x[i] * refine * inv_d));
@@ -345,14 +342,12 @@ PackedAct32 quantize_block32(const float* x, int8_t* q) {
 // 256 values with the sub-block refinements of PackedAct256: q = round((x 2^k_j)
 // / d) (x 2^k_j is exact and at most max|x|, so q stays in [-127, 127]).
 PackedAct256 quantize_super_block(const float* x, int8_t* q) {
-  float sub_max[8], block_max = 0;
-  for (int j = 0; j < 8; ++j) block_max = std::max(block_max, sub_max[j] = max_abs(x + 32 * j, 32));
-  const float d = block_max / 127.0f;
-  const float inv_d = d != 0 ? 1.0f / d : 0.0f;
+  float sub_max[8];
+  for (int j = 0; j < 8; ++j) sub_max[j] = max_abs(x + 32 * j, 32);
   PackedAct256 a{};
-  a.d = d * 0.125f;
+  const float inv_d = packed_act_scale(sub_max, 8, &a.d, a.shift);
   for (int j = 0; j < 8; ++j) {
-    const int32_t shift = a.shift[j] = packed_act_shift(sub_max[j], block_max);
+    const int32_t shift = a.shift[j];
     const float refine = static_cast<float>(1 << (3 - shift));
     for (int i = 32 * j; i < 32 * j + 32; ++i) q[i] = static_cast<int8_t>(std::nearbyint(x[i] * refine * inv_d));
     for (int h = 0; h < 2; ++h) {

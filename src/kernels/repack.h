@@ -34,6 +34,7 @@
 //                                               w = d scale_g (q - 32)
 //  IQ4_XS:             fp16 d[8], i8 scale[8 sub-blocks][8 rows] (ls - 32).
 //                                               w = d scale_j kIQ4NLValues[q]
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -104,6 +105,18 @@ inline int32_t packed_act_shift(float sub_max, float block_max) {
   int k = 0;
   while (k < 3 && sub_max * static_cast<float>(2 << k) <= block_max) ++k;
   return 3 - k;
+}
+// The scale of a block from its parts' max|x| (PackedAct32: two halves,
+// PackedAct256: eight sub-blocks): writes the stored d (= max / 127 / 8) and
+// each part's shift, and returns 1 / (max / 127) (0 for an all-zero block),
+// the factor every quantizer of these records rounds x 2^k by.
+inline float packed_act_scale(const float* part_max, int n_parts, float* stored_d, int32_t* shifts) {
+  float block_max = 0;
+  for (int j = 0; j < n_parts; ++j) block_max = std::max(block_max, part_max[j]);
+  const float d = block_max / 127.0f;
+  *stored_d = d * 0.125f;
+  for (int j = 0; j < n_parts; ++j) shifts[j] = packed_act_shift(part_max[j], block_max);
+  return d != 0 ? 1.0f / d : 0.0f;
 }
 // v x 2^shift: an integer dot or sum of sub-block j at the super-block's scale.
 inline int32_t at_block_scale(int32_t v, int32_t shift) { return v * (1 << shift); }
