@@ -220,6 +220,26 @@ void expect_refined_kernels_match_the_q8_reference(DType type, std::initializer_
       }
 }
 
+// matmul_q8_reference within half a rounding step per value of the exact
+// product: step(t, c) is the activation step of token t's value c (relative to
+// its block's max, 1 here), times |w|, summed over the row.
+template <class StepOf>
+void expect_q8_reference_within_rounding_of_f32(DType type, const TestMatrix& m, const std::vector<float>& x, int64_t n,
+                                                StepOf step) {
+  const int64_t rows = m.view.rows(), cols = m.view.cols();
+  std::vector<float> got(static_cast<size_t>(n * rows)), want(got.size());
+  matmul_q8_reference(m.view, x.data(), n, got.data());
+  matmul_reference(m.view, x.data(), n, want.data());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      double bound = 1e-6;
+      for (int64_t c = 0; c < cols; ++c)
+        bound += 0.5 * step(t, c) * std::fabs(m.dequantized[static_cast<size_t>(r * cols + c)]);
+      const size_t i = static_cast<size_t>(t * rows + r);
+      EXPECT_LE(std::fabs(got[i] - want[i]), bound) << dtype_name(type) << " token " << t << " row " << r;
+    }
+}
+
 class PackedMatmul256 : public ::testing::TestWithParam<DType> {};
 
 TEST_P(PackedMatmul256, SubBlockRefinementsMatchTheQ8ReferenceBitwise) {
@@ -237,19 +257,10 @@ TEST_P(PackedMatmul256, RefinedReferenceIsWithinFinerRoundingOfF32) {
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 1e-2f * unit(rng);
   for (size_t b = 0; b < x.size(); b += 256) x[b + 77] = 1.0f;  // max|x| = 1, the other sub-blocks <= m / 8
-  std::vector<float> got(static_cast<size_t>(n * rows)), want(got.size());
-  matmul_q8_reference(m.view, x.data(), n, got.data());
-  matmul_reference(m.view, x.data(), n, want.data());
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t r = 0; r < rows; ++r) {
-      double bound = 1e-6;  // half a step per value, 1 / 127 / 2 for the outlier's sub-block, 1/8 of it elsewhere
-      for (int64_t c = 0; c < cols; ++c) {
-        const double step = (c % 256) / 32 == 77 / 32 ? 1.0 / 127 : 1.0 / 127 / 8;
-        bound += 0.5 * step * std::fabs(m.dequantized[static_cast<size_t>(r * cols + c)]);
-      }
-      const size_t i = static_cast<size_t>(t * rows + r);
-      EXPECT_LE(std::fabs(got[i] - want[i]), bound) << dtype_name(type) << " token " << t << " row " << r;
-    }
+  // Half a step per value: 1 / 127 / 2 for the outlier's sub-block, 1/8 of it elsewhere.
+  expect_q8_reference_within_rounding_of_f32(type, m, x, n, [](int64_t, int64_t c) {
+    return (c % 256) / 32 == 77 / 32 ? 1.0 / 127 : 1.0 / 127 / 8;
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatmul256,
@@ -273,20 +284,11 @@ TEST_P(PackedMatmul32, RefinedReferenceIsWithinFinerRoundingOfF32) {
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 1e-2f * unit(rng);
   for (size_t b = 0; b < x.size(); b += 32) x[b + (b / 32 % 2 == 0 ? 5 : 27)] = 1.0f;  // the outlier in either half
-  std::vector<float> got(static_cast<size_t>(n * rows)), want(got.size());
-  matmul_q8_reference(m.view, x.data(), n, got.data());
-  matmul_reference(m.view, x.data(), n, want.data());
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t r = 0; r < rows; ++r) {
-      double bound = 1e-6;  // half a step per value: 1 / 127 / 2 in the outlier's half, 1/8 of it in the other
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t block = (t * cols + c) / 32, outlier_half = block % 2 == 0 ? 0 : 1;
-        const double step = (c % 32) / 16 == outlier_half ? 1.0 / 127 : 1.0 / 127 / 8;
-        bound += 0.5 * step * std::fabs(m.dequantized[static_cast<size_t>(r * cols + c)]);
-      }
-      const size_t i = static_cast<size_t>(t * rows + r);
-      EXPECT_LE(std::fabs(got[i] - want[i]), bound) << dtype_name(type) << " token " << t << " row " << r;
-    }
+  // Half a step per value: 1 / 127 / 2 in the outlier's half, 1/8 of it in the other.
+  expect_q8_reference_within_rounding_of_f32(type, m, x, n, [&](int64_t t, int64_t c) {
+    const int64_t block = (t * cols + c) / 32, outlier_half = block % 2 == 0 ? 0 : 1;
+    return (c % 32) / 16 == outlier_half ? 1.0 / 127 : 1.0 / 127 / 8;
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatmul32,
