@@ -2,7 +2,7 @@
 // materializing reference, for decode (1 query row after N cached tokens) and
 // chunked prefill (the last 256 rows of an N-token context, the way the
 // decoder prefills in chunks), with the K/V cache in each storage type.
-//   ./build/microbench_attention [--max-n 16384] [--no-reference] [--decode-only]
+//   ./build/microbench_attention [--min-n 512] [--max-n 16384] [--no-reference] [--decode-only] [--type f16]
 // Shape: SmolLM2-135M's attention (9 query heads, 3 K/V heads, head size 64),
 // one layer. OMP_NUM_THREADS sets the threads. Best-of-N wall times.
 // "MB touched" counts distinct bytes: the K/V cache in its storage type, plus
@@ -13,9 +13,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
+#include "core/aligned_buffer.h"
+#include "core/kv_type.h"
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
 #include "kernels/key_lanes.h"
@@ -62,9 +65,10 @@ Inputs make_inputs(int64_t n) {
 }
 
 // K and V of one layer stored as `type`, contiguous and head-major, as the
-// caches store them (f16 / bf16 K in lanes, kernels/key_lanes.h).
+// caches store them (f16 / bf16 K in lanes, kernels/key_lanes.h), in the
+// pool's kind of buffer (huge pages where the kernel gives them).
 struct TypedCache {
-  std::vector<uint8_t> k, v;
+  AlignedBuffer<uint8_t> k, v;
   const uint8_t *k_base, *v_base;
   KVRows k_rows, v_rows;
   TypedCache(KVType type, const Inputs& in) {
@@ -96,7 +100,8 @@ void print_row(const char* mode, int64_t n, const char* kernel, const char* type
               seconds * 1e3, bytes / 1e6, bytes / seconds / 1e9, speedup);
 }
 
-void bench_context(int64_t n, bool with_reference, bool decode_only) {
+// Every storage type, or only `only` (profiling one kernel).
+void bench_context(int64_t n, bool with_reference, bool decode_only, std::optional<KVType> only) {
   Inputs in = make_inputs(n);
   const int64_t kv_width = kShape.n_kv_heads * kShape.head_dim;
   const double f32_kv_bytes = 2.0 * static_cast<double>(n * kv_width) * 4;
@@ -113,6 +118,7 @@ void bench_context(int64_t n, bool with_reference, bool decode_only) {
       print_row(mode, n, "reference", "f32", ref_s, f32_kv_bytes + score_bytes, 0);
     }
     for (KVType type : {KVType::F32, KVType::F16, KVType::BF16, KVType::Q8_0, KVType::FP8, KVType::Q4_0}) {
+      if (only && type != *only) continue;
       const TypedCache cache(type, in);
       const double s = best_time([&] {
         flash_attention(in.q.data(), n_q, pos0, cache.k_rows, cache.v_rows, n, kShape, in.out.data());
@@ -126,14 +132,17 @@ void bench_context(int64_t n, bool with_reference, bool decode_only) {
 }  // namespace kvserve
 
 int main(int argc, char** argv) {
-  int64_t max_n = 16384;
+  int64_t min_n = 512, max_n = 16384;
   bool with_reference = true, decode_only = false;
+  std::optional<kvserve::KVType> only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--max-n") == 0 && i + 1 < argc) max_n = std::atoll(argv[++i]);
+    else if (std::strcmp(argv[i], "--min-n") == 0 && i + 1 < argc) min_n = std::max<int64_t>(1, std::atoll(argv[++i]));
+    else if (std::strcmp(argv[i], "--type") == 0 && i + 1 < argc) only = kvserve::parse_kv_type(argv[++i], "--type");
     else if (std::strcmp(argv[i], "--no-reference") == 0) with_reference = false;
     else if (std::strcmp(argv[i], "--decode-only") == 0) decode_only = true;
     else {
-      std::fprintf(stderr, "usage: microbench_attention [--max-n N] [--no-reference] [--decode-only]\n");
+      std::fprintf(stderr, "usage: microbench_attention [--min-n N] [--max-n N] [--no-reference] [--decode-only] [--type T]\n");
       return 2;
     }
   }
@@ -141,6 +150,6 @@ int main(int argc, char** argv) {
               omp_get_max_threads(), static_cast<long long>(kvserve::kPrefillRows));
   std::printf("| mode | N | kernel | KV type | ms/call | MB touched | GB/s | speedup vs reference |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
-  for (int64_t n = 512; n <= max_n; n *= 2) kvserve::bench_context(n, with_reference, decode_only);
+  for (int64_t n = min_n; n <= max_n; n *= 2) kvserve::bench_context(n, with_reference, decode_only, only);
   return 0;
 }

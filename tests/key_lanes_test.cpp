@@ -1,7 +1,7 @@
-// Keys in lanes (kernels/key_lanes.h): every ISA's dot_lanes and
-// dot_lanes_half against the scalar reference, bit for bit, on awkward head
+// Keys in lanes (kernels/key_lanes.h): every ISA's dot_lanes, dot_lanes_half
+// and dot_lanes_q8 against the scalar reference, bit for bit, on awkward head
 // sizes, group and row counts; the layout's round trip (the writer, the
-// reader, the caches); and flash attention over f16 / bf16 K in lanes against
+// reader, the caches); and flash attention over f16 / bf16 / q8_0 K in lanes against
 // the same keys stored one vector per key (transposed as loaded: the same
 // bits) and against the materializing reference, for key counts that are no
 // multiple of 16, GQA groups of 1 to 8 rows, decode and prefill, windows.
@@ -81,6 +81,135 @@ TEST(KeyLanes, EveryIsaGivesTheScalarReferencesBits) {
   }
 }
 
+namespace {
+
+// Query rows quantized for q8_0 keys, with the arrays QueryQ8 points into.
+struct QuantizedRows {
+  std::vector<std::vector<int8_t>> q;
+  std::vector<std::vector<float>> d;
+  std::vector<std::vector<int32_t>> sum;
+  std::vector<QueryQ8> rows;
+  QuantizedRows(const std::vector<std::vector<float>>& x, int64_t hd) {
+    for (const auto& row : x) {
+      q.emplace_back(static_cast<size_t>(hd));
+      d.emplace_back(static_cast<size_t>(hd / 32));
+      sum.emplace_back(static_cast<size_t>(hd / 32));
+      quantize_query_q8(row.data(), hd, q.back().data(), d.back().data(), sum.back().data());
+    }
+    for (size_t r = 0; r < x.size(); ++r) rows.push_back({q[r].data(), d[r].data(), sum[r].data()});
+  }
+  // Row r as the floats its quantization stands for.
+  std::vector<float> values(size_t r) const {
+    std::vector<float> out(q[r].size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = d[r][i / 32] * q[r][i];
+    return out;
+  }
+};
+
+}  // namespace
+
+// q8_0 keys in lanes: every ISA's dot_lanes_q8 gives the scalar reference's
+// bits, and the reference is the dot of the dequantized key with the
+// dequantized query (within float rounding); the last group's unused lanes
+// hold garbage bytes and are not read back.
+TEST(KeyLanes, EveryIsaGivesTheQ8ReferencesBits) {
+  std::mt19937 rng(42);
+  for (int64_t hd : {32, 64, 96, 128, 576}) {
+    for (int64_t n_keys : {1, 16, 17, 40, 64, 100, 144}) {
+      const std::vector<float> keys = random_vector(static_cast<size_t>(n_keys * hd), rng, 2.0f);
+      const LaneGroups stored(KVType::Q8_0, keys, n_keys, hd, 0xA5);
+      const size_t group_bytes = kv_head_bytes(KVType::Q8_0, hd) * kKeyLanes;
+      std::vector<const uint8_t*> groups;
+      for (int64_t g = 0; g < stored.n_groups; ++g) groups.push_back(stored.group(g, group_bytes));
+      std::vector<std::vector<float>> x(4);
+      for (auto& row : x) row = random_vector(static_cast<size_t>(hd), rng, 1.5f);
+      const QuantizedRows q(x, hd);
+      const size_t width = static_cast<size_t>(stored.n_groups * kKeyLanes);
+      for (int n_rows = 1; n_rows <= kAttentionRowsPerCall; ++n_rows) {
+        std::vector<std::vector<float>> want(4, std::vector<float>(width));
+        float* ws[4] = {want[0].data(), want[1].data(), want[2].data(), want[3].data()};
+        scalar_dot_lanes_q8(q.rows.data(), n_rows, groups.data(), stored.n_groups, hd, ws);
+        for (int r = 0; r < n_rows; ++r) {
+          const std::vector<float> qv = q.values(static_cast<size_t>(r));
+          for (int64_t j = 0; j < n_keys; ++j) {
+            std::vector<float> k(static_cast<size_t>(hd));
+            dequantize_key_lane(KVType::Q8_0, stored.group(j / kKeyLanes, group_bytes), j % kKeyLanes, hd, k.data());
+            double dot = 0, scale = 0;
+            for (int64_t i = 0; i < hd; ++i) dot += double(qv[i]) * k[i], scale += std::abs(double(qv[i]) * k[i]);
+            ASSERT_NEAR(want[r][j], dot, 1e-5 * scale + 1e-30) << "hd " << hd << " key " << j;
+          }
+        }
+        test_util::for_each_isa([&] {
+          std::vector<std::vector<float>> got(4, std::vector<float>(width, -1.0f));
+          float* gs[4] = {got[0].data(), got[1].data(), got[2].data(), got[3].data()};
+          attention_vector_ops().dot_lanes_q8(q.rows.data(), n_rows, groups.data(), stored.n_groups, hd, gs);
+          for (int r = 0; r < n_rows; ++r)
+            for (int64_t j = 0; j < n_keys; ++j)
+              ASSERT_TRUE(same_bits(got[r][j], want[r][j]))
+                  << isa_name(active_isa()) << " hd " << hd << " keys " << n_keys << " rows " << n_rows << " row " << r
+                  << " key " << j << ": " << got[r][j] << " vs " << want[r][j];
+        });
+      }
+    }
+  }
+}
+
+// Each row of a quantized query stands for its floats within half a step of
+// its block (max|x| / 127 / 2), and the sums are the sums of its values.
+TEST(KeyLanes, QueryQuantizationRoundsToNearestStep) {
+  std::mt19937 rng(44);
+  for (int64_t hd : {32, 96, 576}) {
+    std::vector<float> x = random_vector(static_cast<size_t>(hd), rng, 4.0f);
+    for (int64_t i = 32; i < 64 && i < hd; ++i) x[static_cast<size_t>(i)] = 0.0f;  // an all-zero block
+    const QuantizedRows q({x}, hd);
+    for (int64_t b = 0; b < hd / 32; ++b) {
+      int32_t sum = 0;
+      for (int64_t i = b * 32; i < (b + 1) * 32; ++i) {
+        sum += q.q[0][i];
+        EXPECT_LE(std::abs(q.values(0)[i] - x[i]), q.d[0][b] * 0.5f * (1 + 1e-6f) + 1e-30f) << "hd " << hd << " i " << i;
+      }
+      EXPECT_EQ(sum, q.sum[0][b]);
+    }
+  }
+}
+
+// axpy_keys_q8 widens q8_0 rows as they load: the bits of dequantizing first.
+TEST(KeyLanes, Q8ValuesWidenedAsLoadedEqualDequantizedFirst) {
+  std::mt19937 rng(46);
+  for (int64_t hd : {32, 64, 96, 160, 576}) {
+    const int64_t n_keys = 37;
+    std::vector<std::vector<uint8_t>> rows;
+    std::vector<std::vector<float>> widened;
+    std::vector<const uint8_t*> row_ptrs;
+    std::vector<const float*> widened_ptrs;
+    for (int64_t j = 0; j < n_keys; ++j) {
+      const std::vector<float> v = random_vector(static_cast<size_t>(hd), rng, 2.0f);
+      rows.emplace_back(kv_head_bytes(KVType::Q8_0, hd));
+      quantize_kv_row(KVType::Q8_0, v.data(), rows.back().data(), hd);
+      widened.emplace_back(static_cast<size_t>(hd));
+      dequantize_kv_row_scalar(KVType::Q8_0, rows.back().data(), widened.back().data(), hd);
+    }
+    for (int64_t j = 0; j < n_keys; ++j) row_ptrs.push_back(rows[j].data()), widened_ptrs.push_back(widened[j].data());
+    std::vector<std::vector<float>> p(4);
+    for (auto& row : p) row = random_vector(static_cast<size_t>(n_keys), rng, 1.0f);
+    const float* ps[4] = {p[0].data(), p[1].data(), p[2].data(), p[3].data()};
+    test_util::for_each_isa([&] {
+      const AttentionVectorOps& ops = attention_vector_ops();
+      if (!ops.axpy_keys_q8) return;
+      for (int n_rows = 1; n_rows <= kAttentionRowsPerCall; ++n_rows) {
+        std::vector<std::vector<float>> a(4, random_vector(static_cast<size_t>(hd), rng, 1.0f)), b = a;
+        float* as[4] = {a[0].data(), a[1].data(), a[2].data(), a[3].data()};
+        float* bs[4] = {b[0].data(), b[1].data(), b[2].data(), b[3].data()};
+        ops.axpy_keys_q8(ps, n_rows, row_ptrs.data(), n_keys, as, hd);
+        ops.axpy_keys(ps, n_rows, widened_ptrs.data(), n_keys, bs, hd);
+        for (int r = 0; r < n_rows; ++r)
+          for (int64_t i = 0; i < hd; ++i)
+            ASSERT_TRUE(same_bits(a[r][i], b[r][i])) << isa_name(active_isa()) << " hd " << hd << " rows " << n_rows;
+      }
+    });
+  }
+}
+
 // The _half forms widen as they load: the bits of widening first and calling dot_lanes.
 TEST(KeyLanes, WidenedAsLoadedEqualsWidenedFirst) {
   std::mt19937 rng(43);
@@ -124,8 +253,8 @@ TEST(KeyLanes, WidenedAsLoadedEqualsWidenedFirst) {
 // Each key written into its lane reads back as the vector the rows writer stores.
 TEST(KeyLanes, WriterAndReaderRoundTrip) {
   std::mt19937 rng(47);
-  for (KVType type : {KVType::F16, KVType::BF16}) {
-    for (int64_t hd : {8, 80, 128, 256}) {
+  for (KVType type : {KVType::F16, KVType::BF16, KVType::Q8_0}) {
+    for (int64_t hd : {32, 96, 128, 256}) {
       const int64_t n_heads = 3, n_keys = 16;
       const size_t head_bytes = kv_head_bytes(type, hd), head_stride = head_bytes * kKeyLanes;
       std::vector<uint8_t> group(head_stride * n_heads, 0xCD);
@@ -177,8 +306,8 @@ struct TwoCaches {
 // materializing their rows gives each key's vector as the rows writer stores it.
 TEST(KeyLanes, CachesStoreKeysInLanesAndReadThemBack) {
   std::mt19937 rng(53);
-  for (KVType type : {KVType::F16, KVType::BF16}) {
-    const int64_t n_kv = 300, heads = 2, hd = 80;
+  for (KVType type : {KVType::F16, KVType::BF16, KVType::Q8_0}) {
+    const int64_t n_kv = 300, heads = 2, hd = type == KVType::Q8_0 ? 96 : 80;
     for (int64_t block_size : {16, 32, 5}) {
       const TwoCaches c(type, n_kv, heads, hd, block_size, rng);
       EXPECT_TRUE(c.contiguous.k_rows(0).keys_in_lanes);
@@ -199,7 +328,9 @@ TEST(KeyLanes, CachesStoreKeysInLanesAndReadThemBack) {
   // MLA's latent rows are V too: they stay vectors.
   EXPECT_FALSE(ContiguousKVCache(1, 32, 1, 64, KVType::F16, {}, true).k_rows(0).keys_in_lanes);
   EXPECT_FALSE(stores_keys_in_lanes(KVType::F32, 16, false));
-  EXPECT_FALSE(stores_keys_in_lanes(KVType::Q8_0, 16, false));
+  EXPECT_TRUE(stores_keys_in_lanes(KVType::Q8_0, 16, false));
+  EXPECT_FALSE(stores_keys_in_lanes(KVType::Q4_0, 16, false));
+  EXPECT_FALSE(stores_keys_in_lanes(KVType::FP8, 16, false));
 }
 
 // Flash attention over K in lanes (the caches) equals flash attention over the
@@ -213,8 +344,9 @@ TEST(KeyLanes, FlashOverLanesMatchesVectorsAndTheReference) {
   const Case cases[] = {{1, 1, 64, 3, 0},    {15, 15, 80, 1, 0},   {17, 3, 96, 8, 0},   {100, 1, 128, 7, 0},
                         {300, 1, 256, 2, 0}, {529, 40, 64, 3, 0},  {530, 1, 64, 4, 37}, {700, 17, 80, 5, 100},
                         {1030, 1, 96, 6, 0}, {333, 333, 64, 2, 0}};
-  for (KVType type : {KVType::F16, KVType::BF16}) {
+  for (KVType type : {KVType::F16, KVType::BF16, KVType::Q8_0}) {
     for (const Case& c : cases) {
+      if (!kv_type_fits(type, c.hd)) continue;
       const int64_t heads = 2;
       const AttentionShape shape{heads * c.group, heads, c.hd, c.window};
       const TwoCaches lanes(type, c.n_kv, heads, c.hd, 16, rng);
@@ -244,7 +376,8 @@ TEST(KeyLanes, FlashOverLanesMatchesVectorsAndTheReference) {
                         d.data());
         EXPECT_EQ(a, b) << what << " " << isa_name(active_isa());
         EXPECT_EQ(a, d) << what << " " << isa_name(active_isa());
-        EXPECT_LT(relative_error(a, want), 1e-5) << what << " " << isa_name(active_isa());
+        // q8_0 keys are scored against the query rounded to 8 bits per 32 values.
+        EXPECT_LT(relative_error(a, want), type == KVType::Q8_0 ? 2e-2 : 1e-5) << what << " " << isa_name(active_isa());
       });
     }
   }

@@ -15,6 +15,7 @@
 #include "kernels/attention.h"
 #include "kernels/dispatch.h"
 #include "kernels/flash_attention.h"
+#include "kernels/key_lanes.h"
 #include "kernels/kv_quant.h"
 #include "kv/contiguous_kv_cache.h"
 #include "model/synth.h"
@@ -219,10 +220,27 @@ struct AttentionCase {
   int64_t n_kv, n_q, head_dim, n_kv_heads, group;
 };
 
-// Flash over typed rows vs the reference over the same rows dequantized:
-// both see identical K/V values, so only float rounding differs (1e-5 for
-// every type). Against the original f32 K/V the difference is the storage
-// type's rounding, bounded per type by `vs_f32_bound`.
+// The query as attention over `type` keys scores it: q8_0 keys are scored
+// against each head's query quantized per 32 values (key_lanes.h), the others
+// against the query itself.
+std::vector<float> query_as_scored(KVType type, const std::vector<float>& q, int64_t head_dim) {
+  if (type != KVType::Q8_0) return q;
+  std::vector<float> out(q.size());
+  std::vector<int8_t> values(static_cast<size_t>(head_dim));
+  std::vector<float> scales(static_cast<size_t>(head_dim / 32));
+  std::vector<int32_t> sums(scales.size());
+  for (size_t row = 0; row < q.size() / static_cast<size_t>(head_dim); ++row) {
+    quantize_query_q8(q.data() + row * head_dim, head_dim, values.data(), scales.data(), sums.data());
+    for (int64_t i = 0; i < head_dim; ++i) out[row * head_dim + i] = scales[i / 32] * values[i];
+  }
+  return out;
+}
+
+// Flash over typed rows vs the reference over the same rows dequantized (and
+// the query as the kernel scores it): both see identical values, so only float
+// rounding differs (1e-5 for every type). Against the original f32 K/V and
+// query the difference is the storage type's rounding, bounded per type by
+// `vs_f32_bound`.
 void expect_typed_flash_matches(KVType type, const AttentionCase& c, double vs_f32_bound) {
   std::mt19937 rng(static_cast<uint32_t>(c.n_kv * 31 + c.head_dim + c.group));
   const AttentionShape shape{c.n_kv_heads * c.group, c.n_kv_heads, c.head_dim};
@@ -236,7 +254,8 @@ void expect_typed_flash_matches(KVType type, const AttentionCase& c, double vs_f
   dequantize_kv_rows(v_rows.rows(c.n_kv), c.n_kv, c.n_kv_heads, c.head_dim, v_deq.data());
   const int64_t pos0 = c.n_kv - c.n_q;
   std::vector<float> want(q.size()), exact(q.size()), got(q.size(), std::nanf(""));
-  attention_reference(q.data(), c.n_q, pos0, k_deq.data(), v_deq.data(), c.n_kv, kv_width, shape, want.data());
+  const std::vector<float> q_scored = query_as_scored(type, q, c.head_dim);
+  attention_reference(q_scored.data(), c.n_q, pos0, k_deq.data(), v_deq.data(), c.n_kv, kv_width, shape, want.data());
   attention_reference(q.data(), c.n_q, pos0, k.data(), v.data(), c.n_kv, kv_width, shape, exact.data());
   flash_attention(q.data(), c.n_q, pos0, k_rows.rows(c.n_kv), v_rows.rows(c.n_kv), c.n_kv, shape, got.data());
   const std::string what = std::string(kv_type_info(type).name) + " n_kv " + std::to_string(c.n_kv) + " n_q " +

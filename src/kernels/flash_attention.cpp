@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/flash_attention_tile.h"
 #include "kernels/key_lanes.h"
@@ -30,20 +31,31 @@ struct HeadSource {
 // before `from` are left alone: no row sees them, and in the paged cache their
 // block may have been freed (a sliding layer's keys that left every window).
 // Pointers to the stored rows themselves (f32, or f16 / bf16 widened as they load).
+// f(t, token t's bytes) for t in [from, t1), walking the block table once
+// (KVRows::token divides per key: a tenth of decode attention's time).
+template <typename F>
+void for_each_token(const KVRows& rows, int64_t from, int64_t t1, F&& f) {
+  int64_t block = from / rows.block_size, at = from % rows.block_size;
+  for (int64_t t = from; t < t1; ++t, ++at) {
+    if (at == rows.block_size) ++block, at = 0;
+    f(t, rows.blocks[block] + static_cast<size_t>(at) * rows.token_stride);
+  }
+}
+
 template <typename T>
 void stored_rows(const KVRows& rows, size_t offset, int64_t t0, int64_t from, int64_t t1, const T** out) {
-  for (int64_t t = from; t < t1; ++t) out[t - t0] = reinterpret_cast<const T*>(rows.token(t) + offset);
+  for_each_token(rows, from, t1, [&](int64_t t, const uint8_t* p) { out[t - t0] = reinterpret_cast<const T*>(p + offset); });
 }
 
 void load_rows(const KVRows& rows, size_t offset, const AttentionVectorOps& ops, int64_t head_dim, int64_t t0,
                int64_t from, int64_t t1, std::vector<float>& buf, const float** out) {
   if (rows.type == KVType::F32) return stored_rows(rows, offset, t0, from, t1, out);
   buf.resize(static_cast<size_t>(kKeyTile * head_dim));
-  for (int64_t t = from; t < t1; ++t) {
+  for_each_token(rows, from, t1, [&](int64_t t, const uint8_t* p) {
     float* dst = buf.data() + (t - t0) * head_dim;
-    ops.dequantize(rows.type, rows.token(t) + offset, dst, head_dim);
+    ops.dequantize(rows.type, p + offset, dst, head_dim);
     out[t - t0] = dst;
-  }
+  });
 }
 
 // A tile read by many rows (prefill) is dequantized once for all of them; a
@@ -75,12 +87,36 @@ void transpose_keys_into_lanes(const HeadSource& src, int64_t t0, int64_t from, 
 
 // K scored in lanes: the groups covering keys [from, t1), as stored (widened
 // as they load) where few rows read them, else widened once into f32 groups.
+// q8_0 K in lanes: the stored groups, or groups of the stored vectors (keys
+// outside [from, t1) zero) transposed into tile.k_q8_buf.
+void load_q8_key_lanes(const HeadSource& src, int64_t t0, int64_t from, int64_t t1, KVTile& tile) {
+  const KVRows& k = *src.k;
+  const auto [g0, g1] = lane_groups(t0, from, t1);
+  tile.k_lanes_q8 = true;
+  if (k.keys_in_lanes) {
+    for (int64_t g = g0; g < g1; ++g) tile.k_group_q8[g] = k.lane_group(t0 + g * kKeyLanes, 0) + src.k_offset;
+    return;
+  }
+  const size_t group_bytes = kKeyLanes * kv_head_bytes(KVType::Q8_0, src.head_dim);
+  tile.k_q8_buf.resize(KVTile::kGroups * group_bytes);
+  const uint8_t* rows[kKeyLanes];
+  for (int64_t g = g0; g < g1; ++g) {
+    std::fill(rows, rows + kKeyLanes, nullptr);
+    const int64_t first = std::max(from, t0 + g * kKeyLanes), last = std::min(t1, t0 + (g + 1) * kKeyLanes);
+    for_each_token(k, first, last, [&](int64_t t, const uint8_t* p) { rows[(t - t0) % kKeyLanes] = p + src.k_offset; });
+    uint8_t* group = tile.k_q8_buf.data() + g * group_bytes;
+    transpose_q8_rows_into_lanes(rows, src.head_dim, group);
+    tile.k_group_q8[g] = group;
+  }
+}
+
 void load_key_lanes(const HeadSource& src, bool widen_as_loaded, int64_t t0, int64_t from, int64_t t1, KVTile& tile) {
   const KVRows& k = *src.k;
   const int64_t hd = src.head_dim;
   const auto [g0, g1] = lane_groups(t0, from, t1);
   tile.k_lanes = true;
   tile.k_type = k.type;
+  if (k.type == KVType::Q8_0) return load_q8_key_lanes(src, t0, from, t1, tile);
   tile.k_lanes_half = k.keys_in_lanes && widen_as_loaded && src.ops->dot_lanes_half != nullptr;
   const auto group = [&](int64_t g) { return k.lane_group(t0 + g * kKeyLanes, 0) + src.k_offset; };
   if (tile.k_lanes_half) {
@@ -97,19 +133,22 @@ void load_key_lanes(const HeadSource& src, bool widen_as_loaded, int64_t t0, int
 void load_tile(const HeadSource& src, int64_t n_rows, int64_t t0, int64_t from, int64_t t1, KVTile& tile) {
   const bool widen = n_rows <= kMaxRowsWidenedAsLoaded;
   tile.k_lanes = false;
+  tile.k_lanes_q8 = false;
   if (scores_in_lanes(src.k->type)) load_key_lanes(src, widen, t0, from, t1, tile);
   else load_rows(*src.k, src.k_offset, *src.ops, src.head_dim, t0, from, t1, tile.k_buf, tile.k);
   const KVType vt = src.v->type;
   tile.v_half = widen && (vt == KVType::F16 || vt == KVType::BF16) && src.ops->axpy_keys_half != nullptr;
   tile.v_type = vt;
+  tile.v_q8 = widen && vt == KVType::Q8_0 && src.ops->axpy_keys_q8 != nullptr;
   if (tile.v_half) stored_rows(*src.v, src.v_offset, t0, from, t1, tile.v_half_rows);
+  else if (tile.v_q8) stored_rows(*src.v, src.v_offset, t0, from, t1, tile.v_q8_rows);
   else load_rows(*src.v, src.v_offset, *src.ops, src.head_dim, t0, from, t1, tile.v_buf, tile.v);
 }
 
 // Scores of keys [begin, last) of the tile at t0 for n rows: scores[i][j - t0]
 // for key j (a lane group's other keys are scored too, and not read).
-void score_keys(const float* const* q, int n, const KVTile& tile, const HeadSource& src, int64_t t0, int64_t begin,
-                int64_t last, float (*scores)[kKeyTile]) {
+void score_keys(const float* const* q, const QueryQ8* q8, int n, const KVTile& tile, const HeadSource& src,
+                int64_t t0, int64_t begin, int64_t last, float (*scores)[kKeyTile]) {
   float* out[kAttentionRowsPerCall];
   if (!tile.k_lanes) {
     for (int i = 0; i < n; ++i) out[i] = scores[i] + (begin - t0);
@@ -118,7 +157,8 @@ void score_keys(const float* const* q, int n, const KVTile& tile, const HeadSour
   const auto [g0, g1] = lane_groups(t0, begin, last);
   for (int i = 0; i < n; ++i) out[i] = scores[i] + g0 * kKeyLanes;
   const int64_t hd = src.head_dim;
-  if (tile.k_lanes_half) src.ops->dot_lanes_half(tile.k_type, q, n, tile.k_group_half + g0, g1 - g0, hd, out);
+  if (tile.k_lanes_q8) src.ops->dot_lanes_q8(q8, n, tile.k_group_q8 + g0, g1 - g0, hd, out);
+  else if (tile.k_lanes_half) src.ops->dot_lanes_half(tile.k_type, q, n, tile.k_group_half + g0, g1 - g0, hd, out);
   else src.ops->dot_lanes(q, n, tile.k_group + g0, g1 - g0, hd, out);
 }
 
@@ -138,7 +178,7 @@ void attend_tile_rows(RowBlock& rows, int64_t r0, int n, const KVTile& tile, con
     s[i] = scores[i] + (begin - t0);
     o[i] = rows.acc.data() + (r0 + i) * hd;
   }
-  score_keys(q, n, tile, src, t0, begin, last, scores);
+  score_keys(q, rows.q8.empty() ? nullptr : rows.q8.data() + r0, n, tile, src, t0, begin, last, scores);
   for (int i = 0; i < n; ++i) {
     const float tile_max = src.ops->scale_max(s[i], n_keys, src.scale);
     OnlineSoftmax& st = rows.state[r0 + i];
@@ -149,6 +189,7 @@ void attend_tile_rows(RowBlock& rows, int64_t r0, int n, const KVTile& tile, con
     st.max = new_max;
   }
   if (tile.v_half) src.ops->axpy_keys_half(tile.v_type, s, n, tile.v_half_rows + (begin - t0), n_keys, o, hd);
+  else if (tile.v_q8) src.ops->axpy_keys_q8(s, n, tile.v_q8_rows + (begin - t0), n_keys, o, hd);
   else src.ops->axpy_keys(s, n, tile.v + (begin - t0), n_keys, o, hd);
 }
 
@@ -181,6 +222,25 @@ void attend_tile_rows(RowBlock& rows, int64_t r0, int n, const KVTile& tile, con
       if (last > begin) attend_tile_rows(rows, r, n, tile, src, t0, begin, last);  // else: no key of the tile in view
       r += n;
     }
+  }
+}
+
+// Rows that score q8_0 keys get their queries quantized once (QueryQ8):
+// every path quantizes a row's query the same way, so its scores do not
+// depend on the path.
+void quantize_rows_for_keys(RowBlock& rows, const HeadSource& src) {
+  if (src.k->type != KVType::Q8_0) return rows.q8.clear();
+  const int64_t hd = src.head_dim, nb = hd / kQK8_0, n = rows.n_rows;
+  rows.q8_values.resize(static_cast<size_t>(n * hd));
+  rows.q8_scales.resize(static_cast<size_t>(n * nb));
+  rows.q8_sums.resize(static_cast<size_t>(n * nb));
+  rows.q8.resize(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    int8_t* q = rows.q8_values.data() + r * hd;
+    float* d = rows.q8_scales.data() + r * nb;
+    int32_t* sum = rows.q8_sums.data() + r * nb;
+    quantize_query_q8(rows.q[r], hd, q, d, sum);
+    rows.q8[r] = {q, d, sum};
   }
 }
 
@@ -273,8 +333,9 @@ void flash_decode(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, co
           rows.pos[r] = pos0 + r / group;
           rows.first[r] = s.first_key(rows.pos[r]);
         }
-        attend_keys(rows, head_source(k, v, kvh, s), split * kKeySplit, std::min(n_kv, (split + 1) * kKeySplit),
-                    scratch.tile);
+        const HeadSource src = head_source(k, v, kvh, s);
+        quantize_rows_for_keys(rows, src);
+        attend_keys(rows, src, split * kKeySplit, std::min(n_kv, (split + 1) * kKeySplit), scratch.tile);
         std::copy(rows.state.begin(), rows.state.end(), part_state.begin() + part * n_rows);
         std::copy(rows.acc.begin(), rows.acc.end(), part_acc.begin() + part * n_rows * hd);
       }
@@ -317,6 +378,7 @@ void flash_query_tile(const float* q, int64_t i0, int64_t i1, int64_t pos0, cons
       rows.first[r] = s.first_key(pos0 + i);
     }
   const HeadSource src = head_source(k, v, kv_head, s);
+  quantize_rows_for_keys(rows, src);
   const int64_t n_kv = pos0 + i1;
   // Splits wholly before every row's window hold nothing to merge.
   const int64_t first_split = s.first_key(pos0 + i0) / kKeySplit * kKeySplit;

@@ -11,7 +11,10 @@
 
 namespace kvserve::flash_detail {
 
-constexpr int64_t kKeyTile = 64;     // keys per tile: a 64 x head_dim K tile stays in L1/L2
+// Keys per tile: each tile costs a pass of pointer setup, a max, a rescale
+// per row; 256 (one key split) took a fifth off decode attention against 64
+// (docs/attention.md), and a 256 x head_dim f32 K tile still fits L2.
+constexpr int64_t kKeyTile = 256;
 // Query positions per prefill work item: each item dequantizes (f16, bf16,
 // q8_0, ...) every key tile it reads once for all its rows, so bigger items
 // dequantize less per row; smaller ones keep the threads busy on short chunks.
@@ -27,7 +30,7 @@ int64_t query_tile(int64_t n_q, int64_t n_kv_heads, int64_t threads);
 // item; both run the same arithmetic, so a row's output depends only on its
 // query, its position and the K/V rows it sees (batch invariance: not on the
 // chunk size, pos0, the threads, the other jobs, or which path ran).
-constexpr int64_t kKeySplit = 4 * kKeyTile;
+constexpr int64_t kKeySplit = 256;
 
 // One tile of keys of one head. V (and K of the types scored by one dot per
 // key: f32, q8_0, fp8, q4_0) as f32 rows: pointers straight into the cache for
@@ -44,12 +47,17 @@ struct KVTile {
   bool v_half = false;  // v_half_rows hold the V rows (of type v_type), not v
   KVType v_type = KVType::F16;
   const uint16_t* v_half_rows[kKeyTile];
+  bool v_q8 = false;  // v_q8_rows hold the q8_0 V rows, not v
+  const uint8_t* v_q8_rows[kKeyTile];
   bool k_lanes = false;       // K is scored in lanes: k_group / k_group_half, not k
   bool k_lanes_half = false;  // k_group_half holds the stored groups (of type k_type), not k_group
   KVType k_type = KVType::F16;
   std::vector<float> k_lanes_buf;  // [kGroups][head_dim][kKeyLanes]
   const float* k_group[kGroups];
   const uint16_t* k_group_half[kGroups];
+  bool k_lanes_q8 = false;  // k_group_q8 holds q8_0 groups (stored, or transposed into k_q8_buf)
+  const uint8_t* k_group_q8[kGroups];
+  std::vector<uint8_t> k_q8_buf;
 };
 
 // Query rows of one work item, all reading the same K/V head.
@@ -62,6 +70,11 @@ struct RowBlock {
   std::vector<float> acc;            // [n_rows][head_dim] unnormalized output of the current split
   std::vector<OnlineSoftmax> merged;  // [n_rows] the splits before it, merged in order
   std::vector<float> merged_acc;      // [n_rows][head_dim]
+  // The rows quantized for q8_0 keys (kv_quant.h's QueryQ8), when K is q8_0.
+  std::vector<QueryQ8> q8;
+  std::vector<int8_t> q8_values;  // [n_rows][head_dim]
+  std::vector<float> q8_scales;   // [n_rows][head_dim / 32]
+  std::vector<int32_t> q8_sums;   // [n_rows][head_dim / 32]
 };
 
 // One thread's buffers for flash_query_tile (reused across work items).

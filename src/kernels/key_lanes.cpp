@@ -4,11 +4,71 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/dtype.h"
 #include "core/half.h"
 
 namespace kvserve {
 
-bool scores_in_lanes(KVType type) { return type == KVType::F16 || type == KVType::BF16; }
+bool scores_in_lanes(KVType type) { return type == KVType::F16 || type == KVType::BF16 || type == KVType::Q8_0; }
+
+namespace {
+
+constexpr int64_t kQ8Block = kQK8_0;
+
+// Lane `lane` of q8_0 block b of a group: its scale and its 32 elements.
+void put_q8_lane(const BlockQ8_0& block, uint8_t* lane_block, int64_t lane) {
+  std::memcpy(lane_block + lane * 2, &block.d, 2);
+  uint8_t* quads = lane_block + kQ8LaneScaleBytes;
+  for (int64_t i = 0; i < kQ8Block; ++i)
+    quads[(i / 4) * kKeyLanes * 4 + lane * 4 + i % 4] = static_cast<uint8_t>(block.qs[i] + 128);
+}
+
+BlockQ8_0 get_q8_lane(const uint8_t* lane_block, int64_t lane) {
+  BlockQ8_0 block;
+  std::memcpy(&block.d, lane_block + lane * 2, 2);
+  const uint8_t* quads = lane_block + kQ8LaneScaleBytes;
+  for (int64_t i = 0; i < kQ8Block; ++i)
+    block.qs[i] = static_cast<int8_t>(quads[(i / 4) * kKeyLanes * 4 + lane * 4 + i % 4] - 128);
+  return block;
+}
+
+void quantize_q8_token_lanes(int64_t n_heads, int64_t head_dim, const float* src, uint8_t* group, size_t head_stride,
+                             int64_t lane) {
+  BlockQ8_0 block;
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t b = 0; b < head_dim / kQ8Block; ++b) {
+      quantize_kv_row(KVType::Q8_0, src + h * head_dim + b * kQ8Block, reinterpret_cast<uint8_t*>(&block), kQ8Block);
+      put_q8_lane(block, group + static_cast<size_t>(h) * head_stride + b * kQ8LaneBlockBytes, lane);
+    }
+}
+
+}  // namespace
+
+void quantize_query_q8(const float* x, int64_t n, int8_t* q, float* d, int32_t* sum) {
+  for (int64_t b = 0; b < n / kQ8Block; ++b) {
+    const float* xb = x + b * kQ8Block;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int32_t s = 0;
+    for (int64_t i = 0; i < kQ8Block; ++i) {
+      const auto v = static_cast<int8_t>(std::clamp(std::lrintf(xb[i] * inv), -127L, 127L));
+      q[b * kQ8Block + i] = v;
+      s += v;
+    }
+    d[b] = amax / 127.0f;
+    sum[b] = s;
+  }
+}
+
+void transpose_q8_rows_into_lanes(const uint8_t* const* rows, int64_t head_dim, uint8_t* group) {
+  for (int64_t b = 0; b < head_dim / kQ8Block; ++b)
+    for (int64_t l = 0; l < kKeyLanes; ++l) {
+      BlockQ8_0 block{};
+      if (rows[l]) std::memcpy(&block, rows[l] + b * sizeof(BlockQ8_0), sizeof(BlockQ8_0));
+      put_q8_lane(block, group + b * kQ8LaneBlockBytes, l);
+    }
+}
 
 bool stores_keys_in_lanes(KVType type, int64_t block_size, bool values_in_keys) {
   return scores_in_lanes(type) && block_size % kKeyLanes == 0 && !values_in_keys;
@@ -16,6 +76,7 @@ bool stores_keys_in_lanes(KVType type, int64_t block_size, bool values_in_keys) 
 
 void quantize_kv_token_lanes(KVType type, int64_t n_heads, int64_t head_dim, const float* src, uint8_t* group,
                              size_t head_stride, int64_t lane) {
+  if (type == KVType::Q8_0) return quantize_q8_token_lanes(n_heads, head_dim, src, group, head_stride, lane);
   constexpr int64_t kChunk = 64;  // elements encoded at a time, then scattered to their lanes
   uint16_t encoded[kChunk];
   for (int64_t h = 0; h < n_heads; ++h) {
@@ -29,6 +90,13 @@ void quantize_kv_token_lanes(KVType type, int64_t n_heads, int64_t head_dim, con
 }
 
 void dequantize_key_lane(KVType type, const uint8_t* group, int64_t lane, int64_t head_dim, float* out) {
+  if (type == KVType::Q8_0) {
+    for (int64_t b = 0; b < head_dim / kQ8Block; ++b) {
+      const BlockQ8_0 block = get_q8_lane(group + b * kQ8LaneBlockBytes, lane);
+      dequantize_kv_row_scalar(KVType::Q8_0, reinterpret_cast<const uint8_t*>(&block), out + b * kQ8Block, kQ8Block);
+    }
+    return;
+  }
   const auto* src = reinterpret_cast<const uint16_t*>(group) + lane;
   for (int64_t d = 0; d < head_dim; ++d) {
     const uint16_t x = src[d * kKeyLanes];
@@ -43,6 +111,26 @@ void scalar_dot_lanes(const float* const* q, int n_rows, const float* const* gro
       for (int64_t l = 0; l < kKeyLanes; ++l) {
         float acc = 0.0f;
         for (int64_t d = 0; d < n; ++d) acc = std::fma(q[r][d], groups[g][d * kKeyLanes + l], acc);
+        out[r][g * kKeyLanes + l] = acc;
+      }
+}
+
+void scalar_dot_lanes_q8(const QueryQ8* q, int n_rows, const uint8_t* const* groups, int64_t n_groups, int64_t n,
+                         float* const* out) {
+  for (int r = 0; r < n_rows; ++r)
+    for (int64_t g = 0; g < n_groups; ++g)
+      for (int64_t l = 0; l < kKeyLanes; ++l) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < n / kQ8Block; ++b) {
+          const uint8_t* block = groups[g] + b * kQ8LaneBlockBytes;
+          uint16_t dk;
+          std::memcpy(&dk, block + l * 2, 2);
+          int32_t dot = 0;
+          for (int64_t i = 0; i < kQ8Block; ++i)
+            dot += block[kQ8LaneScaleBytes + (i / 4) * kKeyLanes * 4 + l * 4 + i % 4] * q[r].q[b * kQ8Block + i];
+          dot -= 128 * q[r].sum[b];
+          acc = std::fma(static_cast<float>(dot), fp16_to_f32(dk) * q[r].d[b], acc);
+        }
         out[r][g * kKeyLanes + l] = acc;
       }
 }

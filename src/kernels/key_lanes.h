@@ -21,7 +21,22 @@
 
 namespace kvserve {
 
-// Whether keys of `type` are scored in lanes (f16, bf16). Their rows may be
+// q8_0 keys in lanes (scored with 8-bit integer dot products, the query
+// quantized to 8 bits once per row): a group of 16 keys holds, for each
+// 32-element block b of the head vector, the 16 keys' f16 scales, then 8
+// quads of 4 elements, each [16 keys][4 elements] as unsigned bytes
+// k + 128 (VNNI's vpdpbusd takes its unsigned operand first; the row's
+// 128 * sum(q) comes off once per block). kQ8LaneBlockBytes per block: the
+// bytes of the 16 q8_0 blocks it replaces.
+constexpr int64_t kQ8LaneScaleBytes = kKeyLanes * 2;
+constexpr int64_t kQ8LaneBlockBytes = kQ8LaneScaleBytes + kKeyLanes * 32;
+static_assert(kQ8LaneBlockBytes == kKeyLanes * 34, "a q8_0 lane block takes 16 q8_0 blocks' bytes");
+
+// Quantizes n floats (n a multiple of 32) into a QueryQ8's arrays (kv_quant.h): q / d / sum hold n, n / 32, n / 32
+// entries. One scalar routine for every ISA, so every path scores with the same q.
+void quantize_query_q8(const float* x, int64_t n, int8_t* q, float* d, int32_t* sum);
+
+// Whether keys of `type` are scored in lanes (f16, bf16, q8_0). Their rows may be
 // stored either way (KVRows::keys_in_lanes); rows stored one vector per key
 // are transposed into lanes as a tile is loaded.
 bool scores_in_lanes(KVType type);
@@ -37,7 +52,11 @@ bool stores_keys_in_lanes(KVType type, int64_t block_size, bool values_in_keys);
 void quantize_kv_token_lanes(KVType type, int64_t n_heads, int64_t head_dim, const float* src, uint8_t* group,
                              size_t head_stride, int64_t lane);
 
-// out[0..head_dim) = lane `lane` of a group of `type` (f16 / bf16) keys.
+// Rewrites kKeyLanes q8_0 vectors (rows[l] for lane l; a null row gives a zero
+// key) as one lane group at `group` (16 * kv_head_bytes(Q8_0, head_dim) bytes).
+void transpose_q8_rows_into_lanes(const uint8_t* const* rows, int64_t head_dim, uint8_t* group);
+
+// out[0..head_dim) = lane `lane` of a group of `type` (f16 / bf16 / q8_0) keys.
 void dequantize_key_lane(KVType type, const uint8_t* group, int64_t lane, int64_t head_dim, float* out);
 
 // The scalar reference of AttentionVectorOps::dot_lanes: for each row r,
@@ -45,5 +64,12 @@ void dequantize_key_lane(KVType type, const uint8_t* group, int64_t lane, int64_
 // over d = 0 .. n - 1 in order, starting from 0.
 void scalar_dot_lanes(const float* const* q, int n_rows, const float* const* groups, int64_t n_groups, int64_t n,
                       float* const* out);
+
+// The scalar reference of AttentionVectorOps::dot_lanes_q8: for each row r,
+// q8_0 lane group g and lane l, out[r][16 g + l] = the sum over blocks b, in
+// order from 0, acc = fma(float(i_b), d_k * q[r].d[b], acc), where i_b is the
+// exact integer dot of the block's 32 elements and d_k the key's block scale.
+void scalar_dot_lanes_q8(const QueryQ8* q, int n_rows, const uint8_t* const* groups, int64_t n_groups, int64_t n,
+                         float* const* out);
 
 }  // namespace kvserve

@@ -185,7 +185,8 @@ float scalar_exp_sum(float* x, int64_t n, float shift) { return fast_exp::exp_su
 const AttentionVectorOps& scalar_attention_vector_ops() {
   static const AttentionVectorOps ops{scalar_dot,      scalar_axpy,      scalar_scale,    dequantize_kv_row_scalar,
                                       scalar_dot_keys, scalar_axpy_keys, scalar_scale_max, scalar_exp_sum,
-                                      nullptr,         scalar_dot_lanes, nullptr};
+                                      nullptr,         scalar_dot_lanes, nullptr,
+                                      scalar_dot_lanes_q8};
   return ops;
 }
 

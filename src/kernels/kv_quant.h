@@ -87,6 +87,15 @@ struct KVRows {
 // layout (for the reference attention and tests; the flash kernel never does this).
 void dequantize_kv_rows(const KVRows& rows, int64_t n_kv, int64_t n_kv_heads, int64_t head_dim, float* out);
 
+// A query row quantized for q8_0 keys in lanes (key_lanes.h): per 32-element
+// block b, scale d[b] = max|x| / 127, q = round(x / d[b]) in [-127, 127], and
+// sum[b] = the block's sum of q.
+struct QueryQ8 {
+  const int8_t* q;
+  const float* d;
+  const int32_t* sum;
+};
+
 // Small f32 vector ops of the attention inner loop, SIMD where available.
 // dot: sum a[i] * b[i]; axpy: y[i] += a * x[i]; scale: y[i] *= a.
 struct AttentionVectorOps {
@@ -122,6 +131,15 @@ struct AttentionVectorOps {
                     float* const* out) = nullptr;
   void (*dot_lanes_half)(KVType type, const float* const* q, int n_rows, const uint16_t* const* groups,
                          int64_t n_groups, int64_t n, float* const* out) = nullptr;
+  // Scores of q8_0 keys in lanes against quantized query rows: integer dot
+  // products per 32-element block, folded in block order (scalar_dot_lanes_q8
+  // is the reference: the same bits on every ISA).
+  void (*dot_lanes_q8)(const QueryQ8* q, int n_rows, const uint8_t* const* groups, int64_t n_groups, int64_t n,
+                       float* const* out) = nullptr;
+  // axpy_keys over q8_0 rows, widened as they load: the bits of dequantizing
+  // the rows first and calling axpy_keys. Null where the ISA has none.
+  void (*axpy_keys_q8)(const float* const* p, int n_rows, const uint8_t* const* v, int64_t n_keys, float* const* y,
+                       int64_t n) = nullptr;
 };
 constexpr int kAttentionRowsPerCall = 4;
 

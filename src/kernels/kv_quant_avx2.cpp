@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "core/half.h"
 #include "kernels/fast_exp.h"
+#include "kernels/key_lanes.h"
 #include "kernels/kv_quant.h"
 
 namespace kvserve {
@@ -289,7 +290,7 @@ const AttentionVectorOps& avx2_attention_vector_ops() {
   static const AttentionVectorOps ops{RowOps::dot,       RowOps::axpy,      scale,     dequantize,
                                       RowOps::dot_keys,  RowOps::axpy_keys, scale_max, exp_sum,
                                       HalfRowOps::axpy_keys_half,    LaneOps::dot_lanes,
-                                      LaneOps::dot_lanes_half};
+                                      LaneOps::dot_lanes_half,       scalar_dot_lanes_q8};
   return ops;
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "kernels/fast_exp.h"
+#include "kernels/key_lanes.h"
 #include "kernels/kv_quant.h"
 
 namespace kvserve {
@@ -248,6 +249,118 @@ struct LaneKernels {
 };
 using LaneOps = LaneAttentionRowOps<LaneKernels<F32Elems>, LaneKernels<F16Elems>, LaneKernels<BF16Elems>>;
 
+float half_scale(uint16_t d) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d))); }
+
+// y[r][b * 32 .. + 32 kBlocks) += p[r][j] v[j] over q8_0 rows v, keys in
+// order, each block widened as it loads the way dequantize_q8_0_row does it
+// (scale times value, one multiply): the bits of dequantizing, then axpy_keys.
+template <int kRows, int kBlocks>
+void axpy_q8_block(const float* const* p, const uint8_t* const* v, int64_t n_keys, float* const* y, int64_t b) {
+  constexpr int kChunks = 2 * kBlocks;
+  __m512 acc[kRows][kChunks];
+  #pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+    #pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) acc[r][c] = _mm512_loadu_ps(y[r] + b * kQK8_0 + 16 * c);
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const auto* blocks = reinterpret_cast<const BlockQ8_0*>(v[j]) + b;
+    __m512 x[kChunks];
+    #pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) {
+      const BlockQ8_0& block = blocks[c / 2];
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs + (c % 2) * 16));
+      x[c] = _mm512_mul_ps(_mm512_set1_ps(half_scale(block.d)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 pr = _mm512_set1_ps(p[r][j]);
+      #pragma GCC unroll 16
+      for (int c = 0; c < kChunks; ++c) acc[r][c] = _mm512_fmadd_ps(pr, x[c], acc[r][c]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+    #pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(y[r] + b * kQK8_0 + 16 * c, acc[r][c]);
+}
+
+// AttentionVectorOps::axpy_keys_q8: two blocks (64 elements) at a time.
+void axpy_keys_q8(const float* const* p, int n_rows, const uint8_t* const* v, int64_t n_keys, float* const* y,
+                  int64_t n) {
+  with_attention_rows(n_rows, [&](auto rows) {
+    constexpr int kRows = decltype(rows)::value;
+    int64_t b = 0;
+    for (; b + 2 <= n / kQK8_0; b += 2) axpy_q8_block<kRows, 2>(p, v, n_keys, y, b);
+    if (b < n / kQK8_0) axpy_q8_block<kRows, 1>(p, v, n_keys, y, b);
+  });
+}
+
+// Scores of q8_0 keys in lanes (key_lanes.h) for kRows quantized query rows:
+// per 32-element block, one vpdpbusd per quad of elements, row and group
+// (the unsigned key bytes k + 128 times the row's signed quad, broadcast),
+// then the exact integer dot (less 128 * the block's sum of q) folded into
+// the row's scores as scalar_dot_lanes_q8 does. kGroups groups at a time.
+template <int kRows, int kGroups>
+void q8_lane_block(const QueryQ8* q, const uint8_t* const* groups, int64_t n, float* const* out, int64_t at) {
+  __m512 acc[kRows][kGroups];
+  #pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+    #pragma GCC unroll 16
+    for (int c = 0; c < kGroups; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n / kQK8_0; ++b) {
+    __m512i dot[kRows][kGroups];
+    #pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r)
+      #pragma GCC unroll 16
+      for (int c = 0; c < kGroups; ++c) dot[r][c] = _mm512_setzero_si512();
+    const int64_t block = b * kQ8LaneBlockBytes;
+    #pragma GCC unroll 8
+    for (int u = 0; u < kQK8_0 / 4; ++u) {
+      __m512i k[kGroups];
+      #pragma GCC unroll 16
+      for (int c = 0; c < kGroups; ++c) k[c] = _mm512_loadu_si512(groups[c] + block + kQ8LaneScaleBytes + u * 64);
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) {
+        int32_t quad;
+        std::memcpy(&quad, q[r].q + b * kQK8_0 + u * 4, 4);
+        const __m512i qd = _mm512_set1_epi32(quad);
+        #pragma GCC unroll 16
+        for (int c = 0; c < kGroups; ++c) dot[r][c] = _mm512_dpbusd_epi32(dot[r][c], k[c], qd);
+      }
+    }
+    __m512 dk[kGroups];
+    #pragma GCC unroll 16
+    for (int c = 0; c < kGroups; ++c)
+      dk[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(groups[c] + block)));
+    #pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+      const __m512i offset = _mm512_set1_epi32(128 * q[r].sum[b]);
+      const __m512 dq = _mm512_set1_ps(q[r].d[b]);
+      #pragma GCC unroll 16
+      for (int c = 0; c < kGroups; ++c) {
+        const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r][c], offset));
+        acc[r][c] = _mm512_fmadd_ps(exact, _mm512_mul_ps(dk[c], dq), acc[r][c]);
+      }
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+    #pragma GCC unroll 16
+    for (int c = 0; c < kGroups; ++c) _mm512_storeu_ps(out[r] + at + c * kKeyLanes, acc[r][c]);
+}
+
+// AttentionVectorOps::dot_lanes_q8: four groups at a time (two at four rows,
+// whose 16 integer and 16 float accumulators would not fit the registers).
+void dot_lanes_q8(const QueryQ8* q, int n_rows, const uint8_t* const* groups, int64_t n_groups, int64_t n,
+                  float* const* out) {
+  with_attention_rows(n_rows, [&](auto rows) {
+    constexpr int kRows = decltype(rows)::value, kStep = kRows == 4 ? 2 : 4;
+    int64_t g = 0;
+    for (; g + kStep <= n_groups; g += kStep) q8_lane_block<kRows, kStep>(q, groups + g, n, out, g * kKeyLanes);
+    for (; g < n_groups; ++g) q8_lane_block<kRows, 1>(q, groups + g, n, out, g * kKeyLanes);
+  });
+}
+
 void scale(float a, float* y, int64_t n) {
   const __m512 va = _mm512_set1_ps(a);
   int64_t i = 0;
@@ -308,7 +421,6 @@ void dequantize_half_row(const uint16_t* src, float* dst, int64_t n) {
   }
 }
 
-float half_scale(uint16_t d) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d))); }
 
 void dequantize_q8_0_row(const uint8_t* src, float* dst, int64_t n) {
   const auto* blocks = reinterpret_cast<const BlockQ8_0*>(src);
@@ -361,7 +473,8 @@ const AttentionVectorOps& avx512_attention_vector_ops() {
   static const AttentionVectorOps ops{RowOps::dot,       RowOps::axpy,      scale,     dequantize,
                                       RowOps::dot_keys,  RowOps::axpy_keys, scale_max, exp_sum,
                                       HalfRowOps::axpy_keys_half,    LaneOps::dot_lanes,
-                                      LaneOps::dot_lanes_half};
+                                      LaneOps::dot_lanes_half,       dot_lanes_q8,
+                                      axpy_keys_q8};
   return ops;
 }
 
