@@ -91,17 +91,19 @@ struct QuantizedRows {
   std::vector<QueryQ8> rows;
   QuantizedRows(const std::vector<std::vector<float>>& x, int64_t hd) {
     for (const auto& row : x) {
-      q.emplace_back(static_cast<size_t>(hd));
+      q.emplace_back(static_cast<size_t>(2 * hd));
       d.emplace_back(static_cast<size_t>(hd / 32));
-      sum.emplace_back(static_cast<size_t>(hd / 32));
+      sum.emplace_back(static_cast<size_t>(2 * hd / 32));
       quantize_query_q8(row.data(), hd, q.back().data(), d.back().data(), sum.back().data());
     }
     for (size_t r = 0; r < x.size(); ++r) rows.push_back({q[r].data(), d[r].data(), sum[r].data()});
   }
-  // Row r as the floats its quantization stands for.
+  // Row r as the floats its two parts stand for.
   std::vector<float> values(size_t r) const {
-    std::vector<float> out(q[r].size());
-    for (size_t i = 0; i < out.size(); ++i) out[i] = d[r][i / 32] * q[r][i];
+    const size_t n = q[r].size() / 2;
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i)
+      out[i] = static_cast<float>(d[r][i / 32] * (q[r][i] + double(q[r][n + i]) * kQueryLowStep));
     return out;
   }
 };
@@ -155,20 +157,28 @@ TEST(KeyLanes, EveryIsaGivesTheQ8ReferencesBits) {
 }
 
 // Each row of a quantized query stands for its floats within half a step of
-// its block (max|x| / 127 / 2), and the sums are the sums of its values.
+// its second part (max|x| / 127 / 256), the first part alone within half a
+// step of its own, the second part stays in [-64, 64], and the sums are the
+// parts' sums.
 TEST(KeyLanes, QueryQuantizationRoundsToNearestStep) {
   std::mt19937 rng(44);
   for (int64_t hd : {32, 96, 576}) {
     std::vector<float> x = random_vector(static_cast<size_t>(hd), rng, 4.0f);
     for (int64_t i = 32; i < 64 && i < hd; ++i) x[static_cast<size_t>(i)] = 0.0f;  // an all-zero block
     const QuantizedRows q({x}, hd);
+    const std::vector<float> values = q.values(0);
     for (int64_t b = 0; b < hd / 32; ++b) {
-      int32_t sum = 0;
+      int32_t high = 0, low = 0;
       for (int64_t i = b * 32; i < (b + 1) * 32; ++i) {
-        sum += q.q[0][i];
-        EXPECT_LE(std::abs(q.values(0)[i] - x[i]), q.d[0][b] * 0.5f * (1 + 1e-6f) + 1e-30f) << "hd " << hd << " i " << i;
+        high += q.q[0][i];
+        low += q.q[0][hd + i];
+        EXPECT_LE(std::abs(q.d[0][b] * q.q[0][i] - x[i]), q.d[0][b] * 0.5f * (1 + 1e-5f) + 1e-30f) << "hd " << hd;
+        EXPECT_LE(std::abs(q.q[0][hd + i]), 64) << "hd " << hd << " i " << i;
+        EXPECT_LE(std::abs(values[i] - x[i]), q.d[0][b] * kQueryLowStep * 0.5f * (1 + 1e-3f) + 1e-30f)
+            << "hd " << hd << " i " << i << ": " << values[i] << " vs " << x[i];
       }
-      EXPECT_EQ(sum, q.sum[0][b]);
+      EXPECT_EQ(high, q.sum[0][b]);
+      EXPECT_EQ(low, q.sum[0][hd / 32 + b]);
     }
   }
 }

@@ -221,17 +221,18 @@ struct AttentionCase {
 };
 
 // The query as attention over `type` keys scores it: q8_0 keys are scored
-// against each head's query quantized per 32 values (key_lanes.h), the others
-// against the query itself.
+// against each head's query quantized per 32 values in two 8-bit parts
+// (key_lanes.h), the others against the query itself.
 std::vector<float> query_as_scored(KVType type, const std::vector<float>& q, int64_t head_dim) {
   if (type != KVType::Q8_0) return q;
   std::vector<float> out(q.size());
-  std::vector<int8_t> values(static_cast<size_t>(head_dim));
+  std::vector<int8_t> values(static_cast<size_t>(2 * head_dim));
   std::vector<float> scales(static_cast<size_t>(head_dim / 32));
-  std::vector<int32_t> sums(scales.size());
+  std::vector<int32_t> sums(2 * scales.size());
   for (size_t row = 0; row < q.size() / static_cast<size_t>(head_dim); ++row) {
     quantize_query_q8(q.data() + row * head_dim, head_dim, values.data(), scales.data(), sums.data());
-    for (int64_t i = 0; i < head_dim; ++i) out[row * head_dim + i] = scales[i / 32] * values[i];
+    for (int64_t i = 0; i < head_dim; ++i)
+      out[row * head_dim + i] = static_cast<float>(scales[i / 32] * (values[i] + double(values[head_dim + i]) * kQueryLowStep));
   }
   return out;
 }

@@ -231,14 +231,14 @@ void attend_tile_rows(RowBlock& rows, int64_t r0, int n, const KVTile& tile, con
 void quantize_rows_for_keys(RowBlock& rows, const HeadSource& src) {
   if (src.k->type != KVType::Q8_0) return rows.q8.clear();
   const int64_t hd = src.head_dim, nb = hd / kQK8_0, n = rows.n_rows;
-  rows.q8_values.resize(static_cast<size_t>(n * hd));
+  rows.q8_values.resize(static_cast<size_t>(n * 2 * hd));
   rows.q8_scales.resize(static_cast<size_t>(n * nb));
-  rows.q8_sums.resize(static_cast<size_t>(n * nb));
+  rows.q8_sums.resize(static_cast<size_t>(n * 2 * nb));
   rows.q8.resize(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) {
-    int8_t* q = rows.q8_values.data() + r * hd;
+    int8_t* q = rows.q8_values.data() + r * 2 * hd;
     float* d = rows.q8_scales.data() + r * nb;
-    int32_t* sum = rows.q8_sums.data() + r * nb;
+    int32_t* sum = rows.q8_sums.data() + r * 2 * nb;
     quantize_query_q8(rows.q[r], hd, q, d, sum);
     rows.q8[r] = {q, d, sum};
   }

@@ -72,9 +72,9 @@ struct RowBlock {
   std::vector<float> merged_acc;      // [n_rows][head_dim]
   // The rows quantized for q8_0 keys (kv_quant.h's QueryQ8), when K is q8_0.
   std::vector<QueryQ8> q8;
-  std::vector<int8_t> q8_values;  // [n_rows][head_dim]
+  std::vector<int8_t> q8_values;  // [n_rows][2 * head_dim]
   std::vector<float> q8_scales;   // [n_rows][head_dim / 32]
-  std::vector<int32_t> q8_sums;   // [n_rows][head_dim / 32]
+  std::vector<int32_t> q8_sums;   // [n_rows][2 * head_dim / 32]
 };
 
 // One thread's buffers for flash_query_tile (reused across work items).

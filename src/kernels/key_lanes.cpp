@@ -45,19 +45,25 @@ void quantize_q8_token_lanes(int64_t n_heads, int64_t head_dim, const float* src
 }  // namespace
 
 void quantize_query_q8(const float* x, int64_t n, int8_t* q, float* d, int32_t* sum) {
-  for (int64_t b = 0; b < n / kQ8Block; ++b) {
+  const int64_t n_blocks = n / kQ8Block;
+  const auto round_to = [](float v) { return static_cast<int8_t>(std::clamp(std::lrintf(v), -127L, 127L)); };
+  for (int64_t b = 0; b < n_blocks; ++b) {
     const float* xb = x + b * kQ8Block;
     float amax = 0.0f;
     for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int32_t s = 0;
+    const float step = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int32_t high = 0, low = 0;
     for (int64_t i = 0; i < kQ8Block; ++i) {
-      const auto v = static_cast<int8_t>(std::clamp(std::lrintf(xb[i] * inv), -127L, 127L));
-      q[b * kQ8Block + i] = v;
-      s += v;
+      const int8_t h = round_to(xb[i] * inv);
+      const int8_t l = round_to((xb[i] - h * step) * inv * 128.0f);
+      q[b * kQ8Block + i] = h;
+      q[n + b * kQ8Block + i] = l;
+      high += h;
+      low += l;
     }
-    d[b] = amax / 127.0f;
-    sum[b] = s;
+    d[b] = step;
+    sum[b] = high;
+    sum[n_blocks + b] = low;
   }
 }
 
@@ -117,19 +123,26 @@ void scalar_dot_lanes(const float* const* q, int n_rows, const float* const* gro
 
 void scalar_dot_lanes_q8(const QueryQ8* q, int n_rows, const uint8_t* const* groups, int64_t n_groups, int64_t n,
                          float* const* out) {
+  const int64_t n_blocks = n / kQ8Block;
   for (int r = 0; r < n_rows; ++r)
     for (int64_t g = 0; g < n_groups; ++g)
       for (int64_t l = 0; l < kKeyLanes; ++l) {
         float acc = 0.0f;
-        for (int64_t b = 0; b < n / kQ8Block; ++b) {
+        for (int64_t b = 0; b < n_blocks; ++b) {
           const uint8_t* block = groups[g] + b * kQ8LaneBlockBytes;
           uint16_t dk;
           std::memcpy(&dk, block + l * 2, 2);
-          int32_t dot = 0;
-          for (int64_t i = 0; i < kQ8Block; ++i)
-            dot += block[kQ8LaneScaleBytes + (i / 4) * kKeyLanes * 4 + l * 4 + i % 4] * q[r].q[b * kQ8Block + i];
-          dot -= 128 * q[r].sum[b];
-          acc = std::fma(static_cast<float>(dot), fp16_to_f32(dk) * q[r].d[b], acc);
+          int32_t high = 0, low = 0;
+          for (int64_t i = 0; i < kQ8Block; ++i) {
+            const int32_t k = block[kQ8LaneScaleBytes + (i / 4) * kKeyLanes * 4 + l * 4 + i % 4];
+            high += k * q[r].q[b * kQ8Block + i];
+            low += k * q[r].q[n + b * kQ8Block + i];
+          }
+          high -= 128 * q[r].sum[b];
+          low -= 128 * q[r].sum[n_blocks + b];
+          const float scale = fp16_to_f32(dk);
+          acc = std::fma(static_cast<float>(high), scale * q[r].d[b], acc);
+          acc = std::fma(static_cast<float>(low), scale * (q[r].d[b] * kQueryLowStep), acc);
         }
         out[r][g * kKeyLanes + l] = acc;
       }

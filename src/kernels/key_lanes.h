@@ -32,8 +32,11 @@ constexpr int64_t kQ8LaneScaleBytes = kKeyLanes * 2;
 constexpr int64_t kQ8LaneBlockBytes = kQ8LaneScaleBytes + kKeyLanes * 32;
 static_assert(kQ8LaneBlockBytes == kKeyLanes * 34, "a q8_0 lane block takes 16 q8_0 blocks' bytes");
 
-// Quantizes n floats (n a multiple of 32) into a QueryQ8's arrays (kv_quant.h): q / d / sum hold n, n / 32, n / 32
-// entries. One scalar routine for every ISA, so every path scores with the same q.
+// The step of a quantized query's second part, relative to its first's.
+constexpr float kQueryLowStep = 1.0f / 128.0f;
+
+// Quantizes n floats (n a multiple of 32) into a QueryQ8's arrays (kv_quant.h): q / d / sum hold 2 n, n / 32 and
+// 2 n / 32 entries. One scalar routine for every ISA, so every path scores with the same q.
 void quantize_query_q8(const float* x, int64_t n, int8_t* q, float* d, int32_t* sum);
 
 // Whether keys of `type` are scored in lanes (f16, bf16, q8_0). Their rows may be
@@ -66,9 +69,11 @@ void scalar_dot_lanes(const float* const* q, int n_rows, const float* const* gro
                       float* const* out);
 
 // The scalar reference of AttentionVectorOps::dot_lanes_q8: for each row r,
-// q8_0 lane group g and lane l, out[r][16 g + l] = the sum over blocks b, in
-// order from 0, acc = fma(float(i_b), d_k * q[r].d[b], acc), where i_b is the
-// exact integer dot of the block's 32 elements and d_k the key's block scale.
+// q8_0 lane group g and lane l, out[r][16 g + l] = over blocks b in order
+// from 0: acc = fma(float(hi_b), d_k * d[b], acc), then acc =
+// fma(float(lo_b), d_k * (d[b] / 128), acc), where hi_b and lo_b are the exact
+// integer dots of the block's 32 key elements with the query's two parts and
+// d_k is the key's block scale.
 void scalar_dot_lanes_q8(const QueryQ8* q, int n_rows, const uint8_t* const* groups, int64_t n_groups, int64_t n,
                          float* const* out);
 

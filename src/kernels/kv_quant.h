@@ -87,9 +87,12 @@ struct KVRows {
 // layout (for the reference attention and tests; the flash kernel never does this).
 void dequantize_kv_rows(const KVRows& rows, int64_t n_kv, int64_t n_kv_heads, int64_t head_dim, float* out);
 
-// A query row quantized for q8_0 keys in lanes (key_lanes.h): per 32-element
-// block b, scale d[b] = max|x| / 127, q = round(x / d[b]) in [-127, 127], and
-// sum[b] = the block's sum of q.
+// A query row of n elements quantized for q8_0 keys in lanes (key_lanes.h),
+// in two 8-bit parts: per 32-element block b, step d[b] = max|x| / 127,
+// q[i] = round(x / d[b]) in [-127, 127] (entries 0 .. n), then the remainder
+// in steps of d[b] / 128, q[n + i] in [-64, 64]: about 15 bits of the query,
+// so its rounding is far below the keys' own. sum[b] and sum[n / 32 + b] are
+// the two parts' sums over the block.
 struct QueryQ8 {
   const int8_t* q;
   const float* d;

@@ -205,44 +205,47 @@ struct LaneKernels {
 using LaneOps = LaneAttentionRowOps<LaneKernels<F32Elems>, LaneKernels<F16Elems>, LaneKernels<BF16Elems>>;
 
 // Scores of q8_0 keys in lanes (key_lanes.h) for kRows quantized query rows,
-// one group of 16 keys (two registers of 8 keys x 4 elements) at a time.
-// Without VNNI the unsigned key bytes k + 128 would saturate vpmaddubsw's
-// pair sums, so the keys go back to signed (xor 0x80) and take the row's
-// signs (vpsignb), and vpmaddubsw multiplies them by |q|: pair sums stay
-// within 2 * 127 * 127. The integer dots are exact, and their fold is
-// scalar_dot_lanes_q8's, so the bits are the reference's.
+// one group of 16 keys (two registers of 8 keys x 4 elements) at a time, per
+// block the query's high then low part. Without VNNI the unsigned key bytes
+// k + 128 would saturate vpmaddubsw's pair sums, so the keys go back to signed
+// (xor 0x80) and take the row's signs (vpsignb), and vpmaddubsw multiplies
+// them by |q|: pair sums stay within 2 * 127 * 127. The integer dots are
+// exact, and their fold is scalar_dot_lanes_q8's, so the bits are the reference's.
 template <int kRows>
 void q8_lane_rows(const QueryQ8* q, const uint8_t* const* groups, int64_t n_groups, int64_t n, float* const* out) {
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  const int64_t n_blocks = n / kQK8_0;
   for (int64_t g = 0; g < n_groups; ++g) {
     __m256 acc[kRows][2];
     #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / kQK8_0; ++b) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
       const uint8_t* block = groups[g] + b * kQ8LaneBlockBytes;
-      __m256i dot[kRows][2];
-      #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) dot[r][0] = dot[r][1] = _mm256_setzero_si256();
-      for (int u = 0; u < kQK8_0 / 4; ++u) {
-        const uint8_t* quad = block + kQ8LaneScaleBytes + u * 64;
-        const __m256i k0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad)), flip);
-        const __m256i k1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad + 32)), flip);
-        #pragma GCC unroll 16
-        for (int r = 0; r < kRows; ++r) {
-          int32_t bytes;
-          std::memcpy(&bytes, q[r].q + b * kQK8_0 + u * 4, 4);
-          const __m256i qd = _mm256_set1_epi32(bytes), qa = _mm256_abs_epi8(qd);
-          dot[r][0] = _mm256_add_epi32(dot[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(k0, qd)), ones));
-          dot[r][1] = _mm256_add_epi32(dot[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(k1, qd)), ones));
-        }
-      }
       const __m256 dk0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block)));
       const __m256 dk1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16)));
-      #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) {
-        const __m256 dq = _mm256_set1_ps(q[r].d[b]);
-        acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r][0]), _mm256_mul_ps(dk0, dq), acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r][1]), _mm256_mul_ps(dk1, dq), acc[r][1]);
+      for (int part = 0; part < 2; ++part) {
+        __m256i dot[kRows][2];
+        #pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) dot[r][0] = dot[r][1] = _mm256_setzero_si256();
+        for (int u = 0; u < kQK8_0 / 4; ++u) {
+          const uint8_t* quad = block + kQ8LaneScaleBytes + u * 64;
+          const __m256i k0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad)), flip);
+          const __m256i k1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad + 32)), flip);
+          #pragma GCC unroll 16
+          for (int r = 0; r < kRows; ++r) {
+            int32_t bytes;
+            std::memcpy(&bytes, q[r].q + part * n + b * kQK8_0 + u * 4, 4);
+            const __m256i qd = _mm256_set1_epi32(bytes), qa = _mm256_abs_epi8(qd);
+            dot[r][0] = _mm256_add_epi32(dot[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(k0, qd)), ones));
+            dot[r][1] = _mm256_add_epi32(dot[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(k1, qd)), ones));
+          }
+        }
+        #pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) {
+          const __m256 dq = _mm256_set1_ps(part == 0 ? q[r].d[b] : q[r].d[b] * kQueryLowStep);
+          acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r][0]), _mm256_mul_ps(dk0, dq), acc[r][0]);
+          acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r][1]), _mm256_mul_ps(dk1, dq), acc[r][1]);
+        }
       }
     }
     #pragma GCC unroll 16

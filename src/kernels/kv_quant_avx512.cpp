@@ -296,50 +296,54 @@ void axpy_keys_q8(const float* const* p, int n_rows, const uint8_t* const* v, in
 }
 
 // Scores of q8_0 keys in lanes (key_lanes.h) for kRows quantized query rows:
-// per 32-element block, one vpdpbusd per quad of elements, row and group
-// (the unsigned key bytes k + 128 times the row's signed quad, broadcast),
-// then the exact integer dot (less 128 * the block's sum of q) folded into
-// the row's scores as scalar_dot_lanes_q8 does. kGroups groups at a time.
+// per 32-element block and part of the query (its high and low 8 bits), one
+// vpdpbusd per quad of elements, row and group (the unsigned key bytes k + 128
+// times the row's signed quad, broadcast), then the exact integer dot (less
+// 128 * the part's sum over the block) folded into the row's scores as
+// scalar_dot_lanes_q8 does. kGroups groups at a time.
 template <int kRows, int kGroups>
 void q8_lane_block(const QueryQ8* q, const uint8_t* const* groups, int64_t n, float* const* out, int64_t at) {
+  const int64_t n_blocks = n / kQK8_0;
   __m512 acc[kRows][kGroups];
   #pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r)
     #pragma GCC unroll 16
     for (int c = 0; c < kGroups; ++c) acc[r][c] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < n / kQK8_0; ++b) {
-    __m512i dot[kRows][kGroups];
-    #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r)
-      #pragma GCC unroll 16
-      for (int c = 0; c < kGroups; ++c) dot[r][c] = _mm512_setzero_si512();
+  for (int64_t b = 0; b < n_blocks; ++b) {
     const int64_t block = b * kQ8LaneBlockBytes;
-    #pragma GCC unroll 8
-    for (int u = 0; u < kQK8_0 / 4; ++u) {
-      __m512i k[kGroups];
-      #pragma GCC unroll 16
-      for (int c = 0; c < kGroups; ++c) k[c] = _mm512_loadu_si512(groups[c] + block + kQ8LaneScaleBytes + u * 64);
-      #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) {
-        int32_t quad;
-        std::memcpy(&quad, q[r].q + b * kQK8_0 + u * 4, 4);
-        const __m512i qd = _mm512_set1_epi32(quad);
-        #pragma GCC unroll 16
-        for (int c = 0; c < kGroups; ++c) dot[r][c] = _mm512_dpbusd_epi32(dot[r][c], k[c], qd);
-      }
-    }
     __m512 dk[kGroups];
     #pragma GCC unroll 16
     for (int c = 0; c < kGroups; ++c)
       dk[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(groups[c] + block)));
-    #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) {
-      const __m512i offset = _mm512_set1_epi32(128 * q[r].sum[b]);
-      const __m512 dq = _mm512_set1_ps(q[r].d[b]);
+    for (int part = 0; part < 2; ++part) {
+      __m512i dot[kRows][kGroups];
       #pragma GCC unroll 16
-      for (int c = 0; c < kGroups; ++c) {
-        const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r][c], offset));
-        acc[r][c] = _mm512_fmadd_ps(exact, _mm512_mul_ps(dk[c], dq), acc[r][c]);
+      for (int r = 0; r < kRows; ++r)
+        #pragma GCC unroll 16
+        for (int c = 0; c < kGroups; ++c) dot[r][c] = _mm512_setzero_si512();
+      #pragma GCC unroll 8
+      for (int u = 0; u < kQK8_0 / 4; ++u) {
+        __m512i k[kGroups];
+        #pragma GCC unroll 16
+        for (int c = 0; c < kGroups; ++c) k[c] = _mm512_loadu_si512(groups[c] + block + kQ8LaneScaleBytes + u * 64);
+        #pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) {
+          int32_t quad;
+          std::memcpy(&quad, q[r].q + part * n + b * kQK8_0 + u * 4, 4);
+          const __m512i qd = _mm512_set1_epi32(quad);
+          #pragma GCC unroll 16
+          for (int c = 0; c < kGroups; ++c) dot[r][c] = _mm512_dpbusd_epi32(dot[r][c], k[c], qd);
+        }
+      }
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) {
+        const __m512i offset = _mm512_set1_epi32(128 * q[r].sum[part * n_blocks + b]);
+        const __m512 dq = _mm512_set1_ps(part == 0 ? q[r].d[b] : q[r].d[b] * kQueryLowStep);
+        #pragma GCC unroll 16
+        for (int c = 0; c < kGroups; ++c) {
+          const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r][c], offset));
+          acc[r][c] = _mm512_fmadd_ps(exact, _mm512_mul_ps(dk[c], dq), acc[r][c]);
+        }
       }
     }
   }
