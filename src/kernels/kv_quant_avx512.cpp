@@ -62,15 +62,18 @@ __m512 fold_pair(__m512 x, __m512 y) {
 // stored, f16 and bf16 widened as they load (exactly: the same floats their
 // dequantization gives, so the _half ops give the f32 ops' bits).
 // load16: all 16 lanes, unmasked.
+// load_at(row, i, m): elements i .. i + 16 of a row, as load(row + i, m).
 struct F32Elems {
   using T = float;
   static __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
   static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+  static __m512 load_at(const float* row, int64_t i, __mmask16 m) { return load(row + i, m); }
 };
 struct F16Elems {
   using T = uint16_t;
   static __m512 load(const uint16_t* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
   static __m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static __m512 load_at(const uint16_t* row, int64_t i, __mmask16 m) { return load(row + i, m); }
 };
 struct BF16Elems {
   using T = uint16_t;
@@ -80,6 +83,20 @@ struct BF16Elems {
   static __m512 load16(const uint16_t* p) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static __m512 load_at(const uint16_t* row, int64_t i, __mmask16 m) { return load(row + i, m); }
+};
+
+float half_scale(uint16_t d) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d))); }
+
+// q8_0 rows (BlockQ8_0s) widened as they load, the way dequantize_q8_0_row
+// does it (scale times value, one multiply): axpy rows only (i a multiple of 16).
+struct Q8Elems {
+  using T = uint8_t;
+  static __m512 load_at(const uint8_t* row, int64_t i, __mmask16 m) {
+    const BlockQ8_0& block = reinterpret_cast<const BlockQ8_0*>(row)[i / kQK8_0];
+    const __m128i q = _mm_maskz_loadu_epi8(m, block.qs + i % kQK8_0);
+    return _mm512_mul_ps(_mm512_set1_ps(half_scale(block.d)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
   }
 };
 
@@ -99,7 +116,7 @@ void axpy_keys_block(const float* const* p, const typename E::T* const* v, int64
   for (int64_t j = 0; j < n_keys; ++j) {
     __m512 x[kChunks];
     #pragma GCC unroll 16
-    for (int c = 0; c < kChunks; ++c) x[c] = E::load(v[j] + i + 16 * c, mask(c));
+    for (int c = 0; c < kChunks; ++c) x[c] = E::load_at(v[j], i + 16 * c, mask(c));
     #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) {
       const __m512 pr = _mm512_set1_ps(p[r][j]);
@@ -249,50 +266,10 @@ struct LaneKernels {
 };
 using LaneOps = LaneAttentionRowOps<LaneKernels<F32Elems>, LaneKernels<F16Elems>, LaneKernels<BF16Elems>>;
 
-float half_scale(uint16_t d) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d))); }
-
-// y[r][b * 32 .. + 32 kBlocks) += p[r][j] v[j] over q8_0 rows v, keys in
-// order, each block widened as it loads the way dequantize_q8_0_row does it
-// (scale times value, one multiply): the bits of dequantizing, then axpy_keys.
-template <int kRows, int kBlocks>
-void axpy_q8_block(const float* const* p, const uint8_t* const* v, int64_t n_keys, float* const* y, int64_t b) {
-  constexpr int kChunks = 2 * kBlocks;
-  __m512 acc[kRows][kChunks];
-  #pragma GCC unroll 16
-  for (int r = 0; r < kRows; ++r)
-    #pragma GCC unroll 16
-    for (int c = 0; c < kChunks; ++c) acc[r][c] = _mm512_loadu_ps(y[r] + b * kQK8_0 + 16 * c);
-  for (int64_t j = 0; j < n_keys; ++j) {
-    const auto* blocks = reinterpret_cast<const BlockQ8_0*>(v[j]) + b;
-    __m512 x[kChunks];
-    #pragma GCC unroll 16
-    for (int c = 0; c < kChunks; ++c) {
-      const BlockQ8_0& block = blocks[c / 2];
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs + (c % 2) * 16));
-      x[c] = _mm512_mul_ps(_mm512_set1_ps(half_scale(block.d)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
-    }
-    #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) {
-      const __m512 pr = _mm512_set1_ps(p[r][j]);
-      #pragma GCC unroll 16
-      for (int c = 0; c < kChunks; ++c) acc[r][c] = _mm512_fmadd_ps(pr, x[c], acc[r][c]);
-    }
-  }
-  #pragma GCC unroll 16
-  for (int r = 0; r < kRows; ++r)
-    #pragma GCC unroll 16
-    for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(y[r] + b * kQK8_0 + 16 * c, acc[r][c]);
-}
-
-// AttentionVectorOps::axpy_keys_q8: two blocks (64 elements) at a time.
+// AttentionVectorOps::axpy_keys_q8: axpy_keys' kernels over q8_0 rows.
 void axpy_keys_q8(const float* const* p, int n_rows, const uint8_t* const* v, int64_t n_keys, float* const* y,
                   int64_t n) {
-  with_attention_rows(n_rows, [&](auto rows) {
-    constexpr int kRows = decltype(rows)::value;
-    int64_t b = 0;
-    for (; b + 2 <= n / kQK8_0; b += 2) axpy_q8_block<kRows, 2>(p, v, n_keys, y, b);
-    if (b < n / kQK8_0) axpy_q8_block<kRows, 1>(p, v, n_keys, y, b);
-  });
+  with_attention_rows(n_rows, [&](auto rows) { KeyKernels<Q8Elems>::axpy_rows<decltype(rows)::value>(p, v, n_keys, y, n); });
 }
 
 // Scores of q8_0 keys in lanes (key_lanes.h) for kRows quantized query rows:
