@@ -27,10 +27,6 @@ struct HeadSource {
   const AttentionVectorOps* ops;
 };
 
-// Loads keys [from, t1) of the tile that starts at t0 into out[t - t0]. Keys
-// before `from` are left alone: no row sees them, and in the paged cache their
-// block may have been freed (a sliding layer's keys that left every window).
-// Pointers to the stored rows themselves (f32, or f16 / bf16 widened as they load).
 // f(t, token t's bytes) for t in [from, t1), walking the block table once
 // (KVRows::token divides per key: a tenth of decode attention's time).
 template <typename F>
@@ -42,6 +38,10 @@ void for_each_token(const KVRows& rows, int64_t from, int64_t t1, F&& f) {
   }
 }
 
+// Loads keys [from, t1) of the tile that starts at t0 into out[t - t0]. Keys
+// before `from` are left alone: no row sees them, and in the paged cache their
+// block may have been freed (a sliding layer's keys that left every window).
+// Pointers to the stored rows themselves (f32, or f16 / bf16 / q8_0 widened as they load).
 template <typename T>
 void stored_rows(const KVRows& rows, size_t offset, int64_t t0, int64_t from, int64_t t1, const T** out) {
   for_each_token(rows, from, t1, [&](int64_t t, const uint8_t* p) { out[t - t0] = reinterpret_cast<const T*>(p + offset); });
@@ -85,8 +85,6 @@ void transpose_keys_into_lanes(const HeadSource& src, int64_t t0, int64_t from, 
   }
 }
 
-// K scored in lanes: the groups covering keys [from, t1), as stored (widened
-// as they load) where few rows read them, else widened once into f32 groups.
 // q8_0 K in lanes: the stored groups, or groups of the stored vectors (keys
 // outside [from, t1) zero) transposed into tile.k_q8_buf.
 void load_q8_key_lanes(const HeadSource& src, int64_t t0, int64_t from, int64_t t1, KVTile& tile) {
@@ -110,6 +108,8 @@ void load_q8_key_lanes(const HeadSource& src, int64_t t0, int64_t from, int64_t 
   }
 }
 
+// K scored in lanes: the groups covering keys [from, t1), as stored (f16 / bf16 widened
+// as they load) where few rows read them, else widened once into f32 groups; q8_0 as above.
 void load_key_lanes(const HeadSource& src, bool widen_as_loaded, int64_t t0, int64_t from, int64_t t1, KVTile& tile) {
   const KVRows& k = *src.k;
   const int64_t hd = src.head_dim;
