@@ -178,7 +178,7 @@ void attend_tile_rows(RowBlock& rows, int64_t r0, int n, const KVTile& tile, con
     s[i] = scores[i] + (begin - t0);
     o[i] = rows.acc.data() + (r0 + i) * hd;
   }
-  score_keys(q, rows.q8.empty() ? nullptr : rows.q8.data() + r0, n, tile, src, t0, begin, last, scores);
+  score_keys(q, rows.q8 ? rows.q8 + r0 : nullptr, n, tile, src, t0, begin, last, scores);
   for (int i = 0; i < n; ++i) {
     const float tile_max = src.ops->scale_max(s[i], n_keys, src.scale);
     OnlineSoftmax& st = rows.state[r0 + i];
@@ -225,25 +225,6 @@ void attend_tile_rows(RowBlock& rows, int64_t r0, int n, const KVTile& tile, con
   }
 }
 
-// Rows that score q8_0 keys get their queries quantized once (QueryQ8):
-// every path quantizes a row's query the same way, so its scores do not
-// depend on the path.
-void quantize_rows_for_keys(RowBlock& rows, const HeadSource& src) {
-  if (src.k->type != KVType::Q8_0) return rows.q8.clear();
-  const int64_t hd = src.head_dim, nb = hd / kQK8_0, n = rows.n_rows;
-  rows.q8_values.resize(static_cast<size_t>(n * 2 * hd));
-  rows.q8_scales.resize(static_cast<size_t>(n * nb));
-  rows.q8_sums.resize(static_cast<size_t>(n * 2 * nb));
-  rows.q8.resize(static_cast<size_t>(n));
-  for (int64_t r = 0; r < n; ++r) {
-    int8_t* q = rows.q8_values.data() + r * 2 * hd;
-    float* d = rows.q8_scales.data() + r * nb;
-    int32_t* sum = rows.q8_sums.data() + r * 2 * nb;
-    quantize_query_q8(rows.q[r], hd, q, d, sum);
-    rows.q8[r] = {q, d, sum};
-  }
-}
-
 // Starts a key split: every row's split state empty.
 void reset_split(RowBlock& rows, int64_t head_dim) {
   rows.state.assign(static_cast<size_t>(rows.n_rows), OnlineSoftmax{});
@@ -257,6 +238,7 @@ void reset_rows(RowBlock& rows, int64_t n_rows, int64_t head_dim) {
   rows.first.resize(static_cast<size_t>(n_rows));
   rows.merged.assign(static_cast<size_t>(n_rows), OnlineSoftmax{});
   rows.merged_acc.assign(static_cast<size_t>(n_rows * head_dim), 0.0f);
+  rows.q8 = nullptr;
   reset_split(rows, head_dim);
 }
 
@@ -319,6 +301,14 @@ void flash_decode(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, co
   const int64_t n_parts = s.n_kv_heads * n_splits;  // (head, split), head-major
   std::vector<OnlineSoftmax> part_state(static_cast<size_t>(n_parts * n_rows));
   std::vector<float> part_acc(static_cast<size_t>(n_parts * n_rows * hd));
+  const auto query_row = [&](int64_t kvh, int64_t r) { return q + (r / group) * q_stride + (kvh * group + r % group) * hd; };
+  // q8_0 keys: each head's rows quantized once here, not once per split.
+  std::vector<QuantizedQueries> head_q8(k.type == KVType::Q8_0 ? static_cast<size_t>(s.n_kv_heads) : 0);
+  for (int64_t kvh = 0; kvh < static_cast<int64_t>(head_q8.size()); ++kvh) {
+    std::vector<const float*> rows_q(static_cast<size_t>(n_rows));
+    for (int64_t r = 0; r < n_rows; ++r) rows_q[static_cast<size_t>(r)] = query_row(kvh, r);
+    head_q8[static_cast<size_t>(kvh)].quantize(rows_q.data(), n_rows, hd);
+  }
 #pragma omp parallel
   {
     FlashScratch scratch;
@@ -329,13 +319,13 @@ void flash_decode(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, co
         const int64_t part = kvh * n_splits + split;
         reset_rows(rows, n_rows, hd);
         for (int64_t r = 0; r < n_rows; ++r) {
-          rows.q[r] = q + (r / group) * q_stride + (kvh * group + r % group) * hd;
+          rows.q[r] = query_row(kvh, r);
           rows.pos[r] = pos0 + r / group;
           rows.first[r] = s.first_key(rows.pos[r]);
         }
-        const HeadSource src = head_source(k, v, kvh, s);
-        quantize_rows_for_keys(rows, src);
-        attend_keys(rows, src, split * kKeySplit, std::min(n_kv, (split + 1) * kKeySplit), scratch.tile);
+        if (!head_q8.empty()) rows.q8 = head_q8[static_cast<size_t>(kvh)].rows.data();
+        attend_keys(rows, head_source(k, v, kvh, s), split * kKeySplit, std::min(n_kv, (split + 1) * kKeySplit),
+                    scratch.tile);
         std::copy(rows.state.begin(), rows.state.end(), part_state.begin() + part * n_rows);
         std::copy(rows.acc.begin(), rows.acc.end(), part_acc.begin() + part * n_rows * hd);
       }
@@ -359,6 +349,21 @@ void flash_decode(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, co
 
 namespace flash_detail {
 
+void QuantizedQueries::quantize(const float* const* q, int64_t n, int64_t head_dim) {
+  const int64_t nb = head_dim / kQK8_0;
+  values.resize(static_cast<size_t>(n * 2 * head_dim));
+  scales.resize(static_cast<size_t>(n * nb));
+  sums.resize(static_cast<size_t>(n * 2 * nb));
+  rows.resize(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    int8_t* qr = values.data() + r * 2 * head_dim;
+    float* d = scales.data() + r * nb;
+    int32_t* sum = sums.data() + r * 2 * nb;
+    quantize_query_q8(q[r], head_dim, qr, d, sum);
+    rows[static_cast<size_t>(r)] = {qr, d, sum};
+  }
+}
+
 int64_t query_tile(int64_t n_q, int64_t n_kv_heads, int64_t threads) {
   int64_t tile = kMaxQueryTile;
   while (tile > kMinQueryTile && n_kv_heads * ((n_q + tile - 1) / tile) < 4 * threads) tile /= 2;
@@ -378,7 +383,10 @@ void flash_query_tile(const float* q, int64_t i0, int64_t i1, int64_t pos0, cons
       rows.first[r] = s.first_key(pos0 + i);
     }
   const HeadSource src = head_source(k, v, kv_head, s);
-  quantize_rows_for_keys(rows, src);
+  if (k.type == KVType::Q8_0) {
+    rows.own_q8.quantize(rows.q.data(), rows.n_rows, hd);
+    rows.q8 = rows.own_q8.rows.data();
+  }
   const int64_t n_kv = pos0 + i1;
   // Splits wholly before every row's window hold nothing to merge.
   const int64_t first_split = s.first_key(pos0 + i0) / kKeySplit * kKeySplit;

@@ -60,6 +60,17 @@ struct KVTile {
   std::vector<uint8_t> k_q8_buf;
 };
 
+// Query rows quantized for q8_0 keys (kv_quant.h's QueryQ8), with the
+// arrays they point into. Every path quantizes a row's query with this, so
+// its scores do not depend on the path.
+struct QuantizedQueries {
+  std::vector<QueryQ8> rows;    // [n]
+  std::vector<int8_t> values;   // [n][2 * head_dim]
+  std::vector<float> scales;    // [n][head_dim / 32]
+  std::vector<int32_t> sums;    // [n][2 * head_dim / 32]
+  void quantize(const float* const* q, int64_t n, int64_t head_dim);
+};
+
 // Query rows of one work item, all reading the same K/V head.
 struct RowBlock {
   int64_t n_rows = 0;
@@ -70,11 +81,10 @@ struct RowBlock {
   std::vector<float> acc;            // [n_rows][head_dim] unnormalized output of the current split
   std::vector<OnlineSoftmax> merged;  // [n_rows] the splits before it, merged in order
   std::vector<float> merged_acc;      // [n_rows][head_dim]
-  // The rows quantized for q8_0 keys (kv_quant.h's QueryQ8), when K is q8_0.
-  std::vector<QueryQ8> q8;
-  std::vector<int8_t> q8_values;  // [n_rows][2 * head_dim]
-  std::vector<float> q8_scales;   // [n_rows][head_dim / 32]
-  std::vector<int32_t> q8_sums;   // [n_rows][2 * head_dim / 32]
+  // When K is q8_0: the rows quantized ([n_rows]), in own_q8 or, for
+  // decode, in the call's set quantized once per K/V head; else null.
+  const QueryQ8* q8 = nullptr;
+  QuantizedQueries own_q8;
 };
 
 // One thread's buffers for flash_query_tile (reused across work items).
