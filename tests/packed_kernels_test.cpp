@@ -240,6 +240,15 @@ void expect_q8_reference_within_rounding_of_f32(DType type, const TestMatrix& m,
     }
 }
 
+// n activations uniform in (-1e-2, 1e-2): the background the refinement tests set outliers of 1 into.
+std::vector<float> small_activations(int64_t n, uint32_t seed) {
+  std::vector<float> x(static_cast<size_t>(n));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (float& v : x) v = 1e-2f * unit(rng);
+  return x;
+}
+
 class PackedMatmul256 : public ::testing::TestWithParam<DType> {};
 
 TEST_P(PackedMatmul256, SubBlockRefinementsMatchTheQ8ReferenceBitwise) {
@@ -252,10 +261,7 @@ TEST_P(PackedMatmul256, RefinedReferenceIsWithinFinerRoundingOfF32) {
   const DType type = GetParam();
   const int64_t rows = 9, cols = 512, n = 3;
   const TestMatrix m = make_matrix(type, rows, cols, 900);
-  std::vector<float> x(static_cast<size_t>(n * cols));
-  std::mt19937 rng(901);
-  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = 1e-2f * unit(rng);
+  std::vector<float> x = small_activations(n * cols, 901);
   for (size_t b = 0; b < x.size(); b += 256) x[b + 77] = 1.0f;  // max|x| = 1, the other sub-blocks <= m / 8
   // Half a step per value: 1 / 127 / 2 for the outlier's sub-block, 1/8 of it elsewhere.
   expect_q8_reference_within_rounding_of_f32(type, m, x, n, [](int64_t, int64_t c) {
@@ -279,10 +285,7 @@ TEST_P(PackedMatmul32, RefinedReferenceIsWithinFinerRoundingOfF32) {
   const DType type = GetParam();
   const int64_t rows = 9, cols = 96, n = 3;
   const TestMatrix m = make_matrix(type, rows, cols, 1900);
-  std::vector<float> x(static_cast<size_t>(n * cols));
-  std::mt19937 rng(1901);
-  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = 1e-2f * unit(rng);
+  std::vector<float> x = small_activations(n * cols, 1901);
   for (size_t b = 0; b < x.size(); b += 32) x[b + (b / 32 % 2 == 0 ? 5 : 27)] = 1.0f;  // the outlier in either half
   // Half a step per value: 1 / 127 / 2 in the outlier's half, 1/8 of it in the other.
   expect_q8_reference_within_rounding_of_f32(type, m, x, n, [&](int64_t t, int64_t c) {

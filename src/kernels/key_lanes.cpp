@@ -13,22 +13,21 @@ bool scores_in_lanes(KVType type) { return type == KVType::F16 || type == KVType
 
 namespace {
 
-constexpr int64_t kQ8Block = kQK8_0;
+// Where element i (of 32) of lane `lane` sits in a q8_0 lane block's quads.
+int64_t q8_lane_byte(int64_t i, int64_t lane) {
+  return kQ8LaneScaleBytes + (i / 4) * kKeyLanes * 4 + lane * 4 + i % 4;
+}
 
 // Lane `lane` of q8_0 block b of a group: its scale and its 32 elements.
 void put_q8_lane(const BlockQ8_0& block, uint8_t* lane_block, int64_t lane) {
   std::memcpy(lane_block + lane * 2, &block.d, 2);
-  uint8_t* quads = lane_block + kQ8LaneScaleBytes;
-  for (int64_t i = 0; i < kQ8Block; ++i)
-    quads[(i / 4) * kKeyLanes * 4 + lane * 4 + i % 4] = static_cast<uint8_t>(block.qs[i] + 128);
+  for (int64_t i = 0; i < kQK8_0; ++i) lane_block[q8_lane_byte(i, lane)] = static_cast<uint8_t>(block.qs[i] + 128);
 }
 
 BlockQ8_0 get_q8_lane(const uint8_t* lane_block, int64_t lane) {
   BlockQ8_0 block;
   std::memcpy(&block.d, lane_block + lane * 2, 2);
-  const uint8_t* quads = lane_block + kQ8LaneScaleBytes;
-  for (int64_t i = 0; i < kQ8Block; ++i)
-    block.qs[i] = static_cast<int8_t>(quads[(i / 4) * kKeyLanes * 4 + lane * 4 + i % 4] - 128);
+  for (int64_t i = 0; i < kQK8_0; ++i) block.qs[i] = static_cast<int8_t>(lane_block[q8_lane_byte(i, lane)] - 128);
   return block;
 }
 
@@ -36,8 +35,8 @@ void quantize_q8_token_lanes(int64_t n_heads, int64_t head_dim, const float* src
                              int64_t lane) {
   BlockQ8_0 block;
   for (int64_t h = 0; h < n_heads; ++h)
-    for (int64_t b = 0; b < head_dim / kQ8Block; ++b) {
-      quantize_kv_row(KVType::Q8_0, src + h * head_dim + b * kQ8Block, reinterpret_cast<uint8_t*>(&block), kQ8Block);
+    for (int64_t b = 0; b < head_dim / kQK8_0; ++b) {
+      quantize_kv_row(KVType::Q8_0, src + h * head_dim + b * kQK8_0, reinterpret_cast<uint8_t*>(&block), kQK8_0);
       put_q8_lane(block, group + static_cast<size_t>(h) * head_stride + b * kQ8LaneBlockBytes, lane);
     }
 }
@@ -45,19 +44,19 @@ void quantize_q8_token_lanes(int64_t n_heads, int64_t head_dim, const float* src
 }  // namespace
 
 void quantize_query_q8(const float* x, int64_t n, int8_t* q, float* d, int32_t* sum) {
-  const int64_t n_blocks = n / kQ8Block;
+  const int64_t n_blocks = n / kQK8_0;
   const auto round_to = [](float v) { return static_cast<int8_t>(std::clamp(std::lrintf(v), -127L, 127L)); };
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const float* xb = x + b * kQ8Block;
+    const float* xb = x + b * kQK8_0;
     float amax = 0.0f;
-    for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    for (int64_t i = 0; i < kQK8_0; ++i) amax = std::max(amax, std::fabs(xb[i]));
     const float step = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
     int32_t high = 0, low = 0;
-    for (int64_t i = 0; i < kQ8Block; ++i) {
+    for (int64_t i = 0; i < kQK8_0; ++i) {
       const int8_t h = round_to(xb[i] * inv);
       const int8_t l = round_to((xb[i] - h * step) * inv * 128.0f);
-      q[b * kQ8Block + i] = h;
-      q[n + b * kQ8Block + i] = l;
+      q[b * kQK8_0 + i] = h;
+      q[n + b * kQK8_0 + i] = l;
       high += h;
       low += l;
     }
@@ -68,7 +67,7 @@ void quantize_query_q8(const float* x, int64_t n, int8_t* q, float* d, int32_t* 
 }
 
 void transpose_q8_rows_into_lanes(const uint8_t* const* rows, int64_t head_dim, uint8_t* group) {
-  for (int64_t b = 0; b < head_dim / kQ8Block; ++b)
+  for (int64_t b = 0; b < head_dim / kQK8_0; ++b)
     for (int64_t l = 0; l < kKeyLanes; ++l) {
       BlockQ8_0 block{};
       if (rows[l]) std::memcpy(&block, rows[l] + b * sizeof(BlockQ8_0), sizeof(BlockQ8_0));
@@ -97,9 +96,9 @@ void quantize_kv_token_lanes(KVType type, int64_t n_heads, int64_t head_dim, con
 
 void dequantize_key_lane(KVType type, const uint8_t* group, int64_t lane, int64_t head_dim, float* out) {
   if (type == KVType::Q8_0) {
-    for (int64_t b = 0; b < head_dim / kQ8Block; ++b) {
+    for (int64_t b = 0; b < head_dim / kQK8_0; ++b) {
       const BlockQ8_0 block = get_q8_lane(group + b * kQ8LaneBlockBytes, lane);
-      dequantize_kv_row_scalar(KVType::Q8_0, reinterpret_cast<const uint8_t*>(&block), out + b * kQ8Block, kQ8Block);
+      dequantize_kv_row_scalar(KVType::Q8_0, reinterpret_cast<const uint8_t*>(&block), out + b * kQK8_0, kQK8_0);
     }
     return;
   }
@@ -123,7 +122,7 @@ void scalar_dot_lanes(const float* const* q, int n_rows, const float* const* gro
 
 void scalar_dot_lanes_q8(const QueryQ8* q, int n_rows, const uint8_t* const* groups, int64_t n_groups, int64_t n,
                          float* const* out) {
-  const int64_t n_blocks = n / kQ8Block;
+  const int64_t n_blocks = n / kQK8_0;
   for (int r = 0; r < n_rows; ++r)
     for (int64_t g = 0; g < n_groups; ++g)
       for (int64_t l = 0; l < kKeyLanes; ++l) {
@@ -133,10 +132,10 @@ void scalar_dot_lanes_q8(const QueryQ8* q, int n_rows, const uint8_t* const* gro
           uint16_t dk;
           std::memcpy(&dk, block + l * 2, 2);
           int32_t high = 0, low = 0;
-          for (int64_t i = 0; i < kQ8Block; ++i) {
-            const int32_t k = block[kQ8LaneScaleBytes + (i / 4) * kKeyLanes * 4 + l * 4 + i % 4];
-            high += k * q[r].q[b * kQ8Block + i];
-            low += k * q[r].q[n + b * kQ8Block + i];
+          for (int64_t i = 0; i < kQK8_0; ++i) {
+            const int32_t k = block[q8_lane_byte(i, l)];
+            high += k * q[r].q[b * kQK8_0 + i];
+            low += k * q[r].q[n + b * kQK8_0 + i];
           }
           high -= 128 * q[r].sum[b];
           low -= 128 * q[r].sum[n_blocks + b];

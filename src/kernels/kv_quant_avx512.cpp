@@ -402,7 +402,6 @@ void dequantize_half_row(const uint16_t* src, float* dst, int64_t n) {
   }
 }
 
-
 void dequantize_q8_0_row(const uint8_t* src, float* dst, int64_t n) {
   const auto* blocks = reinterpret_cast<const BlockQ8_0*>(src);
   for (int64_t b = 0; b < n / kQK8_0; ++b) {
