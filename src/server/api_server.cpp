@@ -194,6 +194,10 @@ ModelRouter::Lease ApiServer::lease(const std::string& requested, std::optional<
   return router_->acquire(requested, keep_alive);
 }
 
+ModelRouter::Lease ApiServer::lease_for_generation(const json& body) {
+  return lease(requested_model(body), keep_alive_field(body));
+}
+
 void ApiServer::handle_model_load(const httplib::Request& req, httplib::Response& res, bool load) {
   const json body = parse_body(req);
   const std::string requested = requested_model(body);
@@ -257,8 +261,7 @@ void ApiServer::handle_generation(Endpoint endpoint, const httplib::Request& req
   const Clock::time_point arrival = Clock::now();
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
   const RequestBody body = parse_request_body(req.body);  // the body's one parse
-  // keep_alive: Ollama's field, taken on every generating path (llama-server has none; other servers ignore it).
-  ModelRouter::Lease m = lease(requested_model(body.tree), keep_alive_field(body.tree));
+  ModelRouter::Lease m = lease_for_generation(body.tree);
   ParsedRequest parsed = prepare(*m, endpoint, body.tree, body.schemas_in_order);
   auto encoder = std::make_unique<OpenAiEncoder>(ResponseFormatter(m->tokenizer, parsed, m->id), parsed.include_usage);
   run(std::move(m), std::move(parsed), std::move(encoder), arrival, req, res);
@@ -272,7 +275,7 @@ void ApiServer::handle_messages(const httplib::Request& req, httplib::Response& 
   std::optional<ParsedRequest> parsed_chat;
   ModelRouter::Lease m;
   try {
-    m = lease(requested_model(messages_body), keep_alive_field(messages_body));
+    m = lease_for_generation(messages_body);
     parsed_chat = prepare(*m, Endpoint::kChat, chat_body, {});
   } catch (const ApiError& e) {
     throw as_messages_error(e);
@@ -314,7 +317,7 @@ void ApiServer::handle_responses(const httplib::Request& req, httplib::Response&
   std::optional<ParsedRequest> parsed_chat;
   ModelRouter::Lease m;
   try {
-    m = lease(requested_model(body.tree), keep_alive_field(body.tree));
+    m = lease_for_generation(body.tree);
     parsed_chat = prepare(*m, Endpoint::kChat, chat_body, schemas_for_chat_body(body.schemas_in_order));
   } catch (const ApiError& e) {
     throw as_responses_error(e);
@@ -337,7 +340,7 @@ void ApiServer::handle_infill(const httplib::Request& req, httplib::Response& re
   const Clock::time_point arrival = Clock::now();
   if (draining_) throw ApiError(503, "the server is shutting down", {}, "server_error");
   const json infill_body = parse_json_body(req.body);
-  ModelRouter::Lease m = lease(requested_model(infill_body), keep_alive_field(infill_body));
+  ModelRouter::Lease m = lease_for_generation(infill_body);
   const json completion = completion_body_from_infill(infill_body, m->tokenizer, m->context);
   ParsedRequest parsed = prepare(*m, Endpoint::kCompletions, completion, {});
   auto encoder = std::make_unique<LlamaServerEncoder>(m->id);

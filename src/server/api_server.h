@@ -114,6 +114,9 @@ class ApiServer {
   void handle_model_load(const httplib::Request& req, httplib::Response& res, bool load);
   // The model a request names (its "model"; "": the default), loaded: throws ApiError (model_router.h).
   ModelRouter::Lease lease(const std::string& requested, std::optional<KeepAlive> keep_alive = std::nullopt);
+  // The model a generation body names, leased with the body's keep_alive (Ollama's field, taken on every
+  // generating path; llama-server has none, other servers ignore it).
+  ModelRouter::Lease lease_for_generation(const nlohmann::json& body);
   // A generation body parsed, its tool-call grammar added and its constraint compiled; throws ApiError.
   ParsedRequest prepare(ServedModel& m, Endpoint endpoint, const nlohmann::json& body, const KeyOrderCapture::Copies& schemas_in_order,
                         MaxTokens max_tokens = MaxTokens::kExact);
