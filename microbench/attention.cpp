@@ -3,8 +3,10 @@
 // chunked prefill (the last 256 rows of an N-token context, the way the
 // decoder prefills in chunks), with the K/V cache in each storage type.
 //   ./build/microbench_attention [--min-n 512] [--max-n 16384] [--no-reference] [--decode-only] [--type f16]
+//                                [--shape 9,3,64]
 // Shape: SmolLM2-135M's attention (9 query heads, 3 K/V heads, head size 64),
-// one layer. OMP_NUM_THREADS sets the threads. Best-of-N wall times.
+// one layer, or --shape H,KV,D (Qwen2.5-0.5B: 14,2,64; 1.5B: 12,2,128; Gemma 3
+// 270M: 4,1,256). OMP_NUM_THREADS sets the threads. Best-of-N wall times.
 // "MB touched" counts distinct bytes: the K/V cache in its storage type, plus
 // for the reference its score matrix (written, then read back).
 #include <omp.h>
@@ -28,7 +30,6 @@ namespace kvserve {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr AttentionShape kShape{9, 3, 64};
 constexpr int64_t kPrefillRows = 256;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -52,10 +53,10 @@ struct Inputs {
   std::vector<float> q, k, v, out;
 };
 
-Inputs make_inputs(int64_t n) {
+Inputs make_inputs(int64_t n, const AttentionShape& shape) {
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  const int64_t kv_width = kShape.n_kv_heads * kShape.head_dim, q_width = kShape.n_heads * kShape.head_dim;
+  const int64_t kv_width = shape.n_kv_heads * shape.head_dim, q_width = shape.n_heads * shape.head_dim;
   Inputs in{n, std::vector<float>(static_cast<size_t>(kPrefillRows * q_width)),
             std::vector<float>(static_cast<size_t>(n * kv_width)), std::vector<float>(static_cast<size_t>(n * kv_width)),
             std::vector<float>(static_cast<size_t>(kPrefillRows * q_width))};
@@ -71,8 +72,8 @@ struct TypedCache {
   AlignedBuffer<uint8_t> k, v;
   const uint8_t *k_base, *v_base;
   KVRows k_rows, v_rows;
-  TypedCache(KVType type, const Inputs& in) {
-    const int64_t hd = kShape.head_dim, heads = kShape.n_kv_heads;
+  TypedCache(KVType type, const Inputs& in, const AttentionShape& shape) {
+    const int64_t hd = shape.head_dim, heads = shape.n_kv_heads;
     const size_t head_bytes = kv_head_bytes(type, hd), head_stride = static_cast<size_t>(in.n) * head_bytes;
     const bool lanes = stores_keys_in_lanes(type, in.n, false);
     k.resize(static_cast<size_t>(heads) * head_stride);
@@ -101,9 +102,10 @@ void print_row(const char* mode, int64_t n, const char* kernel, const char* type
 }
 
 // Every storage type, or only `only` (profiling one kernel).
-void bench_context(int64_t n, bool with_reference, bool decode_only, std::optional<KVType> only) {
-  Inputs in = make_inputs(n);
-  const int64_t kv_width = kShape.n_kv_heads * kShape.head_dim;
+void bench_context(int64_t n, const AttentionShape& shape, bool with_reference, bool decode_only,
+                   std::optional<KVType> only) {
+  Inputs in = make_inputs(n, shape);
+  const int64_t kv_width = shape.n_kv_heads * shape.head_dim;
   const double f32_kv_bytes = 2.0 * static_cast<double>(n * kv_width) * 4;
   for (const auto& [mode, rows] : {std::pair<const char*, int64_t>{"decode", 1}, {"prefill", kPrefillRows}}) {
     if (decode_only && rows > 1) continue;
@@ -111,17 +113,17 @@ void bench_context(int64_t n, bool with_reference, bool decode_only, std::option
     double ref_s = 0;
     if (with_reference) {
       ref_s = best_time([&] {
-        attention_reference(in.q.data(), n_q, pos0, in.k.data(), in.v.data(), n, kv_width, kShape, in.out.data());
+        attention_reference(in.q.data(), n_q, pos0, in.k.data(), in.v.data(), n, kv_width, shape, in.out.data());
       });
       // Distinct bytes: the K/V cache plus the score matrix, written and read back.
-      const double score_bytes = 2.0 * static_cast<double>(n_q * n * kShape.n_heads) * 4;
+      const double score_bytes = 2.0 * static_cast<double>(n_q * n * shape.n_heads) * 4;
       print_row(mode, n, "reference", "f32", ref_s, f32_kv_bytes + score_bytes, 0);
     }
     for (KVType type : {KVType::F32, KVType::F16, KVType::BF16, KVType::Q8_0, KVType::FP8, KVType::Q4_0}) {
       if (only && type != *only) continue;
-      const TypedCache cache(type, in);
+      const TypedCache cache(type, in, shape);
       const double s = best_time([&] {
-        flash_attention(in.q.data(), n_q, pos0, cache.k_rows, cache.v_rows, n, kShape, in.out.data());
+        flash_attention(in.q.data(), n_q, pos0, cache.k_rows, cache.v_rows, n, shape, in.out.data());
       });
       print_row(mode, n, "flash", kv_type_info(type).name, s, cache.kv_bytes(), type == KVType::F32 ? ref_s : 0);
     }
@@ -131,25 +133,37 @@ void bench_context(int64_t n, bool with_reference, bool decode_only, std::option
 }  // namespace
 }  // namespace kvserve
 
+// "H,KV,D" with KV dividing H: the shape's three counts.
+static bool parse_shape(const char* text, kvserve::AttentionShape& shape) {
+  long long h = 0, kv = 0, d = 0;
+  if (std::sscanf(text, "%lld,%lld,%lld", &h, &kv, &d) != 3 || h < 1 || kv < 1 || d < 1 || h % kv != 0) return false;
+  shape = kvserve::AttentionShape{h, kv, d};
+  return true;
+}
+
 int main(int argc, char** argv) {
   int64_t min_n = 512, max_n = 16384;
   bool with_reference = true, decode_only = false;
   std::optional<kvserve::KVType> only;
+  kvserve::AttentionShape shape{9, 3, 64};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--max-n") == 0 && i + 1 < argc) max_n = std::atoll(argv[++i]);
     else if (std::strcmp(argv[i], "--min-n") == 0 && i + 1 < argc) min_n = std::max<int64_t>(1, std::atoll(argv[++i]));
     else if (std::strcmp(argv[i], "--type") == 0 && i + 1 < argc) only = kvserve::parse_kv_type(argv[++i], "--type");
     else if (std::strcmp(argv[i], "--no-reference") == 0) with_reference = false;
     else if (std::strcmp(argv[i], "--decode-only") == 0) decode_only = true;
+    else if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc && parse_shape(argv[++i], shape)) continue;
     else {
-      std::fprintf(stderr, "usage: microbench_attention [--min-n N] [--max-n N] [--no-reference] [--decode-only] [--type T]\n");
+      std::fprintf(stderr, "usage: microbench_attention [--min-n N] [--max-n N] [--no-reference] [--decode-only] [--type T]\n"
+                           "                            [--shape H,KV,D (query heads, K/V heads, head size)]\n");
       return 2;
     }
   }
-  std::printf("threads: %d, shape: 9 query heads, 3 K/V heads, head size 64, one layer; prefill = last %lld rows\n\n",
-              omp_get_max_threads(), static_cast<long long>(kvserve::kPrefillRows));
+  std::printf("threads: %d, shape: %lld query heads, %lld K/V heads, head size %lld, one layer; prefill = last %lld rows\n\n",
+              omp_get_max_threads(), static_cast<long long>(shape.n_heads), static_cast<long long>(shape.n_kv_heads),
+              static_cast<long long>(shape.head_dim), static_cast<long long>(kvserve::kPrefillRows));
   std::printf("| mode | N | kernel | KV type | ms/call | MB touched | GB/s | speedup vs reference |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
-  for (int64_t n = min_n; n <= max_n; n *= 2) kvserve::bench_context(n, with_reference, decode_only, only);
+  for (int64_t n = min_n; n <= max_n; n *= 2) kvserve::bench_context(n, shape, with_reference, decode_only, only);
   return 0;
 }

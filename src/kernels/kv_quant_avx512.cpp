@@ -220,48 +220,33 @@ using RowOps = AttentionRowOps<KeyKernels<F32Elems>>;
 using HalfRowOps = HalfAttentionRowOps<KeyKernels<F16Elems>, KeyKernels<BF16Elems>>;
 
 // Scores of keys in lanes (key_lanes.h) for kRows rows over groups of element
-// type E: one accumulator per (row, group) holding 16 keys' scores, one fused
+// type E: one accumulator per row holding a group's 16 keys' scores, one fused
 // multiply-add per dimension in order (scalar_dot_lanes' bits), each
-// dimension of a group loaded and widened once for every row. Up to four
-// groups (a 64-key tile) at a time: 16 accumulators at 4 rows, enough
-// independent chains to hide the multiply-add latency even for one row.
+// dimension loaded and widened once for every row. One group at a time, in
+// address order: each group is its own 2 KB stream (f16, head size 64), and
+// four read side by side (as this kernel did, for more independent chains)
+// defeat the hardware prefetcher; from DRAM one stream is 25-35% faster at
+// every row count and in cache level (docs/attention.md, "One group at a time").
 template <class E>
 struct LaneKernels {
   using T = typename E::T;
-  template <int kRows, int kGroups>
-  static void block(const float* const* q, const T* const* groups, int64_t n, float* const* out, int64_t at) {
-    __m512 acc[kRows][kGroups];
+  template <int kRows>
+  static void group(const float* const* q, const T* keys, int64_t n, float* const* out, int64_t at) {
+    __m512 acc[kRows];
     #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r)
-      #pragma GCC unroll 16
-      for (int c = 0; c < kGroups; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t d = 0; d < n; ++d) {
-      __m512 k[kGroups];
+      const __m512 k = E::load16(keys + d * kKeyLanes);
       #pragma GCC unroll 16
-      for (int c = 0; c < kGroups; ++c) k[c] = E::load16(groups[c] + d * kKeyLanes);
-      #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) {
-        const __m512 qd = _mm512_set1_ps(q[r][d]);
-        #pragma GCC unroll 16
-        for (int c = 0; c < kGroups; ++c) acc[r][c] = _mm512_fmadd_ps(qd, k[c], acc[r][c]);
-      }
+      for (int r = 0; r < kRows; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d]), k, acc[r]);
     }
     #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r)
-      #pragma GCC unroll 16
-      for (int c = 0; c < kGroups; ++c) _mm512_storeu_ps(out[r] + at + c * kKeyLanes, acc[r][c]);
+    for (int r = 0; r < kRows; ++r) _mm512_storeu_ps(out[r] + at, acc[r]);
   }
 
   template <int kRows>
   static void dot_rows(const float* const* q, const T* const* groups, int64_t n_groups, int64_t n, float* const* out) {
-    int64_t g = 0;
-    for (; g + 4 <= n_groups; g += 4) block<kRows, 4>(q, groups + g, n, out, g * kKeyLanes);
-    switch (n_groups - g) {
-      case 3: return block<kRows, 3>(q, groups + g, n, out, g * kKeyLanes);
-      case 2: return block<kRows, 2>(q, groups + g, n, out, g * kKeyLanes);
-      case 1: return block<kRows, 1>(q, groups + g, n, out, g * kKeyLanes);
-      default: return;
-    }
+    for (int64_t g = 0; g < n_groups; ++g) group<kRows>(q, groups[g], n, out, g * kKeyLanes);
   }
 };
 using LaneOps = LaneAttentionRowOps<LaneKernels<F32Elems>, LaneKernels<F16Elems>, LaneKernels<BF16Elems>>;
@@ -272,73 +257,54 @@ void axpy_keys_q8(const float* const* p, int n_rows, const uint8_t* const* v, in
   with_attention_rows(n_rows, [&](auto rows) { KeyKernels<Q8Elems>::axpy_rows<decltype(rows)::value>(p, v, n_keys, y, n); });
 }
 
-// Scores of q8_0 keys in lanes (key_lanes.h) for kRows quantized query rows:
-// per 32-element block and part of the query (its high and low 8 bits), one
-// vpdpbusd per quad of elements, row and group (the unsigned key bytes k + 128
-// times the row's signed quad, broadcast), then the exact integer dot (less
-// 128 * the part's sum over the block) folded into the row's scores as
-// scalar_dot_lanes_q8 does. kGroups groups at a time.
-template <int kRows, int kGroups>
-void q8_lane_block(const QueryQ8* q, const uint8_t* const* groups, int64_t n, float* const* out, int64_t at) {
+// Scores of q8_0 keys in lanes (key_lanes.h) for kRows quantized query rows,
+// one group at a time (in address order, as LaneKernels: from DRAM 30-70%
+// faster than four groups side by side): per 32-element block and part of the
+// query (its high and low 8 bits), one vpdpbusd per quad of elements and row
+// (the unsigned key bytes k + 128 times the row's signed quad, broadcast), then
+// the exact integer dot (less 128 * the part's sum over the block) folded into
+// the row's scores as scalar_dot_lanes_q8 does.
+template <int kRows>
+void q8_lane_group(const QueryQ8* q, const uint8_t* keys, int64_t n, float* const* out, int64_t at) {
   const int64_t n_blocks = n / kQK8_0;
-  __m512 acc[kRows][kGroups];
+  __m512 acc[kRows];
   #pragma GCC unroll 16
-  for (int r = 0; r < kRows; ++r)
-    #pragma GCC unroll 16
-    for (int c = 0; c < kGroups; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const int64_t block = b * kQ8LaneBlockBytes;
-    __m512 dk[kGroups];
-    #pragma GCC unroll 16
-    for (int c = 0; c < kGroups; ++c)
-      dk[c] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(groups[c] + block)));
+    const uint8_t* block = keys + b * kQ8LaneBlockBytes;
+    const __m512 dk = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block)));
     for (int part = 0; part < 2; ++part) {
-      __m512i dot[kRows][kGroups];
+      __m512i dot[kRows];
       #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r)
-        #pragma GCC unroll 16
-        for (int c = 0; c < kGroups; ++c) dot[r][c] = _mm512_setzero_si512();
+      for (int r = 0; r < kRows; ++r) dot[r] = _mm512_setzero_si512();
       #pragma GCC unroll 8
       for (int u = 0; u < kQK8_0 / 4; ++u) {
-        __m512i k[kGroups];
-        #pragma GCC unroll 16
-        for (int c = 0; c < kGroups; ++c) k[c] = _mm512_loadu_si512(groups[c] + block + kQ8LaneScaleBytes + u * 64);
+        const __m512i k = _mm512_loadu_si512(block + kQ8LaneScaleBytes + u * 64);
         #pragma GCC unroll 16
         for (int r = 0; r < kRows; ++r) {
           int32_t quad;
           std::memcpy(&quad, q[r].q + part * n + b * kQK8_0 + u * 4, 4);
-          const __m512i qd = _mm512_set1_epi32(quad);
-          #pragma GCC unroll 16
-          for (int c = 0; c < kGroups; ++c) dot[r][c] = _mm512_dpbusd_epi32(dot[r][c], k[c], qd);
+          dot[r] = _mm512_dpbusd_epi32(dot[r], k, _mm512_set1_epi32(quad));
         }
       }
       #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) {
         const __m512i offset = _mm512_set1_epi32(128 * q[r].sum[part * n_blocks + b]);
         const __m512 dq = _mm512_set1_ps(part == 0 ? q[r].d[b] : q[r].d[b] * kQueryLowStep);
-        #pragma GCC unroll 16
-        for (int c = 0; c < kGroups; ++c) {
-          const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r][c], offset));
-          acc[r][c] = _mm512_fmadd_ps(exact, _mm512_mul_ps(dk[c], dq), acc[r][c]);
-        }
+        const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r], offset));
+        acc[r] = _mm512_fmadd_ps(exact, _mm512_mul_ps(dk, dq), acc[r]);
       }
     }
   }
   #pragma GCC unroll 16
-  for (int r = 0; r < kRows; ++r)
-    #pragma GCC unroll 16
-    for (int c = 0; c < kGroups; ++c) _mm512_storeu_ps(out[r] + at + c * kKeyLanes, acc[r][c]);
+  for (int r = 0; r < kRows; ++r) _mm512_storeu_ps(out[r] + at, acc[r]);
 }
 
-// AttentionVectorOps::dot_lanes_q8: four groups at a time (two at four rows,
-// whose 16 integer and 16 float accumulators would not fit the registers).
+// AttentionVectorOps::dot_lanes_q8.
 void dot_lanes_q8(const QueryQ8* q, int n_rows, const uint8_t* const* groups, int64_t n_groups, int64_t n,
                   float* const* out) {
   with_attention_rows(n_rows, [&](auto rows) {
-    constexpr int kRows = decltype(rows)::value, kStep = kRows == 4 ? 2 : 4;
-    int64_t g = 0;
-    for (; g + kStep <= n_groups; g += kStep) q8_lane_block<kRows, kStep>(q, groups + g, n, out, g * kKeyLanes);
-    for (; g < n_groups; ++g) q8_lane_block<kRows, 1>(q, groups + g, n, out, g * kKeyLanes);
+    for (int64_t g = 0; g < n_groups; ++g) q8_lane_group<decltype(rows)::value>(q, groups[g], n, out, g * kKeyLanes);
   });
 }
 
