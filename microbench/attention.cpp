@@ -3,10 +3,11 @@
 // chunked prefill (the last 256 rows of an N-token context, the way the
 // decoder prefills in chunks), with the K/V cache in each storage type.
 //   ./build/microbench_attention [--min-n 512] [--max-n 16384] [--no-reference] [--decode-only] [--type f16]
-//                                [--shape 9,3,64]
+//                                [--shape 9,3,64] [--layers 1]
 // Shape: SmolLM2-135M's attention (9 query heads, 3 K/V heads, head size 64),
 // one layer, or --shape H,KV,D (Qwen2.5-0.5B: 14,2,64; 1.5B: 12,2,128; Gemma 3
-// 270M: 4,1,256). OMP_NUM_THREADS sets the threads. Best-of-N wall times.
+// 270M: 4,1,256); --layers L times a call over L layers' caches in turn (a
+// model's decode step: SmolLM2 has 30). OMP_NUM_THREADS sets the threads. Best-of-N wall times.
 // "MB touched" counts distinct bytes: the K/V cache in its storage type, plus
 // for the reference its score matrix (written, then read back).
 #include <omp.h>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <random>
 #include <vector>
@@ -102,7 +104,9 @@ void print_row(const char* mode, int64_t n, const char* kernel, const char* type
 }
 
 // Every storage type, or only `only` (profiling one kernel).
-void bench_context(int64_t n, const AttentionShape& shape, bool with_reference, bool decode_only,
+// A call covers `layers` layers, each with its own copy of the cache (as a
+// model's decode step reads one layer's K/V after another, none in cache).
+void bench_context(int64_t n, const AttentionShape& shape, int layers, bool with_reference, bool decode_only,
                    std::optional<KVType> only) {
   Inputs in = make_inputs(n, shape);
   const int64_t kv_width = shape.n_kv_heads * shape.head_dim;
@@ -113,19 +117,23 @@ void bench_context(int64_t n, const AttentionShape& shape, bool with_reference, 
     double ref_s = 0;
     if (with_reference) {
       ref_s = best_time([&] {
-        attention_reference(in.q.data(), n_q, pos0, in.k.data(), in.v.data(), n, kv_width, shape, in.out.data());
+        for (int l = 0; l < layers; ++l)
+          attention_reference(in.q.data(), n_q, pos0, in.k.data(), in.v.data(), n, kv_width, shape, in.out.data());
       });
       // Distinct bytes: the K/V cache plus the score matrix, written and read back.
       const double score_bytes = 2.0 * static_cast<double>(n_q * n * shape.n_heads) * 4;
-      print_row(mode, n, "reference", "f32", ref_s, f32_kv_bytes + score_bytes, 0);
+      print_row(mode, n, "reference", "f32", ref_s, layers * (f32_kv_bytes + score_bytes), 0);
     }
     for (KVType type : {KVType::F32, KVType::F16, KVType::BF16, KVType::Q8_0, KVType::FP8, KVType::Q4_0}) {
       if (only && type != *only) continue;
-      const TypedCache cache(type, in, shape);
+      std::vector<std::unique_ptr<const TypedCache>> caches;  // TypedCache points into itself: never moved
+      for (int l = 0; l < layers; ++l) caches.push_back(std::make_unique<const TypedCache>(type, in, shape));
       const double s = best_time([&] {
-        flash_attention(in.q.data(), n_q, pos0, cache.k_rows, cache.v_rows, n, shape, in.out.data());
+        for (const auto& cache : caches)
+          flash_attention(in.q.data(), n_q, pos0, cache->k_rows, cache->v_rows, n, shape, in.out.data());
       });
-      print_row(mode, n, "flash", kv_type_info(type).name, s, cache.kv_bytes(), type == KVType::F32 ? ref_s : 0);
+      print_row(mode, n, "flash", kv_type_info(type).name, s, layers * caches[0]->kv_bytes(),
+                type == KVType::F32 ? ref_s : 0);
     }
   }
 }
@@ -146,24 +154,26 @@ int main(int argc, char** argv) {
   bool with_reference = true, decode_only = false;
   std::optional<kvserve::KVType> only;
   kvserve::AttentionShape shape{9, 3, 64};
+  int layers = 1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--max-n") == 0 && i + 1 < argc) max_n = std::atoll(argv[++i]);
     else if (std::strcmp(argv[i], "--min-n") == 0 && i + 1 < argc) min_n = std::max<int64_t>(1, std::atoll(argv[++i]));
     else if (std::strcmp(argv[i], "--type") == 0 && i + 1 < argc) only = kvserve::parse_kv_type(argv[++i], "--type");
     else if (std::strcmp(argv[i], "--no-reference") == 0) with_reference = false;
     else if (std::strcmp(argv[i], "--decode-only") == 0) decode_only = true;
+    else if (std::strcmp(argv[i], "--layers") == 0 && i + 1 < argc) layers = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc && parse_shape(argv[++i], shape)) continue;
     else {
       std::fprintf(stderr, "usage: microbench_attention [--min-n N] [--max-n N] [--no-reference] [--decode-only] [--type T]\n"
-                           "                            [--shape H,KV,D (query heads, K/V heads, head size)]\n");
+                           "                            [--shape H,KV,D (query heads, K/V heads, head size)] [--layers L]\n");
       return 2;
     }
   }
-  std::printf("threads: %d, shape: %lld query heads, %lld K/V heads, head size %lld, one layer; prefill = last %lld rows\n\n",
+  std::printf("threads: %d, shape: %lld query heads, %lld K/V heads, head size %lld, %d layer(s) per call; prefill = last %lld rows\n\n",
               omp_get_max_threads(), static_cast<long long>(shape.n_heads), static_cast<long long>(shape.n_kv_heads),
-              static_cast<long long>(shape.head_dim), static_cast<long long>(kvserve::kPrefillRows));
+              static_cast<long long>(shape.head_dim), layers, static_cast<long long>(kvserve::kPrefillRows));
   std::printf("| mode | N | kernel | KV type | ms/call | MB touched | GB/s | speedup vs reference |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
-  for (int64_t n = min_n; n <= max_n; n *= 2) kvserve::bench_context(n, shape, with_reference, decode_only, only);
+  for (int64_t n = min_n; n <= max_n; n *= 2) kvserve::bench_context(n, shape, layers, with_reference, decode_only, only);
   return 0;
 }
