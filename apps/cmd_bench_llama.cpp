@@ -1,7 +1,8 @@
 // `kvserve bench` default mode, like llama-bench: prompt processing (pp) and
 // text generation (tg) speed per model / thread count, mean and standard
 // deviation over repetitions, and how close tg runs to the memory-bandwidth
-// limit (weight bytes read per token x tokens/s vs the measured bandwidth).
+// limit (weight bytes read per token x tokens/s vs the measured bandwidth),
+// and the K/V bytes decode attention reads per second spent in it.
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -30,7 +31,9 @@ struct BenchRow {
   int threads = 0;
   double mean = 0, stddev = 0;   // tokens/s
   double gbps = 0, pct_bw = 0;   // tg only: weight bytes/s and share of the measured bandwidth
-  double kv_gbps = 0;            // tg only: K and V bytes attention read per second
+  double kv_gbps = 0;            // tg only: K and V bytes attention read per second of the whole step
+  double attention_kv_gbps = 0;  // tg only: the same bytes per second spent in the attention kernels
+  double pct_attention_bw = 0;   // tg only: attention_kv_gbps as a share of the measured bandwidth
 };
 
 double seconds_of(const std::function<void()>& f) {
@@ -71,16 +74,20 @@ std::unique_ptr<Decoder> decoder_at_depth(const Model& m, KVType kv, const Bench
   return d;
 }
 
-// Tokens/s of one repetition of n tokens, the decoder rolled back to the depth first.
-double run_once(Decoder& d, const BenchTest& t, std::span<const int32_t> tokens, int64_t n) {
+// Tokens/s of one repetition of n tokens, the decoder rolled back to the depth first;
+// adds the timed tokens' seconds in attention to *attention_s.
+double run_once(Decoder& d, const BenchTest& t, std::span<const int32_t> tokens, int64_t n, double* attention_s) {
   d.truncate(t.depth);
   const auto at = static_cast<size_t>(t.depth);
   if (t.prompt) return static_cast<double>(n) / seconds_of([&] { d.append(tokens.subspan(at, static_cast<size_t>(n))); });
   size_t next = at;
   if (t.depth == 0) d.append(tokens.subspan(next++, 1));  // a one-token prompt first, as llama-bench does
-  return static_cast<double>(n) / seconds_of([&] {
+  const double attention_before = d.attention_seconds();
+  const double tokens_per_s = static_cast<double>(n) / seconds_of([&] {
     for (int64_t i = 0; i < n; ++i) d.append(tokens.subspan(next++, 1));
   });
+  *attention_s += d.attention_seconds() - attention_before;
+  return tokens_per_s;
 }
 
 // K and V bytes attention reads per decoded token, averaged over a tg test's positions
@@ -113,9 +120,11 @@ BenchRow measure(const Model& m, KVType kv, const BenchTest& t, int threads, int
   row.threads = threads;
   const auto tokens = bench_tokens(t.depth + t.n + 1, m.config().vocab_size);
   auto d = decoder_at_depth(m, kv, t, tokens);
-  run_once(*d, t, tokens, std::min<int64_t>(t.n, 16));  // warm-up: page in the weights
+  double attention_s = 0;
+  run_once(*d, t, tokens, std::min<int64_t>(t.n, 16), &attention_s);  // warm-up: page in the weights
+  attention_s = 0;
   std::vector<double> v;
-  for (int r = 0; r < reps; ++r) v.push_back(run_once(*d, t, tokens, t.n));
+  for (int r = 0; r < reps; ++r) v.push_back(run_once(*d, t, tokens, t.n, &attention_s));
   row.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
   double var = 0;
   for (double x : v) var += (x - row.mean) * (x - row.mean);
@@ -123,6 +132,8 @@ BenchRow measure(const Model& m, KVType kv, const BenchTest& t, int threads, int
   if (!t.prompt) {
     row.gbps = static_cast<double>(m.weight_bytes_per_token()) * row.mean / 1e9;
     row.kv_gbps = kv_bytes_per_token(m, kv, t) * row.mean / 1e9;
+    const double timed_tokens = static_cast<double>(t.n) * reps;
+    if (attention_s > 0) row.attention_kv_gbps = kv_bytes_per_token(m, kv, t) * timed_tokens / attention_s / 1e9;
   }
   return row;
 }
@@ -134,27 +145,31 @@ void print_rows(const std::vector<BenchRow>& rows, const std::string& format, do
       const BenchRow& r = rows[i];
       std::printf("  {\"model\": \"%s\", \"type\": \"%s\", \"size_mib\": %.2f, \"params_m\": %.2f, \"threads\": %d, "
                   "\"test\": \"%s\", \"tokens_per_s\": %.3f, \"stddev\": %.3f, \"weight_gb_per_s\": %.3f, "
-                  "\"kv_gb_per_s\": %.3f, \"membw_gb_per_s\": %.3f, \"pct_of_bandwidth\": %.1f, \"peak_rss_mib\": %.1f}%s\n",
+                  "\"kv_gb_per_s\": %.3f, \"attention_kv_gb_per_s\": %.3f, \"membw_gb_per_s\": %.3f, \"pct_of_bandwidth\": %.1f, "
+                  "\"attention_pct_of_bandwidth\": %.1f, \"peak_rss_mib\": %.1f}%s\n",
                   r.model.c_str(), r.type.c_str(), r.size_mib, r.params_m, r.threads, r.test.c_str(), r.mean,
-                  r.stddev, r.gbps, r.kv_gbps, bw, r.pct_bw, peak_rss_kib / 1024.0, i + 1 < rows.size() ? "," : "");
+                  r.stddev, r.gbps, r.kv_gbps, r.attention_kv_gbps, bw, r.pct_bw, r.pct_attention_bw,
+                  peak_rss_kib / 1024.0, i + 1 < rows.size() ? "," : "");
     }
     std::printf("]\n");
     return;
   }
   const bool csv = format == "csv";
-  std::printf(csv ? "model,type,size_mib,params_m,threads,test,tokens_per_s,stddev,weight_gb_per_s,kv_gb_per_s,pct_of_bandwidth\n"
-                  : "| model | type | size | params | threads | test | t/s | weights GB/s | KV GB/s | %% of %.1f GB/s |\n"
-                    "|---|---|---:|---:|---:|---|---:|---:|---:|---:|\n", bw);
+  std::printf(csv ? "model,type,size_mib,params_m,threads,test,tokens_per_s,stddev,weight_gb_per_s,kv_gb_per_s,"
+                    "pct_of_bandwidth,attention_kv_gb_per_s,attention_pct_of_bandwidth\n"
+                  : "| model | type | size | params | threads | test | t/s | weights GB/s | KV GB/s | %% of %.1f GB/s "
+                    "| attention's KV GB/s (%% of it) |\n|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n", bw);
   for (const BenchRow& r : rows) {
     if (csv)
-      std::printf("%s,%s,%.2f,%.2f,%d,%s,%.2f,%.2f,%.2f,%.2f,%.1f\n", r.model.c_str(), r.type.c_str(), r.size_mib,
-                  r.params_m, r.threads, r.test.c_str(), r.mean, r.stddev, r.gbps, r.kv_gbps, r.pct_bw);
+      std::printf("%s,%s,%.2f,%.2f,%d,%s,%.2f,%.2f,%.2f,%.2f,%.1f,%.2f,%.1f\n", r.model.c_str(), r.type.c_str(),
+                  r.size_mib, r.params_m, r.threads, r.test.c_str(), r.mean, r.stddev, r.gbps, r.kv_gbps, r.pct_bw,
+                  r.attention_kv_gbps, r.pct_attention_bw);
     else if (r.gbps > 0)
-      std::printf("| %s | %s | %.1f MiB | %.1f M | %d | %s | %.2f ± %.2f | %.2f | %.2f | %.0f%% |\n", r.model.c_str(),
-                  r.type.c_str(), r.size_mib, r.params_m, r.threads, r.test.c_str(), r.mean, r.stddev, r.gbps,
-                  r.kv_gbps, r.pct_bw);
+      std::printf("| %s | %s | %.1f MiB | %.1f M | %d | %s | %.2f ± %.2f | %.2f | %.2f | %.0f%% | %.2f (%.0f%%) |\n",
+                  r.model.c_str(), r.type.c_str(), r.size_mib, r.params_m, r.threads, r.test.c_str(), r.mean,
+                  r.stddev, r.gbps, r.kv_gbps, r.pct_bw, r.attention_kv_gbps, r.pct_attention_bw);
     else
-      std::printf("| %s | %s | %.1f MiB | %.1f M | %d | %s | %.2f ± %.2f | | | |\n", r.model.c_str(), r.type.c_str(),
+      std::printf("| %s | %s | %.1f MiB | %.1f M | %d | %s | %.2f ± %.2f | | | | |\n", r.model.c_str(), r.type.c_str(),
                   r.size_mib, r.params_m, r.threads, r.test.c_str(), r.mean, r.stddev);
   }
   if (!csv) std::printf("\npeak RSS: %.1f MiB\n", peak_rss_kib / 1024.0);
@@ -188,7 +203,10 @@ int run_llama_bench(const BenchOptions& o) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);  // before the bandwidth probe's 1 GiB buffer
   const double bw = measure_read_bandwidth_gbps(all);
-  for (BenchRow& r : rows) r.pct_bw = r.gbps > 0 ? 100.0 * (r.gbps + r.kv_gbps) / bw : 0;
+  for (BenchRow& r : rows) {
+    r.pct_bw = r.gbps > 0 ? 100.0 * (r.gbps + r.kv_gbps) / bw : 0;
+    r.pct_attention_bw = 100.0 * r.attention_kv_gbps / bw;
+  }
   print_rows(rows, o.output, bw, ru.ru_maxrss);
   return 0;
 }

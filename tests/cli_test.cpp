@@ -129,7 +129,8 @@ TEST(Cli, RunChatSendsThePromptThroughTheChatTemplate) {
 }
 
 // `bench -d` (llama-bench's depth): each test after that many tokens of
-// context, named as llama-bench names it, with the K/V bytes it reads; a depth
+// context, named as llama-bench names it, with the K/V bytes it reads (per
+// second of the step and per second in attention); a depth
 // past the model's context is a one-line error.
 TEST(Cli, BenchMeasuresAtADepth) {
   TempFile model(".gguf");
@@ -139,5 +140,6 @@ TEST(Cli, BenchMeasuresAtADepth) {
   for (const char* test : {",pp8,", ",tg4,", ",pp8 @ d100,", ",tg4 @ d100,"})
     EXPECT_NE(r.output.find(test), std::string::npos) << test << "\n" << r.output;
   EXPECT_NE(r.output.find("kv_gb_per_s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("attention_kv_gb_per_s"), std::string::npos) << r.output;
   expect_one_line_error("bench -m " + model.path() + " -p 8 -n 0 -d 250 -r 1", "pp8 @ d250 needs 258 tokens of context");
 }

@@ -109,6 +109,21 @@ TEST(Decoder, CountsAttentionRows) {
   }
 }
 
+// The attention kernels' wall time accrues with every step (what `kvserve
+// bench` divides the K/V bytes by).
+TEST(Decoder, TimesAttention) {
+  TempFile f(".gguf");
+  auto m = tiny_model(f, "tiny-llama", DType::F32);
+  auto d = make_decoder("cached", *m, 64);
+  EXPECT_EQ(d->attention_seconds(), 0.0);
+  d->append(prompt_of(10, m->config().vocab_size));
+  const double after_prompt = d->attention_seconds();
+  EXPECT_GT(after_prompt, 0.0);
+  const int32_t t = 3;
+  d->append(std::span<const int32_t>(&t, 1));
+  EXPECT_GT(d->attention_seconds(), after_prompt);
+}
+
 TEST(Decoder, RejectsOverflowAndBadTokens) {
   TempFile f(".gguf");
   auto m = tiny_model(f, "tiny-llama", DType::F32);

@@ -33,6 +33,8 @@ class Decoder {
   virtual const char* name() const = 0;
   // Query rows processed by attention (per layer), summed over all steps.
   virtual int64_t attention_rows() const = 0;
+  // Wall seconds in the attention kernels, summed over all steps (Transformer::attention_seconds).
+  virtual double attention_seconds() const = 0;
   virtual int64_t max_context() const = 0;
   int64_t length() const { return static_cast<int64_t>(sequence_.size()); }
 
@@ -50,6 +52,7 @@ class NaiveDecoder : public Decoder {
   void reset() override { sequence_.clear(); }
   const char* name() const override { return "naive"; }
   int64_t attention_rows() const override { return transformer_.attention_rows(); }
+  double attention_seconds() const override { return transformer_.attention_seconds(); }
   int64_t max_context() const override { return max_context_; }
 
  private:
@@ -78,6 +81,7 @@ class CachedDecoder : public Decoder {
   const char* name() const override { return "cached"; }
   KVType kv_type() const { return cache_.type(); }
   int64_t attention_rows() const override { return transformer_.attention_rows(); }
+  double attention_seconds() const override { return transformer_.attention_seconds(); }
   int64_t max_context() const override { return cache_.capacity(); }
 
  private:

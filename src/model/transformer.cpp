@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string_view>
 #include <cstring>
@@ -129,8 +130,10 @@ void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& c
     cache.write(layer, pos0 + t, k_.data() + t * kvd, mla ? nullptr : v_.data() + t * kvd);
   }
   const bool decompressed = mla && (mla_decompressed_ || (mla_decompressed_decode_ && n == 1));
+  const auto start = std::chrono::steady_clock::now();
   if (decompressed) attend_decompressed(layer, n, pos0, cache);
   else attend(layer, n, pos0, cache);
+  attention_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   attention_output(w, n, decompressed);
   add_residual(w.attn_post_norm, n);
 }

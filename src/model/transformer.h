@@ -77,6 +77,10 @@ class Transformer {
   // Query rows that went through attention since construction (all layers
   // count once per token): the naive decoder's N(N+1)/2 vs the cached N.
   int64_t attention_rows() const { return attention_rows_; }
+  // Wall seconds spent in the attention kernels (after the K/V writes) since
+  // construction: with the K/V bytes they read, `kvserve bench`'s attention
+  // read rate (two clock reads per layer and step).
+  double attention_seconds() const { return attention_seconds_; }
   int64_t vocab_size() const { return cfg_.vocab_size; }
 
  private:
@@ -137,6 +141,7 @@ class Transformer {
   RopeTable sliding_rope_;  // the sliding-window layers' own base (gemma3); unused without them
   int64_t capacity_ = 0;
   int64_t attention_rows_ = 0;
+  double attention_seconds_ = 0;
   AlignedBuffer<float> x_;     // [n][dim] residual stream
   AlignedBuffer<float> xn_;    // [n][dim] normalized input of a block
   AlignedBuffer<float> q_;     // [n][q_dim]

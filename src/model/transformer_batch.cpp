@@ -2,6 +2,7 @@
 // sequences whose K/V live in the paged cache. Kept apart from
 // transformer.cpp (the single-sequence path) so that the two evolve
 // independently; both share embed(), project_qkv() and ffn_block().
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -44,7 +45,9 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
     row += cn;
     table_offset += static_cast<int64_t>(table_of(c).size());
   }
+  const auto start = std::chrono::steady_clock::now();
   paged_attention(jobs, attention_shape(layer));
+  attention_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   attention_output(w, n);
   add_residual(w.attn_post_norm, n);
 }
