@@ -120,9 +120,8 @@ BenchRow measure(const Model& m, KVType kv, const BenchTest& t, int threads, int
   row.threads = threads;
   const auto tokens = bench_tokens(t.depth + t.n + 1, m.config().vocab_size);
   auto d = decoder_at_depth(m, kv, t, tokens);
-  double attention_s = 0;
-  run_once(*d, t, tokens, std::min<int64_t>(t.n, 16), &attention_s);  // warm-up: page in the weights
-  attention_s = 0;
+  double warm_up_attention_s = 0, attention_s = 0;
+  run_once(*d, t, tokens, std::min<int64_t>(t.n, 16), &warm_up_attention_s);  // warm-up: page in the weights
   std::vector<double> v;
   for (int r = 0; r < reps; ++r) v.push_back(run_once(*d, t, tokens, t.n, &attention_s));
   row.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
@@ -131,9 +130,9 @@ BenchRow measure(const Model& m, KVType kv, const BenchTest& t, int threads, int
   row.stddev = v.size() > 1 ? std::sqrt(var / static_cast<double>(v.size() - 1)) : 0;
   if (!t.prompt) {
     row.gbps = static_cast<double>(m.weight_bytes_per_token()) * row.mean / 1e9;
-    row.kv_gbps = kv_bytes_per_token(m, kv, t) * row.mean / 1e9;
-    const double timed_tokens = static_cast<double>(t.n) * reps;
-    if (attention_s > 0) row.attention_kv_gbps = kv_bytes_per_token(m, kv, t) * timed_tokens / attention_s / 1e9;
+    const double kv_bytes = kv_bytes_per_token(m, kv, t), timed_tokens = static_cast<double>(t.n) * reps;
+    row.kv_gbps = kv_bytes * row.mean / 1e9;
+    if (attention_s > 0) row.attention_kv_gbps = kv_bytes * timed_tokens / attention_s / 1e9;
   }
   return row;
 }

@@ -225,8 +225,9 @@ using HalfRowOps = HalfAttentionRowOps<KeyKernels<F16Elems>, KeyKernels<BF16Elem
 // dimension loaded and widened once for every row. One group at a time, in
 // address order: each group is its own 2 KB stream (f16, head size 64), and
 // four read side by side (as this kernel did, for more independent chains)
-// defeat the hardware prefetcher; from DRAM one stream is 25-35% faster at
-// every row count and in cache level (docs/attention.md, "One group at a time").
+// defeat the hardware prefetcher; from DRAM one stream is 15-35% faster at
+// every row count, in cache 3-6% slower for one to three rows (fewer chains;
+// docs/attention.md, "One group at a time"). Decode at depth streams.
 template <class E>
 struct LaneKernels {
   using T = typename E::T;
