@@ -144,9 +144,13 @@ def last_answer(driver):
 
 
 def send(driver, text):
+    """Sends `text`; returns once the answer began. The page adds the answer's element and enables Stop in one
+    step, so a new element is the sign: Stop itself may be enabled and disabled again between two polls when the
+    answer is short (a stubbed stream ends in milliseconds)."""
+    before = len(find_all(driver, "#messages .assistant"))
     set_value(driver, "#message", text)
     find(driver, "#send").click()
-    wait_for(driver, lambda d: not find(d, "#stop").get_property("disabled"), "the answer to start streaming")
+    wait_for(driver, lambda d: len(find_all(d, "#messages .assistant")) > before, "the answer to start streaming")
 
 
 def wait_answered(driver):
