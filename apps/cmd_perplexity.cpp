@@ -9,7 +9,9 @@
 // activations and compares the two distributions at every scored position
 // (llama-perplexity's --kl-divergence, with the base computed in the same
 // run): a far less noisy measure of what 8-bit activations cost than the
-// difference of two perplexities on a few thousand tokens.
+// difference of two perplexities on a few thousand tokens. --kl-base-kv-type T
+// makes the base this run's activations over a KV cache of type T instead:
+// what a KV type costs (q8_0 against f16, say) by the same measure.
 #include <omp.h>
 
 #include <algorithm>
@@ -45,6 +47,7 @@ struct PerplexityOptions {
   int64_t chunks = 0;  // 0: every whole window in the file
   int threads = 0;
   bool kl_divergence = false;
+  std::string kl_base_kv_type;  // empty: the base has exact activations and this run's KV type
 };
 
 std::string read_text(const std::string& path) {
@@ -152,8 +155,10 @@ void score_window(std::span<const float> logits, const std::vector<int32_t>& win
   }
 }
 
-// The same model file with exact f32 activations: the --kl-divergence base.
-struct ExactBase {
+// The --kl-divergence base: the same model file with exact f32 activations, or
+// (--kl-base-kv-type) this run's model over another KV type.
+struct DivergenceBase {
+  std::string what;  // "exact f32 activations" or "kv f16"
   std::unique_ptr<Model> model;
   std::unique_ptr<Decoder> decoder;
   std::vector<float> logits;
@@ -161,8 +166,16 @@ struct ExactBase {
   DivergenceStats divergence;
 };
 
-std::unique_ptr<ExactBase> load_exact_base(const PerplexityOptions& opt, int64_t ctx, KVType kv_type) {
-  auto base = std::make_unique<ExactBase>();
+std::unique_ptr<DivergenceBase> load_divergence_base(const PerplexityOptions& opt, const Model& model, int64_t ctx,
+                                           KVType kv_type) {
+  auto base = std::make_unique<DivergenceBase>();
+  if (!opt.kl_base_kv_type.empty()) {
+    const KVType base_type = parse_kv_type(opt.kl_base_kv_type, "--kl-base-kv-type");
+    base->what = std::string("kv ") + kv_type_info(base_type).name;
+    base->decoder = make_decoder("cached", model, ctx, base_type);
+    return base;
+  }
+  base->what = "exact f32 activations";
   ModelLoadOptions load = opt.rope.apply({});
   load.activations = ActivationPrecision::kF32;
   base->model = Model::load(opt.model, load);
@@ -173,7 +186,7 @@ std::unique_ptr<ExactBase> load_exact_base(const PerplexityOptions& opt, int64_t
 // score_window for both runs (this one's NLLs into stats, the base's into base.nll) and their divergence, each
 // row's log_sum_exp computed once.
 void compare_window(std::span<const float> test, const std::vector<int32_t>& window, int64_t vocab, NllStats& stats,
-                    ExactBase& base) {
+                    DivergenceBase& base) {
   const auto n = static_cast<int64_t>(window.size());
   for (int64_t i = n / 2; i + 1 < n; ++i) {
     const int32_t target = window[static_cast<size_t>(i + 1)];
@@ -186,14 +199,14 @@ void compare_window(std::span<const float> test, const std::vector<int32_t>& win
   }
 }
 
-void print_divergence(const ExactBase& base, const NllStats& test) {
+void print_divergence(const DivergenceBase& base, const NllStats& test) {
   const DivergenceStats& d = base.divergence;
   const double n = static_cast<double>(d.count);
   const double change = d.nll_change.mean(), error = d.nll_change.standard_error();
-  std::printf("KL divergence from exact f32 activations: mean %.6f, max %.4f; same top token %.2f%%; "
-              "PPL exact %.4f, this run %.4f (%+.3f%% +/- %.3f%%)\n",
-              d.kl_sum / n, d.kl_max, 100.0 * static_cast<double>(d.same_top) / n, std::exp(base.nll.mean()),
-              std::exp(test.mean()), 100.0 * (std::exp(change) - 1.0), 100.0 * error);
+  std::printf("KL divergence from %s: mean %.6f, max %.4f; same top token %.2f%%; "
+              "PPL base %.4f, this run %.4f (%+.3f%% +/- %.3f%%)\n",
+              base.what.c_str(), d.kl_sum / n, d.kl_max, 100.0 * static_cast<double>(d.same_top) / n,
+              std::exp(base.nll.mean()), std::exp(test.mean()), 100.0 * (std::exp(change) - 1.0), 100.0 * error);
 }
 
 void run_perplexity(const PerplexityOptions& opt) {
@@ -218,7 +231,8 @@ void run_perplexity(const PerplexityOptions& opt) {
   std::fprintf(stderr, "perplexity: %s | %zu tokens | %lld windows of %lld | kv %s | threads %d\n",
                model->config().name.c_str(), tokens.size(), static_cast<long long>(windows),
                static_cast<long long>(ctx), kv_type_info(kv_type).name, omp_get_max_threads());
-  std::unique_ptr<ExactBase> base = opt.kl_divergence ? load_exact_base(opt, ctx, kv_type) : nullptr;
+  const bool compare = opt.kl_divergence || !opt.kl_base_kv_type.empty();
+  std::unique_ptr<DivergenceBase> base = compare ? load_divergence_base(opt, *model, ctx, kv_type) : nullptr;
   NllStats stats;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t w = 0; w < windows; ++w) {
@@ -259,6 +273,9 @@ void register_perplexity(CLI::App& app) {
   cmd->add_flag("--kl-divergence", opt->kl_divergence,
                 "Also run the model with exact f32 activations and print the mean KL divergence of this run's "
                 "distributions from those, the top-token agreement and both perplexities");
+  cmd->add_option("--kl-base-kv-type", opt->kl_base_kv_type,
+                  "Compare against this run's activations over a KV cache of this type instead (implies "
+                  "--kl-divergence): what --kv-type costs, e.g. --kv-type q8_0 --kl-base-kv-type f16");
   cmd->callback([opt] { run_perplexity(*opt); });
 }
 

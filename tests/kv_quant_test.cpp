@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <vector>
@@ -387,4 +388,25 @@ TEST(KvQuant, DecoderWithBlockQuantizedCacheStaysClose) {
     std::printf("kv %s: max relative logits difference %.2e, %d argmax changes\n", kv_type_info(type).name, diff,
                 mismatches);
   }
+}
+
+TEST(KvQuant, DecoderStaysCloseWithTheQuantizedCacheUnrotated) {
+  if (kvserve::test_util::skip_slow()) GTEST_SKIP() << "slow under the sanitizers";
+  TempFile f(".gguf");
+  auto m = synth_model(f, "smollm2-135m", 2, DType::BF16);
+  // KVSERVE_KV_ROTATION=0 (read when a transformer is made) stores K/V as they come: the A/B baseline.
+  struct UnrotatedWhileInScope {
+    UnrotatedWhileInScope() { setenv("KVSERVE_KV_ROTATION", "0", 1); }
+    ~UnrotatedWhileInScope() { unsetenv("KVSERVE_KV_ROTATION"); }
+  };
+  int rotated_mismatches = 0, plain_mismatches = 0;
+  const double rotated = max_logits_diff(*m, KVType::Q8_0, 4, &rotated_mismatches);
+  double plain = 0;
+  {
+    const UnrotatedWhileInScope unrotated;
+    plain = max_logits_diff(*m, KVType::Q8_0, 4, &plain_mismatches);
+  }
+  EXPECT_LT(plain, 2e-2);
+  EXPECT_NE(plain, rotated) << "the variable switched the rotation off";
+  std::printf("kv q8_0: max relative logits difference rotated %.2e, unrotated %.2e\n", rotated, plain);
 }

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "decode/decoder.h"
+#include "kernels/hadamard.h"
 #include "decoder_agreement.h"
 #include "engine_run_util.h"
 #include "kv/kv_planner.h"
@@ -193,6 +194,31 @@ TEST(MlaModel, AbsorbedAttentionEqualsTheDecompressedForm) {
       decompressed.forward(std::span<const int32_t>(&next, 1), cd, ld.data());
     }
   }
+}
+
+// A q8_0 latent cache stores its rows Hadamard-rotated (kernels/hadamard.h): the absorbed form rotates the
+// queries and turns the values back, the decompressed form turns the rows back before it decompresses them. Both
+// read the same rounded rows, so they agree to the query's rounding (absorbed scores use an 8 + 7-bit query), and
+// both stay near the f32 cache.
+TEST(MlaModel, RotatedQuantizedLatentCacheReadsTheSameInBothForms) {
+  TempFile f(".gguf");
+  auto m = tiny_mla(f, "tiny-deepseek2", DType::F32, ActivationPrecision::kF32);
+  const ModelConfig& c = m->config();
+  ASSERT_TRUE(mla_kv_rotation(KVType::Q8_0, c.kv_dim(), c.kv_lora_rank).any());
+  Transformer absorbed(*m, AttentionKernel::kFlash), decompressed(*m, AttentionKernel::kFlash),
+      exact(*m, AttentionKernel::kFlash);
+  decompressed.set_mla_decompressed(true);
+  ContiguousKVCache ca(c.n_layers, 256, 1, c.head_dim, KVType::Q8_0, {}, true);
+  ContiguousKVCache cd(c.n_layers, 256, 1, c.head_dim, KVType::Q8_0, {}, true);
+  ContiguousKVCache ce(c.n_layers, 256, 1, c.head_dim, KVType::F32, {}, true);
+  std::vector<float> la(static_cast<size_t>(c.vocab_size)), ld(la.size()), le(la.size());
+  const std::vector<int32_t> tokens = prompt_of(150, c.vocab_size);
+  absorbed.forward(tokens, ca, la.data());
+  decompressed.forward(tokens, cd, ld.data());
+  exact.forward(tokens, ce, le.data());
+  EXPECT_LT(test_util::relative_error(la, ld), 1e-3);
+  EXPECT_LT(test_util::relative_error(la, le), 2e-2);
+  EXPECT_GT(test_util::relative_error(la, le), 0.0) << "the q8_0 cache rounds";
 }
 
 TEST(MlaModel, NaiveAndCachedDecodersAgree) {

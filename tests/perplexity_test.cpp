@@ -76,3 +76,27 @@ TEST(Perplexity, KlDivergenceFromExactActivations) {
   EXPECT_EQ(mean_kl(exact), 0.0) << exact.output;
   EXPECT_NE(exact.output.find("(+0.000% +/- 0.000%)"), std::string::npos) << exact.output;
 }
+
+// --kl-base-kv-type: the base is this run's activations over another KV type, so the divergence is the KV
+// type's alone: none for the same type, a small one for q8_0 against f16; an unknown type is refused.
+TEST(Perplexity, KlDivergenceFromAnotherKvType) {
+  const std::string model = kvserve::test_util::model_dir() + "/smollm2-135m-instruct-q4_1.gguf";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " not found";
+  if (kvserve::test_util::skip_slow()) GTEST_SKIP() << "slow without optimization";
+  const std::string command = "perplexity -m " + model + " -f " + text_file() + " --ctx 64 --chunks 2";
+  const auto mean_kl = [](const CommandResult& r) {
+    const std::string label = "KL divergence from kv f16: mean ";
+    const size_t at = r.output.find(label);
+    return at == std::string::npos ? -1.0 : std::stod(r.output.substr(at + label.size()));
+  };
+  const CommandResult same = run_kvserve(command + " --kv-type f16 --kl-base-kv-type f16");
+  ASSERT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_EQ(mean_kl(same), 0.0) << same.output;
+  const CommandResult q8 = run_kvserve(command + " --kv-type q8_0 --kl-base-kv-type f16");
+  ASSERT_EQ(q8.exit_code, 0) << q8.output;
+  EXPECT_GT(mean_kl(q8), 0.0) << q8.output;
+  EXPECT_LT(mean_kl(q8), 0.05) << q8.output;
+  const CommandResult unknown = run_kvserve(command + " --kl-base-kv-type int3");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.output.find("--kl-base-kv-type"), std::string::npos) << unknown.output;
+}

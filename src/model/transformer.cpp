@@ -38,6 +38,8 @@ Transformer::Transformer(const Model& model, AttentionKernel attention)
   const char* mla = std::getenv("KVSERVE_MLA");
   mla_decompressed_ = mla != nullptr && std::string_view(mla) == "decompressed";
   mla_decompressed_decode_ = mla != nullptr && std::string_view(mla) == "decompressed-decode";
+  const char* rotation = std::getenv("KVSERVE_KV_ROTATION");
+  kv_rotation_enabled_ = rotation == nullptr || std::string_view(rotation) != "0";
 }
 
 void Transformer::prepare_rope(std::span<const int64_t> positions) {
@@ -56,6 +58,30 @@ void Transformer::rotate_qk(int64_t t, int64_t layer) {
   const float* cs = (cfg_.is_sliding(layer) ? sliding_rope_angles_ : rope_angles_).data() + t * cfg_.rope_dims;
   rope_.apply(q_.data() + t * cfg_.q_dim(), cfg_.n_heads, cfg_.head_dim, cs);
   rope_.apply(k_.data() + t * cfg_.kv_dim(), cfg_.n_kv_heads, cfg_.head_dim, cs);
+}
+
+void Transformer::choose_kv_rotation(KVType type) {
+  if (!kv_rotation_enabled_) kv_rotation_ = {};
+  else if (cfg_.is_mla()) kv_rotation_ = mla_kv_rotation(type, cfg_.kv_dim(), cfg_.kv_lora_rank);
+  else kv_rotation_ = kv_rotation(type, cfg_.head_dim);
+}
+
+void Transformer::rotate_for_cache(int64_t t) {
+  if (kv_rotation_.keys > 0) {
+    hadamard_rotate(q_.data() + t * cfg_.q_dim(), cfg_.q_dim(), kv_rotation_.keys);
+    hadamard_rotate(k_.data() + t * cfg_.kv_dim(), cfg_.kv_dim(), kv_rotation_.keys);
+  }
+  if (kv_rotation_.values > 0 && !cfg_.is_mla())
+    hadamard_rotate(v_.data() + t * cfg_.kv_dim(), cfg_.kv_dim(), kv_rotation_.values);
+}
+
+void Transformer::unrotate_attention_output(int64_t n) {
+  if (kv_rotation_.values == 0) return;
+  const int64_t qd = cfg_.q_dim(), hd = cfg_.head_dim, width = cfg_.is_mla() ? cfg_.kv_lora_rank : hd;
+#pragma omp parallel for schedule(static) if (n > 1)
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < cfg_.n_heads; ++h)
+      hadamard_rotate(attn_.data() + t * qd + h * hd, width, kv_rotation_.values);
 }
 
 AttentionShape Transformer::attention_shape(int64_t layer) const {
@@ -124,9 +150,11 @@ void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& c
   const int64_t pos0 = cache.size();
   const bool mla = cfg_.is_mla();
   project_attention(w, n);
+  choose_kv_rotation(cache.type());
 #pragma omp parallel for schedule(static) if (n > 1)
   for (int64_t t = 0; t < n; ++t) {
     if (!mla) rotate_qk(t, layer);
+    rotate_for_cache(t);
     cache.write(layer, pos0 + t, k_.data() + t * kvd, mla ? nullptr : v_.data() + t * kvd);
   }
   const bool decompressed = mla && (mla_decompressed_ || (mla_decompressed_decode_ && n == 1));
@@ -134,6 +162,7 @@ void Transformer::attention_block(int64_t layer, int64_t n, ContiguousKVCache& c
   if (decompressed) attend_decompressed(layer, n, pos0, cache);
   else attend(layer, n, pos0, cache);
   attention_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!decompressed) unrotate_attention_output(n);
   attention_output(w, n, decompressed);
   add_residual(w.attn_post_norm, n);
 }

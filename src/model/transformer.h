@@ -10,6 +10,7 @@
 
 #include "core/aligned_buffer.h"
 #include "kernels/attention.h"
+#include "kernels/hadamard.h"
 #include "kernels/matmul.h"
 #include "kernels/rope.h"
 #include "kv/contiguous_kv_cache.h"
@@ -89,6 +90,12 @@ class Transformer {
   // cos / sin of every batch row's position into rope_angles_ (row t at t * rot_dims).
   void prepare_rope(std::span<const int64_t> positions);
   void rotate_qk(int64_t t, int64_t layer);
+  // kv_rotation_ for a cache of `type` (none when KVSERVE_KV_ROTATION=0).
+  void choose_kv_rotation(KVType type);
+  // Row t's query, key and value turned by kv_rotation_ before the cache stores them (kernels/hadamard.h).
+  void rotate_for_cache(int64_t t);
+  // attn_'s n rows turned back from the values' rotation (each head's values; MLA: their kv_lora_rank).
+  void unrotate_attention_output(int64_t n);
   AttentionShape attention_shape(int64_t layer) const;
   // x_ += proj_ of n rows, through the block's post-norm when it has one (gemma3).
   void add_residual(const std::vector<float>& post_norm, int64_t n);
@@ -137,6 +144,10 @@ class Transformer {
   bool group_experts_ = true;
   bool mla_decompressed_ = false;
   bool mla_decompressed_decode_ = false;
+  // Quantized K/V are stored Hadamard-rotated (kernels/hadamard.h); KVSERVE_KV_ROTATION=0 stores them as
+  // they come, the baseline of docs/attention.md's "Rotated quantized K/V".
+  bool kv_rotation_enabled_ = true;
+  KVRotation kv_rotation_;  // the current layer's cache's
   RopeTable rope_;
   RopeTable sliding_rope_;  // the sliding-window layers' own base (gemma3); unused without them
   int64_t capacity_ = 0;

@@ -20,6 +20,7 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
   const auto n = static_cast<int64_t>(batch_tokens_.size());
   const bool mla = cfg_.is_mla();
   project_attention(w, n);
+  choose_kv_rotation(kv.type());
   k_block_ptrs_.clear();
   v_block_ptrs_.clear();
   const bool sliding = kv.is_sliding(layer);
@@ -34,6 +35,7 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
   for (int64_t t = 0; t < n; ++t) {
     const int64_t pos = positions_[static_cast<size_t>(t)];
     if (!mla) rotate_qk(t, layer);
+    rotate_for_cache(t);
     kv.write(layer, row_blocks[static_cast<size_t>(t)], pos % B, k_.data() + t * kvd,
              mla ? nullptr : v_.data() + t * kvd);
   }
@@ -48,6 +50,7 @@ void Transformer::paged_attention_block(int64_t layer, std::span<const SequenceC
   const auto start = std::chrono::steady_clock::now();
   paged_attention(jobs, attention_shape(layer));
   attention_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  unrotate_attention_output(n);
   attention_output(w, n);
   add_residual(w.attn_post_norm, n);
 }
