@@ -76,12 +76,12 @@ TEST(Hadamard, RejectsBlocksThatAreNotPowersOfTwoDividingTheRow) {
   EXPECT_THROW(hadamard_rotate_reference(x.data(), y.data(), 96, 12), Error);
 }
 
-TEST(Hadamard, OnlyBlockQuantizedCachesRotate) {
-  for (KVType type : {KVType::F32, KVType::F16, KVType::BF16}) {
+TEST(Hadamard, OnlyIntegerBlockCachesRotate) {
+  for (KVType type : {KVType::F32, KVType::F16, KVType::BF16, KVType::FP8}) {
     EXPECT_FALSE(kv_rotation(type, 64).any());
     EXPECT_FALSE(mla_kv_rotation(type, 576, 512).any());
   }
-  for (KVType type : {KVType::Q8_0, KVType::FP8, KVType::Q4_0}) {
+  for (KVType type : {KVType::Q8_0, KVType::Q4_0}) {
     const KVRotation head64 = kv_rotation(type, 64), head128 = kv_rotation(type, 128);
     const KVRotation head256 = kv_rotation(type, 256), head96 = kv_rotation(type, 96);
     EXPECT_EQ(head64.keys, 64);

@@ -28,7 +28,8 @@ void hadamard_rotate(float* x, int64_t n, int64_t block);
 void hadamard_rotate_reference(const float* x, float* y, int64_t n, int64_t block);
 
 // The rotation blocks a cache of `type` takes for head vectors of head_dim
-// values: 0 (no rotation) for the float types, whose rounding is per value.
+// values: q8_0 and q4_0 rotate; the float types (f32, f16, bf16, fp8: each
+// value rounded relative to itself) do not.
 // Keys: the largest power of two dividing head_dim (one rotation per head
 // where the head is a power of two); values: at most 64 (llama.cpp measured
 // smaller rotations as better for V). MLA's latent rows hold keys and values
