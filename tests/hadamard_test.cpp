@@ -82,16 +82,14 @@ TEST(Hadamard, OnlyIntegerBlockCachesRotate) {
     EXPECT_FALSE(mla_kv_rotation(type, 576, 512).any());
   }
   for (KVType type : {KVType::Q8_0, KVType::Q4_0}) {
-    const KVRotation head64 = kv_rotation(type, 64), head128 = kv_rotation(type, 128);
-    const KVRotation head256 = kv_rotation(type, 256), head96 = kv_rotation(type, 96);
-    EXPECT_EQ(head64.keys, 64);
-    EXPECT_EQ(head64.values, 64);
-    EXPECT_EQ(head128.keys, 128);
-    EXPECT_EQ(head128.values, 64);
-    EXPECT_EQ(head256.keys, 256);
-    EXPECT_EQ(head256.values, 64);
-    EXPECT_EQ(head96.keys, 32);
-    EXPECT_EQ(head96.values, 32);
+    struct Head {
+      int64_t size, keys, values;
+    };
+    for (const Head& h : {Head{64, 64, 64}, Head{128, 128, 64}, Head{256, 256, 64}, Head{96, 32, 32}}) {
+      const KVRotation r = kv_rotation(type, h.size);
+      EXPECT_EQ(r.keys, h.keys) << "head " << h.size;
+      EXPECT_EQ(r.values, h.values) << "head " << h.size;
+    }
     // DeepSeek-V2's latent rows: 512 latent + 64 RoPE values, V the first 512.
     const KVRotation latent = mla_kv_rotation(type, 576, 512);
     EXPECT_EQ(latent.keys, 64);
