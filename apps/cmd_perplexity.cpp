@@ -159,7 +159,7 @@ void score_window(std::span<const float> logits, const std::vector<int32_t>& win
 // (--kl-base-kv-type) this run's model over another KV type.
 struct DivergenceBase {
   std::string what;  // "exact f32 activations" or "kv f16"
-  std::unique_ptr<Model> model;
+  std::unique_ptr<Model> model;  // the exact-activations copy; none when the base shares this run's model
   std::unique_ptr<Decoder> decoder;
   std::vector<float> logits;
   NllStats nll;
@@ -167,7 +167,7 @@ struct DivergenceBase {
 };
 
 std::unique_ptr<DivergenceBase> load_divergence_base(const PerplexityOptions& opt, const Model& model, int64_t ctx,
-                                           KVType kv_type) {
+                                                     KVType kv_type) {
   auto base = std::make_unique<DivergenceBase>();
   if (!opt.kl_base_kv_type.empty()) {
     const KVType base_type = parse_kv_type(opt.kl_base_kv_type, "--kl-base-kv-type");

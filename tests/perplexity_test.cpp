@@ -22,6 +22,14 @@ std::string stories_model() {
 
 std::string text_file() { return std::string(KVSERVE_SOURCE_DIR) + "/tests/data/pride_and_prejudice_ch1-3.txt"; }
 
+// The mean KL divergence a --kl-divergence run printed against `base` ("exact f32 activations", "kv f16"), or -1
+// when the line is missing.
+double mean_kl(const CommandResult& r, const std::string& base) {
+  const std::string label = "KL divergence from " + base + ": mean ";
+  const size_t at = r.output.find(label);
+  return at == std::string::npos ? -1.0 : std::stod(r.output.substr(at + label.size()));
+}
+
 }  // namespace
 
 TEST(Perplexity, Stories260kGivesAFiniteNumber) {
@@ -62,18 +70,15 @@ TEST(Perplexity, KlDivergenceFromExactActivations) {
   // Two loads of a 135M model and its exact passes: minutes without optimization (the Release suite runs it).
   if (kvserve::test_util::skip_slow()) GTEST_SKIP() << "slow without optimization";
   const std::string command = "perplexity -m " + model + " -f " + text_file() + " --ctx 64 --chunks 2 --kl-divergence";
-  const auto mean_kl = [](const CommandResult& r) {
-    const size_t at = r.output.find("KL divergence from exact f32 activations: mean ");
-    return at == std::string::npos ? -1.0 : std::stod(r.output.substr(at + 47));
-  };
+  const auto exact_kl = [](const CommandResult& r) { return mean_kl(r, "exact f32 activations"); };
   const CommandResult q8 = run_kvserve(command + " --activations q8");
   ASSERT_EQ(q8.exit_code, 0) << q8.output;
-  EXPECT_GT(mean_kl(q8), 0.0) << q8.output;
-  EXPECT_LT(mean_kl(q8), 0.05) << q8.output;
+  EXPECT_GT(exact_kl(q8), 0.0) << q8.output;
+  EXPECT_LT(exact_kl(q8), 0.05) << q8.output;
   EXPECT_NE(q8.output.find("same top token"), std::string::npos) << q8.output;
   const CommandResult exact = run_kvserve(command + " --activations f32");
   ASSERT_EQ(exact.exit_code, 0) << exact.output;
-  EXPECT_EQ(mean_kl(exact), 0.0) << exact.output;
+  EXPECT_EQ(exact_kl(exact), 0.0) << exact.output;
   EXPECT_NE(exact.output.find("(+0.000% +/- 0.000%)"), std::string::npos) << exact.output;
 }
 
@@ -84,18 +89,14 @@ TEST(Perplexity, KlDivergenceFromAnotherKvType) {
   if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " not found";
   if (kvserve::test_util::skip_slow()) GTEST_SKIP() << "slow without optimization";
   const std::string command = "perplexity -m " + model + " -f " + text_file() + " --ctx 64 --chunks 2";
-  const auto mean_kl = [](const CommandResult& r) {
-    const std::string label = "KL divergence from kv f16: mean ";
-    const size_t at = r.output.find(label);
-    return at == std::string::npos ? -1.0 : std::stod(r.output.substr(at + label.size()));
-  };
+  const auto f16_kl = [](const CommandResult& r) { return mean_kl(r, "kv f16"); };
   const CommandResult same = run_kvserve(command + " --kv-type f16 --kl-base-kv-type f16");
   ASSERT_EQ(same.exit_code, 0) << same.output;
-  EXPECT_EQ(mean_kl(same), 0.0) << same.output;
+  EXPECT_EQ(f16_kl(same), 0.0) << same.output;
   const CommandResult q8 = run_kvserve(command + " --kv-type q8_0 --kl-base-kv-type f16");
   ASSERT_EQ(q8.exit_code, 0) << q8.output;
-  EXPECT_GT(mean_kl(q8), 0.0) << q8.output;
-  EXPECT_LT(mean_kl(q8), 0.05) << q8.output;
+  EXPECT_GT(f16_kl(q8), 0.0) << q8.output;
+  EXPECT_LT(f16_kl(q8), 0.05) << q8.output;
   const CommandResult unknown = run_kvserve(command + " --kl-base-kv-type int3");
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.output.find("--kl-base-kv-type"), std::string::npos) << unknown.output;

@@ -139,7 +139,8 @@ void Transformer::attend_decompressed(int64_t layer, int64_t n, int64_t pos0, co
   // Every cached row as f32 [n_kv][rank + rot], then its latent part alone.
   reference_k_.resize(static_cast<size_t>(n_kv * row));
   dequantize_kv_rows(cache.k_rows(layer), n_kv, 1, row, reference_k_.data());
-  if (kv_rotation_.keys > 0) hadamard_rotate(reference_k_.data(), n_kv * row, kv_rotation_.keys);  // as computed
+  // A quantized cache holds the rows rotated (choose_kv_rotation): turned back, they are the rows as projected.
+  if (kv_rotation_.keys > 0) hadamard_rotate(reference_k_.data(), n_kv * row, kv_rotation_.keys);
   std::vector<float> latent(static_cast<size_t>(n_kv * rank)), k_nope(static_cast<size_t>(n_kv * nope));
   std::vector<float> values(static_cast<size_t>(n_kv * vd)), w_uk, scores(static_cast<size_t>(n_kv));
   for (int64_t j = 0; j < n_kv; ++j)
