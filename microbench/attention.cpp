@@ -3,11 +3,13 @@
 // chunked prefill (the last 256 rows of an N-token context, the way the
 // decoder prefills in chunks), with the K/V cache in each storage type.
 //   ./build/microbench_attention [--min-n 512] [--max-n 16384] [--no-reference] [--decode-only] [--type f16]
-//                                [--shape 9,3,64] [--layers 1]
+//                                [--shape 9,3,64] [--layers 1] [--q8-query-parts 2]
 // Shape: SmolLM2-135M's attention (9 query heads, 3 K/V heads, head size 64),
 // one layer, or --shape H,KV,D (Qwen2.5-0.5B: 14,2,64; 1.5B: 12,2,128; Gemma 3
 // 270M: 4,1,256); --layers L times a call over L layers' caches in turn (a
-// model's decode step: SmolLM2 has 30). OMP_NUM_THREADS sets the threads. Best-of-N wall times.
+// model's decode step: SmolLM2 has 30). --q8-query-parts 1 scores q8_0 keys with
+// the one-part query that rotated caches use (AttentionShape::q8_query_parts).
+// OMP_NUM_THREADS sets the threads. Best-of-N wall times.
 // "MB touched" counts distinct bytes: the K/V cache in its storage type, plus
 // for the reference its score matrix (written, then read back).
 #include <omp.h>
@@ -154,7 +156,7 @@ int main(int argc, char** argv) {
   bool with_reference = true, decode_only = false;
   std::optional<kvserve::KVType> only;
   kvserve::AttentionShape shape{9, 3, 64};
-  int layers = 1;
+  int layers = 1, q8_parts = 2;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--max-n") == 0 && i + 1 < argc) max_n = std::atoll(argv[++i]);
     else if (std::strcmp(argv[i], "--min-n") == 0 && i + 1 < argc) min_n = std::max<int64_t>(1, std::atoll(argv[++i]));
@@ -163,12 +165,15 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--decode-only") == 0) decode_only = true;
     else if (std::strcmp(argv[i], "--layers") == 0 && i + 1 < argc) layers = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc && parse_shape(argv[++i], shape)) continue;
+    else if (std::strcmp(argv[i], "--q8-query-parts") == 0 && i + 1 < argc) q8_parts = std::atoi(argv[++i]) == 1 ? 1 : 2;
     else {
       std::fprintf(stderr, "usage: microbench_attention [--min-n N] [--max-n N] [--no-reference] [--decode-only] [--type T]\n"
-                           "                            [--shape H,KV,D (query heads, K/V heads, head size)] [--layers L]\n");
+                           "                            [--shape H,KV,D (query heads, K/V heads, head size)] [--layers L]\n"
+                           "                            [--q8-query-parts 1|2]\n");
       return 2;
     }
   }
+  shape.q8_query_parts = q8_parts;
   std::printf("threads: %d, shape: %lld query heads, %lld K/V heads, head size %lld, %d layer(s) per call; prefill = last %lld rows\n\n",
               omp_get_max_threads(), static_cast<long long>(shape.n_heads), static_cast<long long>(shape.n_kv_heads),
               static_cast<long long>(shape.head_dim), layers, static_cast<long long>(kvserve::kPrefillRows));

@@ -7,6 +7,7 @@
 // multiple of 16, GQA groups of 1 to 8 rows, decode and prefill, windows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <random>
@@ -89,21 +90,24 @@ struct QuantizedRows {
   std::vector<std::vector<float>> d;
   std::vector<std::vector<int32_t>> sum;
   std::vector<QueryQ8> rows;
-  QuantizedRows(const std::vector<std::vector<float>>& x, int64_t hd) {
+  int parts;
+  QuantizedRows(const std::vector<std::vector<float>>& x, int64_t hd, int n_parts = 2) : parts(n_parts) {
     for (const auto& row : x) {
       q.emplace_back(static_cast<size_t>(2 * hd));
       d.emplace_back(static_cast<size_t>(hd / 32));
       sum.emplace_back(static_cast<size_t>(2 * hd / 32));
-      quantize_query_q8(row.data(), hd, q.back().data(), d.back().data(), sum.back().data());
+      quantize_query_q8(row.data(), hd, parts, q.back().data(), d.back().data(), sum.back().data());
     }
-    for (size_t r = 0; r < x.size(); ++r) rows.push_back({q[r].data(), d[r].data(), sum[r].data()});
+    for (size_t r = 0; r < x.size(); ++r) rows.push_back({q[r].data(), d[r].data(), sum[r].data(), parts});
   }
-  // Row r as the floats its two parts stand for.
+  // Row r as the floats its parts stand for.
   std::vector<float> values(size_t r) const {
     const size_t n = q[r].size() / 2;
     std::vector<float> out(n);
-    for (size_t i = 0; i < n; ++i)
-      out[i] = static_cast<float>(d[r][i / 32] * (q[r][i] + double(q[r][n + i]) * kQueryLowStep));
+    for (size_t i = 0; i < n; ++i) {
+      const double low = parts == 2 ? double(q[r][n + i]) * kQueryLowStep : 0.0;
+      out[i] = static_cast<float>(d[r][i / 32] * (q[r][i] + low));
+    }
     return out;
   }
 };
@@ -112,45 +116,48 @@ struct QuantizedRows {
 
 // q8_0 keys in lanes: every ISA's dot_lanes_q8 gives the scalar reference's
 // bits, and the reference is the dot of the dequantized key with the
-// dequantized query (within float rounding); the last group's unused lanes
-// hold garbage bytes and are not read back.
+// dequantized query (within float rounding), for a query in two parts and in
+// one; the last group's unused lanes hold garbage bytes and are not read back.
 TEST(KeyLanes, EveryIsaGivesTheQ8ReferencesBits) {
   std::mt19937 rng(42);
-  for (int64_t hd : {32, 64, 96, 128, 576}) {
-    for (int64_t n_keys : {1, 16, 17, 40, 64, 100, 144}) {
-      const std::vector<float> keys = random_vector(static_cast<size_t>(n_keys * hd), rng, 2.0f);
-      const LaneGroups stored(KVType::Q8_0, keys, n_keys, hd, 0xA5);
-      const size_t group_bytes = kv_head_bytes(KVType::Q8_0, hd) * kKeyLanes;
-      std::vector<const uint8_t*> groups;
-      for (int64_t g = 0; g < stored.n_groups; ++g) groups.push_back(stored.group(g, group_bytes));
-      std::vector<std::vector<float>> x(4);
-      for (auto& row : x) row = random_vector(static_cast<size_t>(hd), rng, 1.5f);
-      const QuantizedRows q(x, hd);
-      const size_t width = static_cast<size_t>(stored.n_groups * kKeyLanes);
-      for (int n_rows = 1; n_rows <= kAttentionRowsPerCall; ++n_rows) {
-        std::vector<std::vector<float>> want(4, std::vector<float>(width));
-        float* ws[4] = {want[0].data(), want[1].data(), want[2].data(), want[3].data()};
-        scalar_dot_lanes_q8(q.rows.data(), n_rows, groups.data(), stored.n_groups, hd, ws);
-        for (int r = 0; r < n_rows; ++r) {
-          const std::vector<float> qv = q.values(static_cast<size_t>(r));
-          for (int64_t j = 0; j < n_keys; ++j) {
-            std::vector<float> k(static_cast<size_t>(hd));
-            dequantize_key_lane(KVType::Q8_0, stored.group(j / kKeyLanes, group_bytes), j % kKeyLanes, hd, k.data());
-            double dot = 0, scale = 0;
-            for (int64_t i = 0; i < hd; ++i) dot += double(qv[i]) * k[i], scale += std::abs(double(qv[i]) * k[i]);
-            ASSERT_NEAR(want[r][j], dot, 1e-5 * scale + 1e-30) << "hd " << hd << " key " << j;
+  for (int parts : {2, 1}) {
+    for (int64_t hd : {32, 64, 96, 128, 576}) {
+      for (int64_t n_keys : {1, 16, 17, 40, 64, 100, 144}) {
+        const std::vector<float> keys = random_vector(static_cast<size_t>(n_keys * hd), rng, 2.0f);
+        const LaneGroups stored(KVType::Q8_0, keys, n_keys, hd, 0xA5);
+        const size_t group_bytes = kv_head_bytes(KVType::Q8_0, hd) * kKeyLanes;
+        std::vector<const uint8_t*> groups;
+        for (int64_t g = 0; g < stored.n_groups; ++g) groups.push_back(stored.group(g, group_bytes));
+        std::vector<std::vector<float>> x(4);
+        for (auto& row : x) row = random_vector(static_cast<size_t>(hd), rng, 1.5f);
+        const QuantizedRows q(x, hd, parts);
+        const size_t width = static_cast<size_t>(stored.n_groups * kKeyLanes);
+        for (int n_rows = 1; n_rows <= kAttentionRowsPerCall; ++n_rows) {
+          std::vector<std::vector<float>> want(4, std::vector<float>(width));
+          float* ws[4] = {want[0].data(), want[1].data(), want[2].data(), want[3].data()};
+          scalar_dot_lanes_q8(q.rows.data(), n_rows, groups.data(), stored.n_groups, hd, ws);
+          for (int r = 0; r < n_rows; ++r) {
+            const std::vector<float> qv = q.values(static_cast<size_t>(r));
+            for (int64_t j = 0; j < n_keys; ++j) {
+              std::vector<float> k(static_cast<size_t>(hd));
+              dequantize_key_lane(KVType::Q8_0, stored.group(j / kKeyLanes, group_bytes), j % kKeyLanes, hd, k.data());
+              double dot = 0, scale = 0;
+              for (int64_t i = 0; i < hd; ++i) dot += double(qv[i]) * k[i], scale += std::abs(double(qv[i]) * k[i]);
+              ASSERT_NEAR(want[r][j], dot, 1e-5 * scale + 1e-30)
+                  << "parts " << parts << " hd " << hd << " key " << j;
+            }
           }
+          test_util::for_each_isa([&] {
+            std::vector<std::vector<float>> got(4, std::vector<float>(width, -1.0f));
+            float* gs[4] = {got[0].data(), got[1].data(), got[2].data(), got[3].data()};
+            attention_vector_ops().dot_lanes_q8(q.rows.data(), n_rows, groups.data(), stored.n_groups, hd, gs);
+            for (int r = 0; r < n_rows; ++r)
+              for (int64_t j = 0; j < n_keys; ++j)
+                ASSERT_TRUE(same_bits(got[r][j], want[r][j]))
+                    << isa_name(active_isa()) << " parts " << parts << " hd " << hd << " keys " << n_keys
+                    << " rows " << n_rows << " row " << r << " key " << j << ": " << got[r][j] << " vs " << want[r][j];
+          });
         }
-        test_util::for_each_isa([&] {
-          std::vector<std::vector<float>> got(4, std::vector<float>(width, -1.0f));
-          float* gs[4] = {got[0].data(), got[1].data(), got[2].data(), got[3].data()};
-          attention_vector_ops().dot_lanes_q8(q.rows.data(), n_rows, groups.data(), stored.n_groups, hd, gs);
-          for (int r = 0; r < n_rows; ++r)
-            for (int64_t j = 0; j < n_keys; ++j)
-              ASSERT_TRUE(same_bits(got[r][j], want[r][j]))
-                  << isa_name(active_isa()) << " hd " << hd << " keys " << n_keys << " rows " << n_rows << " row " << r
-                  << " key " << j << ": " << got[r][j] << " vs " << want[r][j];
-        });
       }
     }
   }
@@ -180,6 +187,20 @@ TEST(KeyLanes, QueryQuantizationRoundsToNearestStep) {
       EXPECT_EQ(high, q.sum[0][b]);
       EXPECT_EQ(low, q.sum[0][hd / 32 + b]);
     }
+  }
+}
+
+// A one-part query is the two-part query's first part: the same bytes, steps
+// and first sums (rotated keys are scored with it; docs/attention.md).
+TEST(KeyLanes, OnePartQueryIsTheTwoPartsFirst) {
+  std::mt19937 rng(45);
+  for (int64_t hd : {32, 128, 576}) {
+    const std::vector<float> x = random_vector(static_cast<size_t>(hd), rng, 3.0f);
+    const QuantizedRows two({x}, hd, 2), one({x}, hd, 1);
+    EXPECT_EQ(one.rows[0].parts, 1);
+    EXPECT_TRUE(std::equal(one.q[0].begin(), one.q[0].begin() + hd, two.q[0].begin())) << "hd " << hd;
+    EXPECT_EQ(one.d[0], two.d[0]) << "hd " << hd;
+    EXPECT_TRUE(std::equal(one.sum[0].begin(), one.sum[0].begin() + hd / 32, two.sum[0].begin())) << "hd " << hd;
   }
 }
 

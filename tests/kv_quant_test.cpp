@@ -222,18 +222,20 @@ struct AttentionCase {
 };
 
 // The query as attention over `type` keys scores it: q8_0 keys are scored
-// against each head's query quantized per 32 values in two 8-bit parts
+// against each head's query quantized per 32 values in `parts` 8-bit parts
 // (key_lanes.h), the others against the query itself.
-std::vector<float> query_as_scored(KVType type, const std::vector<float>& q, int64_t head_dim) {
+std::vector<float> query_as_scored(KVType type, const std::vector<float>& q, int64_t head_dim, int parts) {
   if (type != KVType::Q8_0) return q;
   std::vector<float> out(q.size());
   std::vector<int8_t> values(static_cast<size_t>(2 * head_dim));
   std::vector<float> scales(static_cast<size_t>(head_dim / 32));
   std::vector<int32_t> sums(2 * scales.size());
   for (size_t row = 0; row < q.size() / static_cast<size_t>(head_dim); ++row) {
-    quantize_query_q8(q.data() + row * head_dim, head_dim, values.data(), scales.data(), sums.data());
-    for (int64_t i = 0; i < head_dim; ++i)
-      out[row * head_dim + i] = static_cast<float>(scales[i / 32] * (values[i] + double(values[head_dim + i]) * kQueryLowStep));
+    quantize_query_q8(q.data() + row * head_dim, head_dim, parts, values.data(), scales.data(), sums.data());
+    for (int64_t i = 0; i < head_dim; ++i) {
+      const double low = parts == 2 ? double(values[head_dim + i]) * kQueryLowStep : 0.0;
+      out[row * head_dim + i] = static_cast<float>(scales[i / 32] * (values[i] + low));
+    }
   }
   return out;
 }
@@ -243,9 +245,10 @@ std::vector<float> query_as_scored(KVType type, const std::vector<float>& q, int
 // rounding differs (1e-5 for every type). Against the original f32 K/V and
 // query the difference is the storage type's rounding, bounded per type by
 // `vs_f32_bound`.
-void expect_typed_flash_matches(KVType type, const AttentionCase& c, double vs_f32_bound) {
+void expect_typed_flash_matches(KVType type, const AttentionCase& c, double vs_f32_bound, int q8_parts = 2) {
   std::mt19937 rng(static_cast<uint32_t>(c.n_kv * 31 + c.head_dim + c.group));
-  const AttentionShape shape{c.n_kv_heads * c.group, c.n_kv_heads, c.head_dim};
+  AttentionShape shape{c.n_kv_heads * c.group, c.n_kv_heads, c.head_dim};
+  shape.q8_query_parts = q8_parts;
   const int64_t kv_width = c.n_kv_heads * c.head_dim;
   const auto q = random_vector(static_cast<size_t>(c.n_q * shape.n_heads * c.head_dim), rng, 1.0f);
   const auto k = random_vector(static_cast<size_t>(c.n_kv * kv_width), rng, 1.0f);
@@ -256,12 +259,13 @@ void expect_typed_flash_matches(KVType type, const AttentionCase& c, double vs_f
   dequantize_kv_rows(v_rows.rows(c.n_kv), c.n_kv, c.n_kv_heads, c.head_dim, v_deq.data());
   const int64_t pos0 = c.n_kv - c.n_q;
   std::vector<float> want(q.size()), exact(q.size()), got(q.size(), std::nanf(""));
-  const std::vector<float> q_scored = query_as_scored(type, q, c.head_dim);
+  const std::vector<float> q_scored = query_as_scored(type, q, c.head_dim, q8_parts);
   attention_reference(q_scored.data(), c.n_q, pos0, k_deq.data(), v_deq.data(), c.n_kv, kv_width, shape, want.data());
   attention_reference(q.data(), c.n_q, pos0, k.data(), v.data(), c.n_kv, kv_width, shape, exact.data());
   flash_attention(q.data(), c.n_q, pos0, k_rows.rows(c.n_kv), v_rows.rows(c.n_kv), c.n_kv, shape, got.data());
   const std::string what = std::string(kv_type_info(type).name) + " n_kv " + std::to_string(c.n_kv) + " n_q " +
-                           std::to_string(c.n_q) + " head_dim " + std::to_string(c.head_dim);
+                           std::to_string(c.n_q) + " head_dim " + std::to_string(c.head_dim) + " query parts " +
+                           std::to_string(q8_parts);
   EXPECT_LT(relative_error(got, want), 1e-5) << what;
   EXPECT_LT(relative_error(got, exact), vs_f32_bound) << what;
   for (int64_t block_size : {16, 7}) {
@@ -296,6 +300,18 @@ TEST(KvQuant, FlashOverTypedRowsMatchesReference) {
           expect_typed_flash_matches(type, {n, 1, hd, 2, 3}, vs_f32_bound(type));            // decode
           expect_typed_flash_matches(type, {n, std::min<int64_t>(n, 33), hd, 1, 4}, vs_f32_bound(type));  // prefill
         }
+  });
+}
+
+// The one-part query rotated q8_0 keys are scored with (AttentionShape::q8_query_parts): the reference over the
+// same query values, and within q8_0's bound of exact f32 (random keys have no outlier dims to lose).
+TEST(KvQuant, FlashOverQ8RowsWithAOnePartQuery) {
+  for_each_isa([] {
+    for (int64_t n : {int64_t{1}, int64_t{65}, test_util::skip_slow() ? int64_t{300} : int64_t{1000}}) {
+      expect_typed_flash_matches(KVType::Q8_0, {n, 1, 64, 2, 7}, vs_f32_bound(KVType::Q8_0), 1);  // decode
+      expect_typed_flash_matches(KVType::Q8_0, {n, std::min<int64_t>(n, 33), 128, 2, 6}, vs_f32_bound(KVType::Q8_0),
+                                 1);  // prefill
+    }
   });
 }
 

@@ -12,6 +12,10 @@ struct AttentionShape {
   // p - window < j <= p. 0: every key up to p.
   int64_t window = 0;
   float scale = 0.0f;  // of q.k; 0: 1 / sqrt(head_dim)
+  // Parts of a query scored against q8_0 keys (kv_quant.h's QueryQ8): 2 (~15
+  // bits), or 1 (8 bits) where the keys are stored Hadamard-rotated, whose
+  // rounding then dominates (the model's choice; docs/attention.md).
+  int q8_query_parts = 2;
 
   float score_scale() const;
   // The first key a query at `pos` sees.

@@ -307,7 +307,7 @@ void flash_decode(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, co
   for (int64_t kvh = 0; kvh < static_cast<int64_t>(head_q8.size()); ++kvh) {
     std::vector<const float*> rows_q(static_cast<size_t>(n_rows));
     for (int64_t r = 0; r < n_rows; ++r) rows_q[static_cast<size_t>(r)] = query_row(kvh, r);
-    head_q8[static_cast<size_t>(kvh)].quantize(rows_q.data(), n_rows, hd);
+    head_q8[static_cast<size_t>(kvh)].quantize(rows_q.data(), n_rows, hd, s.q8_query_parts);
   }
 #pragma omp parallel
   {
@@ -349,7 +349,7 @@ void flash_decode(const float* q, int64_t n_q, int64_t pos0, const KVRows& k, co
 
 namespace flash_detail {
 
-void QuantizedQueries::quantize(const float* const* q, int64_t n, int64_t head_dim) {
+void QuantizedQueries::quantize(const float* const* q, int64_t n, int64_t head_dim, int parts) {
   const int64_t nb = head_dim / kQK8_0;
   values.resize(static_cast<size_t>(n * 2 * head_dim));
   scales.resize(static_cast<size_t>(n * nb));
@@ -359,8 +359,8 @@ void QuantizedQueries::quantize(const float* const* q, int64_t n, int64_t head_d
     int8_t* qr = values.data() + r * 2 * head_dim;
     float* d = scales.data() + r * nb;
     int32_t* sum = sums.data() + r * 2 * nb;
-    quantize_query_q8(q[r], head_dim, qr, d, sum);
-    rows[static_cast<size_t>(r)] = {qr, d, sum};
+    quantize_query_q8(q[r], head_dim, parts, qr, d, sum);
+    rows[static_cast<size_t>(r)] = {qr, d, sum, parts};
   }
 }
 
@@ -384,7 +384,7 @@ void flash_query_tile(const float* q, int64_t i0, int64_t i1, int64_t pos0, cons
     }
   const HeadSource src = head_source(k, v, kv_head, s);
   if (k.type == KVType::Q8_0) {
-    rows.own_q8.quantize(rows.q.data(), rows.n_rows, hd);
+    rows.own_q8.quantize(rows.q.data(), rows.n_rows, hd, s.q8_query_parts);
     rows.q8 = rows.own_q8.rows.data();
   }
   const int64_t n_kv = pos0 + i1;

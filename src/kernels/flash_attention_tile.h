@@ -68,7 +68,7 @@ struct QuantizedQueries {
   std::vector<int8_t> values;   // [n][2 * head_dim]
   std::vector<float> scales;    // [n][head_dim / 32]
   std::vector<int32_t> sums;    // [n][2 * head_dim / 32]
-  void quantize(const float* const* q, int64_t n, int64_t head_dim);
+  void quantize(const float* const* q, int64_t n, int64_t head_dim, int parts);
 };
 
 // Query rows of one work item, all reading the same K/V head.

@@ -43,7 +43,7 @@ void quantize_q8_token_lanes(int64_t n_heads, int64_t head_dim, const float* src
 
 }  // namespace
 
-void quantize_query_q8(const float* x, int64_t n, int8_t* q, float* d, int32_t* sum) {
+void quantize_query_q8(const float* x, int64_t n, int parts, int8_t* q, float* d, int32_t* sum) {
   const int64_t n_blocks = n / kQK8_0;
   const auto round_to = [](float v) { return static_cast<int8_t>(std::clamp(std::lrintf(v), -127L, 127L)); };
   for (int64_t b = 0; b < n_blocks; ++b) {
@@ -54,15 +54,16 @@ void quantize_query_q8(const float* x, int64_t n, int8_t* q, float* d, int32_t* 
     int32_t high = 0, low = 0;
     for (int64_t i = 0; i < kQK8_0; ++i) {
       const int8_t h = round_to(xb[i] * inv);
-      const int8_t l = round_to((xb[i] - h * step) * inv * 128.0f);
       q[b * kQK8_0 + i] = h;
-      q[n + b * kQK8_0 + i] = l;
       high += h;
+      if (parts < 2) continue;
+      const int8_t l = round_to((xb[i] - h * step) * inv * 128.0f);
+      q[n + b * kQK8_0 + i] = l;
       low += l;
     }
     d[b] = step;
     sum[b] = high;
-    sum[n_blocks + b] = low;
+    if (parts == 2) sum[n_blocks + b] = low;
   }
 }
 
@@ -131,16 +132,18 @@ void scalar_dot_lanes_q8(const QueryQ8* q, int n_rows, const uint8_t* const* gro
           const uint8_t* block = groups[g] + b * kQ8LaneBlockBytes;
           uint16_t dk;
           std::memcpy(&dk, block + l * 2, 2);
+          const bool two_parts = q[r].parts == 2;
           int32_t high = 0, low = 0;
           for (int64_t i = 0; i < kQK8_0; ++i) {
             const int32_t k = block[q8_lane_byte(i, l)];
             high += k * q[r].q[b * kQK8_0 + i];
-            low += k * q[r].q[n + b * kQK8_0 + i];
+            if (two_parts) low += k * q[r].q[n + b * kQK8_0 + i];
           }
           high -= 128 * q[r].sum[b];
-          low -= 128 * q[r].sum[n_blocks + b];
           const float scale = fp16_to_f32(dk);
           acc = std::fma(static_cast<float>(high), scale * q[r].d[b], acc);
+          if (!two_parts) continue;
+          low -= 128 * q[r].sum[n_blocks + b];
           acc = std::fma(static_cast<float>(low), scale * (q[r].d[b] * kQueryLowStep), acc);
         }
         out[r][g * kKeyLanes + l] = acc;

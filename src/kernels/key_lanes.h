@@ -36,8 +36,9 @@ static_assert(kQ8LaneBlockBytes == kKeyLanes * 34, "a q8_0 lane block takes 16 q
 constexpr float kQueryLowStep = 1.0f / 128.0f;
 
 // Quantizes n floats (n a multiple of 32) into a QueryQ8's arrays (kv_quant.h): q / d / sum hold 2 n, n / 32 and
-// 2 n / 32 entries. One scalar routine for every ISA, so every path scores with the same q.
-void quantize_query_q8(const float* x, int64_t n, int8_t* q, float* d, int32_t* sum);
+// 2 n / 32 entries, of which `parts` (1 or 2) parts are written. One scalar routine for every ISA, so every path
+// scores with the same q.
+void quantize_query_q8(const float* x, int64_t n, int parts, int8_t* q, float* d, int32_t* sum);
 
 // Whether keys of `type` are scored in lanes (f16, bf16, q8_0). Their rows may be
 // stored either way (KVRows::keys_in_lanes); rows stored one vector per key
@@ -73,7 +74,7 @@ void scalar_dot_lanes(const float* const* q, int n_rows, const float* const* gro
 // from 0: acc = fma(float(hi_b), d_k * d[b], acc), then acc =
 // fma(float(lo_b), d_k * (d[b] / 128), acc), where hi_b and lo_b are the exact
 // integer dots of the block's 32 key elements with the query's two parts and
-// d_k is the key's block scale.
+// d_k is the key's block scale (the second fma only where q[r].parts == 2).
 void scalar_dot_lanes_q8(const QueryQ8* q, int n_rows, const uint8_t* const* groups, int64_t n_groups, int64_t n,
                          float* const* out);
 

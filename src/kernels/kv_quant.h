@@ -92,11 +92,16 @@ void dequantize_kv_rows(const KVRows& rows, int64_t n_kv, int64_t n_kv_heads, in
 // q[i] = round(x / d[b]) in [-127, 127] (entries 0 .. n), then the remainder
 // in steps of d[b] / 128, q[n + i] in [-64, 64]: about 15 bits of the query,
 // so its rounding is far below the keys' own. sum[b] and sum[n / 32 + b] are
-// the two parts' sums over the block.
+// the two parts' sums over the block. parts == 1: the first part only (8
+// bits), enough where the keys are stored Hadamard-rotated (their values
+// spread evenly, so the keys' own rounding dominates; docs/attention.md); the
+// second part's entries are then left unset and unread. Every row of one
+// dot_lanes_q8 call has the same parts.
 struct QueryQ8 {
   const int8_t* q;
   const float* d;
   const int32_t* sum;
+  int parts = 2;
 };
 
 // Small f32 vector ops of the attention inner loop, SIMD where available.

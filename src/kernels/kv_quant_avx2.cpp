@@ -206,8 +206,8 @@ using LaneOps = LaneAttentionRowOps<LaneKernels<F32Elems>, LaneKernels<F16Elems>
 
 // Scores of q8_0 keys in lanes (key_lanes.h) for kRows quantized query rows,
 // one group of 16 keys (two registers of 8 keys x 4 elements) at a time, per
-// block the query's high then low part. Without VNNI the unsigned key bytes
-// k + 128 would saturate vpmaddubsw's pair sums, so the keys go back to signed
+// block the query's high then (QueryQ8::parts == 2) low part. Without VNNI the
+// unsigned key bytes k + 128 would saturate vpmaddubsw's pair sums, so the keys go back to signed
 // (xor 0x80) and take the row's signs (vpsignb), and vpmaddubsw multiplies
 // them by |q|: pair sums stay within 2 * 127 * 127. The integer dots are
 // exact, and their fold is scalar_dot_lanes_q8's, so the bits are the reference's.
@@ -223,7 +223,7 @@ void q8_lane_rows(const QueryQ8* q, const uint8_t* const* groups, int64_t n_grou
       const uint8_t* block = groups[g] + b * kQ8LaneBlockBytes;
       const __m256 dk0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block)));
       const __m256 dk1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16)));
-      for (int part = 0; part < 2; ++part) {
+      for (int part = 0; part < q[0].parts; ++part) {
         __m256i dot[kRows][2];
         #pragma GCC unroll 16
         for (int r = 0; r < kRows; ++r) dot[r][0] = dot[r][1] = _mm256_setzero_si256();

@@ -261,8 +261,9 @@ void axpy_keys_q8(const float* const* p, int n_rows, const uint8_t* const* v, in
 // Scores of q8_0 keys in lanes (key_lanes.h) for kRows quantized query rows,
 // one group at a time (in address order, as LaneKernels: from DRAM 30-70%
 // faster than four groups side by side): per 32-element block and part of the
-// query (its high and low 8 bits), one vpdpbusd per quad of elements and row
-// (the unsigned key bytes k + 128 times the row's signed quad, broadcast), then
+// query (its high and low 8 bits, or the high only: QueryQ8::parts), one
+// vpdpbusd per quad of elements and row (the unsigned key bytes k + 128 times
+// the row's signed quad, broadcast), then
 // the exact integer dot (less 128 * the part's sum over the block) folded into
 // the row's scores as scalar_dot_lanes_q8 does.
 template <int kRows>
@@ -274,7 +275,7 @@ void q8_lane_group(const QueryQ8* q, const uint8_t* keys, int64_t n, float* cons
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* block = keys + b * kQ8LaneBlockBytes;
     const __m512 dk = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block)));
-    for (int part = 0; part < 2; ++part) {
+    for (int part = 0; part < q[0].parts; ++part) {
       __m512i dot[kRows];
       #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) dot[r] = _mm512_setzero_si512();

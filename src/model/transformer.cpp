@@ -85,7 +85,10 @@ void Transformer::unrotate_attention_output(int64_t n) {
 }
 
 AttentionShape Transformer::attention_shape(int64_t layer) const {
-  return {cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim, cfg_.attention_window(layer), cfg_.attention_scale};
+  // Rotated q8_0 keys leave the query's second 8-bit part little to add (Qwen2.5-Coder-0.5B at 4K: KL from f16
+  // 0.009299 without it, 0.009351 with; docs/attention.md). MLA's latent keys keep both: not measured there.
+  const int q8_parts = kv_rotation_.keys > 0 && !cfg_.is_mla() ? 1 : 2;
+  return {cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim, cfg_.attention_window(layer), cfg_.attention_scale, q8_parts};
 }
 
 void Transformer::add_residual(const std::vector<float>& post_norm, int64_t n) {
