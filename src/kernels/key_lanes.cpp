@@ -45,6 +45,7 @@ void quantize_q8_token_lanes(int64_t n_heads, int64_t head_dim, const float* src
 
 void quantize_query_q8(const float* x, int64_t n, int parts, int8_t* q, float* d, int32_t* sum) {
   const int64_t n_blocks = n / kQK8_0;
+  const bool two_parts = parts == 2;
   const auto round_to = [](float v) { return static_cast<int8_t>(std::clamp(std::lrintf(v), -127L, 127L)); };
   for (int64_t b = 0; b < n_blocks; ++b) {
     const float* xb = x + b * kQK8_0;
@@ -56,14 +57,14 @@ void quantize_query_q8(const float* x, int64_t n, int parts, int8_t* q, float* d
       const int8_t h = round_to(xb[i] * inv);
       q[b * kQK8_0 + i] = h;
       high += h;
-      if (parts < 2) continue;
+      if (!two_parts) continue;
       const int8_t l = round_to((xb[i] - h * step) * inv * 128.0f);
       q[n + b * kQK8_0 + i] = l;
       low += l;
     }
     d[b] = step;
     sum[b] = high;
-    if (parts == 2) sum[n_blocks + b] = low;
+    if (two_parts) sum[n_blocks + b] = low;
   }
 }
 
@@ -124,7 +125,8 @@ void scalar_dot_lanes(const float* const* q, int n_rows, const float* const* gro
 void scalar_dot_lanes_q8(const QueryQ8* q, int n_rows, const uint8_t* const* groups, int64_t n_groups, int64_t n,
                          float* const* out) {
   const int64_t n_blocks = n / kQK8_0;
-  for (int r = 0; r < n_rows; ++r)
+  for (int r = 0; r < n_rows; ++r) {
+    const bool two_parts = q[r].parts == 2;
     for (int64_t g = 0; g < n_groups; ++g)
       for (int64_t l = 0; l < kKeyLanes; ++l) {
         float acc = 0.0f;
@@ -132,7 +134,6 @@ void scalar_dot_lanes_q8(const QueryQ8* q, int n_rows, const uint8_t* const* gro
           const uint8_t* block = groups[g] + b * kQ8LaneBlockBytes;
           uint16_t dk;
           std::memcpy(&dk, block + l * 2, 2);
-          const bool two_parts = q[r].parts == 2;
           int32_t high = 0, low = 0;
           for (int64_t i = 0; i < kQK8_0; ++i) {
             const int32_t k = block[q8_lane_byte(i, l)];
@@ -148,6 +149,7 @@ void scalar_dot_lanes_q8(const QueryQ8* q, int n_rows, const uint8_t* const* gro
         }
         out[r][g * kKeyLanes + l] = acc;
       }
+  }
 }
 
 }  // namespace kvserve

@@ -207,9 +207,9 @@ using LaneOps = LaneAttentionRowOps<LaneKernels<F32Elems>, LaneKernels<F16Elems>
 // Scores of q8_0 keys in lanes (key_lanes.h) for kRows quantized query rows,
 // one group of 16 keys (two registers of 8 keys x 4 elements) at a time, per
 // block the query's high then (QueryQ8::parts == 2) low part. Without VNNI the
-// unsigned key bytes k + 128 would saturate vpmaddubsw's pair sums, so the keys go back to signed
-// (xor 0x80) and take the row's signs (vpsignb), and vpmaddubsw multiplies
-// them by |q|: pair sums stay within 2 * 127 * 127. The integer dots are
+// unsigned key bytes k + 128 would saturate vpmaddubsw's pair sums, so the
+// keys go back to signed (xor 0x80) and take the row's signs (vpsignb), and
+// vpmaddubsw multiplies them by |q|: pair sums stay within 2 * 127 * 127. The integer dots are
 // exact, and their fold is scalar_dot_lanes_q8's, so the bits are the reference's.
 template <int kRows>
 void q8_lane_rows(const QueryQ8* q, const uint8_t* const* groups, int64_t n_groups, int64_t n, float* const* out) {

@@ -263,9 +263,9 @@ void axpy_keys_q8(const float* const* p, int n_rows, const uint8_t* const* v, in
 // faster than four groups side by side): per 32-element block and part of the
 // query (its high and low 8 bits, or the high only: QueryQ8::parts), one
 // vpdpbusd per quad of elements and row (the unsigned key bytes k + 128 times
-// the row's signed quad, broadcast), then
-// the exact integer dot (less 128 * the part's sum over the block) folded into
-// the row's scores as scalar_dot_lanes_q8 does.
+// the row's signed quad, broadcast), then the exact integer dot (less 128 *
+// the part's sum over the block) folded into the row's scores as
+// scalar_dot_lanes_q8 does.
 template <int kRows>
 void q8_lane_group(const QueryQ8* q, const uint8_t* keys, int64_t n, float* const* out, int64_t at) {
   const int64_t n_blocks = n / kQK8_0;

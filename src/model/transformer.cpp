@@ -87,6 +87,7 @@ void Transformer::unrotate_attention_output(int64_t n) {
 AttentionShape Transformer::attention_shape(int64_t layer) const {
   // Rotated q8_0 keys leave the query's second 8-bit part little to add (Qwen2.5-Coder-0.5B at 4K: KL from f16
   // 0.009299 without it, 0.009351 with; docs/attention.md). MLA's latent keys keep both: not measured there.
+  // kv_rotation_ is this layer's: both attention blocks call choose_kv_rotation before this.
   const int q8_parts = kv_rotation_.keys > 0 && !cfg_.is_mla() ? 1 : 2;
   return {cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim, cfg_.attention_window(layer), cfg_.attention_scale, q8_parts};
 }
